@@ -1,0 +1,42 @@
+# shardkit: `make demo` packs built-in sample data; `make test` runs the whole suite.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# The demo needs only the package and its image extra.
+$(VENV)/.demo-stamp: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e '.[images]'
+	touch $@
+
+# The test environment: every extra plus pinned interop peers and tools.
+$(VENV)/.test-stamp: $(BIN)/python pyproject.toml requirements-dev.txt
+	$(BIN)/pip install -q -e '.[all]' -r requirements-dev.txt
+	touch $@
+
+demo: $(VENV)/.demo-stamp
+	$(BIN)/shardkit demo demo-out
+
+lint: $(VENV)/.test-stamp
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(VENV)/.test-stamp
+	$(BIN)/mypy
+
+unit: $(VENV)/.test-stamp
+	scripts/test-services $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+bench: $(VENV)/.test-stamp
+	$(BIN)/python bench/formats.py
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache .mypy_cache .ruff_cache

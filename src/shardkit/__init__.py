@@ -1,0 +1,43 @@
+"""shardkit: pack many small files into WebDataset tar or TFRecord shards, fast, and
+stream them back into PyTorch.
+
+``import shardkit`` is light: it imports neither torch, TensorFlow, numpy, PIL nor any
+cloud SDK; those load only when a feature that needs them is used.
+"""
+
+from __future__ import annotations
+
+from ._version import __version__
+from .errors import (
+    BuildError,
+    ChecksumError,
+    ConfigError,
+    DataError,
+    DecodeError,
+    EncodeError,
+    FormatError,
+    ShardkitError,
+    StorageError,
+    TruncatedShardError,
+    UnsafeDataError,
+)
+from .formats.tar import TarWriter
+from .writer import ShardInfo, ShardWriter
+
+__all__ = [
+    "BuildError",
+    "ChecksumError",
+    "ConfigError",
+    "DataError",
+    "DecodeError",
+    "EncodeError",
+    "FormatError",
+    "ShardInfo",
+    "ShardWriter",
+    "ShardkitError",
+    "StorageError",
+    "TarWriter",
+    "TruncatedShardError",
+    "UnsafeDataError",
+    "__version__",
+]

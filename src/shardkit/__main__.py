@@ -1,0 +1,3 @@
+from shardkit.cli import run
+
+run()

@@ -1,0 +1,35 @@
+"""``shardkit demo OUT``: make a small image folder, pack it, read it back, summarise."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "demo",
+        help="pack a generated sample image folder and read it back",
+        description=__doc__,
+    )
+    parser.add_argument("out", help="folder to create (sample images and shards go inside)")
+    parser.add_argument("--images", type=int, default=600, help="number of images (default 600)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..demo import make_image_folder, pack_and_read
+
+    source = os.path.join(args.out, "images")
+    shards = os.path.join(args.out, "shards")
+    started = time.perf_counter()
+    classes = make_image_folder(source, count=args.images)
+    print(f"made {args.images} JPEGs in {len(classes)} classes under {source}")
+    summary = pack_and_read(source, shards)
+    elapsed = time.perf_counter() - started
+    for line in summary:
+        print(line)
+    print(f"done in {elapsed:.1f} s")
+    return 0

@@ -1,0 +1,119 @@
+"""The shardkit exception tree.
+
+Every error shardkit raises on purpose is a :class:`ShardkitError`. Errors about *data*
+(a corrupt record, a sample that does not decode) carry structured fields: the shard
+``url``, the byte ``offset`` and the sample ``key`` where they are known. Where callers
+already catch a builtin, the error subclasses it too (``FormatError`` is a ``ValueError``,
+``StorageError`` an ``OSError``).
+
+::
+
+    ShardkitError
+    ├── ConfigError (ValueError)          bad option or argument
+    ├── DataError (ValueError)            something wrong with the data
+    │   ├── FormatError                   malformed tar / TFRecord / Example
+    │   │   ├── TruncatedShardError       the shard ends in the middle of a record
+    │   │   └── ChecksumError             a CRC or sha256 does not match
+    │   ├── DecodeError                   a field does not decode
+    │   └── EncodeError (also TypeError)  a value cannot be encoded
+    ├── UnsafeDataError                   refusing to unpickle without opt-in
+    ├── StorageError (OSError)            opening / reading / writing a URL failed
+    └── BuildError                        a build cannot start or go on
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BuildError",
+    "ChecksumError",
+    "ConfigError",
+    "DataError",
+    "DecodeError",
+    "EncodeError",
+    "FormatError",
+    "ShardkitError",
+    "StorageError",
+    "TruncatedShardError",
+    "UnsafeDataError",
+]
+
+
+class ShardkitError(Exception):
+    """Base class of every error shardkit raises on purpose."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        offset: int | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.message = message
+        self.url = url
+        self.offset = offset
+        self.key = key
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        where = []
+        if self.url is not None:
+            where.append(str(self.url))
+        if self.key is not None:
+            where.append(f"sample {self.key!r}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep the structured fields across process boundaries (pools, Ray, Dask).
+        return (
+            _rebuild,
+            (type(self), self.message, self.url, self.offset, self.key),
+        )
+
+
+def _rebuild(
+    cls: type[ShardkitError], message: str, url: str | None, offset: int | None, key: str | None
+) -> ShardkitError:
+    return cls(message, url=url, offset=offset, key=key)
+
+
+class ConfigError(ShardkitError, ValueError):
+    """An option or argument is invalid."""
+
+
+class DataError(ShardkitError, ValueError):
+    """Something is wrong with the data itself; ``handler=`` policies apply to these."""
+
+
+class FormatError(DataError):
+    """A shard is not well-formed (tar, TFRecord framing, tf.train.Example)."""
+
+
+class TruncatedShardError(FormatError):
+    """A shard ends in the middle of a record or member."""
+
+
+class ChecksumError(FormatError):
+    """A checksum (TFRecord CRC32C, manifest sha256) does not match."""
+
+
+class DecodeError(DataError):
+    """A sample field could not be decoded."""
+
+
+class EncodeError(DataError, TypeError):
+    """A sample value could not be encoded (no encoder for its type or extension)."""
+
+
+class UnsafeDataError(ShardkitError):
+    """Decoding would run code from the data (pickle) and the caller did not opt in."""
+
+
+class StorageError(ShardkitError, OSError):
+    """Opening, reading or writing a URL failed."""
+
+
+class BuildError(ShardkitError):
+    """A build cannot start or continue (bad source, locked output, ...)."""

@@ -1,0 +1,1 @@
+"""On-disk shard formats: WebDataset tar and TFRecord (with tf.train.Example)."""

@@ -1,0 +1,264 @@
+"""ShardWriter: write samples to numbered shards, rotating by sample count and by bytes.
+
+Each shard is written under a temporary name and committed (renamed, or its upload
+completed) only when it is full or the writer closes: no partial file ever carries a final
+name, and no empty trailing shard is ever written. ``max_size`` is the real file size,
+headers and padding included (the compressed size for gzip shards): a shard never exceeds
+it unless one sample alone does, and that sample then stands alone in its shard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Literal
+
+from . import storage
+from .errors import ConfigError, EncodeError
+from .formats import tar
+
+__all__ = ["Format", "ShardInfo", "ShardWriter", "format_from_name", "shard_name"]
+
+Format = Literal["tar", "tfrecord"]
+
+_PRINTF = re.compile(r"%0?\d*d")
+_BRACE = re.compile(r"\{shard(:[^}]*)?\}")
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """A committed shard: where it is, how many samples, its size and sha256."""
+
+    url: str
+    samples: int
+    bytes: int
+    sha256: str
+    index: int
+
+    @property
+    def name(self) -> str:
+        return storage.basename(self.url)
+
+
+def shard_name(pattern: str, index: int) -> str:
+    """Fill a shard pattern (``%06d`` or ``{shard:06d}``) with an index."""
+    if _BRACE.search(pattern):
+        return _BRACE.sub(lambda m: format(index, (m.group(1) or ":d")[1:]), pattern)
+    if _PRINTF.search(pattern):
+        return pattern % index
+    raise ConfigError(f"shard pattern {pattern!r} has no '%06d' or '{{shard:06d}}' placeholder")
+
+
+def format_from_name(name: str) -> tuple[Format, bool]:
+    """(format, gzip) implied by a file name's extension."""
+    lower = name.lower()
+    gz = lower.endswith((".gz", ".tgz"))
+    stem = lower[:-3] if lower.endswith(".gz") else lower
+    if stem.endswith((".tfrecord", ".tfrecords", ".tfr")):
+        return "tfrecord", gz
+    return "tar", gz
+
+
+class _Sink:
+    """One open shard: counts exact bytes on disk and hashes them as they go."""
+
+    def __init__(self, stream: BinaryIO, gzip: bool) -> None:
+        self.stream = stream
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self._gz: Any = None
+        self._crc = 0
+        self._raw = 0
+        if gzip:
+            # A fixed header (mtime 0, no name, OS 255) keeps gzip shards reproducible.
+            self._emit(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")
+            self._gz = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+
+    def _emit(self, data: bytes) -> None:
+        if data:
+            self.stream.write(data)
+            self.hash.update(data)
+            self.size += len(data)
+
+    def trial(self, data: bytes, trailer: bytes) -> tuple[bytes, int, Any]:
+        """(bytes to emit for ``data``, final size if we closed right after, compressor)."""
+        if self._gz is None:
+            return data, self.size + len(data) + len(trailer), None
+        comp = self._gz.copy()
+        out = comp.compress(data) + comp.flush(zlib.Z_SYNC_FLUSH)
+        end = comp.copy()
+        final = end.compress(trailer) + end.flush(zlib.Z_FINISH)
+        return out, self.size + len(out) + len(final) + 8, comp
+
+    def commit(self, data: bytes, out: bytes, comp: Any) -> None:
+        if comp is not None:
+            self._gz = comp
+            self._crc = zlib.crc32(data, self._crc)
+            self._raw += len(data)
+        self._emit(out)
+
+    def finish(self, trailer: bytes) -> None:
+        if self._gz is None:
+            self._emit(trailer)
+            return
+        self._crc = zlib.crc32(trailer, self._crc)
+        self._raw += len(trailer)
+        self._emit(self._gz.compress(trailer) + self._gz.flush(zlib.Z_FINISH))
+        self._emit(self._crc.to_bytes(4, "little") + (self._raw & 0xFFFFFFFF).to_bytes(4, "little"))
+
+
+class ShardWriter:
+    """Write samples to ``pattern % index`` shards (tar or TFRecord, optionally gzipped).
+
+    >>> with ShardWriter("out/shard-%06d.tar", max_count=10_000, max_size=1 << 30) as sink:
+    ...     for sample in samples:
+    ...         sink.write(sample)
+
+    ``encode=True`` (the default) runs :func:`shardkit.codecs.encode_sample` on each sample,
+    so values may be ints, str, dicts (json), numpy arrays and images as well as bytes.
+    ``on_shard`` is called with a :class:`ShardInfo` as each shard is committed.
+    """
+
+    def __init__(
+        self,
+        pattern: str,
+        *,
+        max_count: int | None = 100_000,
+        max_size: int | None = 3 << 30,
+        start_index: int = 0,
+        format: Format | None = None,
+        compress: bool | None = None,
+        encode: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        on_shard: Callable[[ShardInfo], None] | None = None,
+    ) -> None:
+        if max_count is not None and max_count < 1:
+            raise ConfigError(f"max_count must be at least 1, not {max_count}")
+        if max_size is not None and max_size < 1:
+            raise ConfigError(f"max_size must be positive, not {max_size}")
+        if start_index < 0:
+            raise ConfigError(f"start_index must be >= 0, not {start_index}")
+        shard_name(pattern, start_index)  # validates the placeholder
+        implied, gz = format_from_name(pattern)
+        if format not in (None, "tar", "tfrecord"):
+            raise ConfigError(f"format must be 'tar' or 'tfrecord', not {format!r}")
+        self.pattern = pattern
+        self.format: Format = format or implied
+        self.compress = gz if compress is None else compress
+        self.max_count = max_count
+        self.max_size = max_size
+        self.encode = encode
+        self.storage_options = storage_options
+        self.on_shard = on_shard
+        self.shards: list[ShardInfo] = []
+        self._index = start_index
+        self._stack: contextlib.ExitStack | None = None
+        self._sink: _Sink | None = None
+        self._url = ""
+        self._count = 0
+        self._last_key: str | None = None
+        self._trailer = tar.END_OF_ARCHIVE if self.format == "tar" else b""
+        self._closed = False
+
+    # -- encoding
+    def _encode(self, sample: Mapping[str, Any]) -> tuple[str, bytes]:
+        if not isinstance(sample, Mapping):
+            raise EncodeError(f"a sample must be a dict, not {type(sample).__name__}")
+        if self.encode:
+            from .codecs import encode_sample
+
+            sample = encode_sample(sample)
+        key = sample.get("__key__")
+        if self.format == "tar":
+            data = tar.encode_sample(sample)
+        else:
+            from .formats import tfrecord
+            from .formats.example import sample_to_example
+
+            if not isinstance(key, str) or not key:
+                raise EncodeError("every sample needs a non-empty str __key__")
+            data = tfrecord.frame_record(sample_to_example(sample))
+        if key == self._last_key:
+            raise EncodeError(
+                "the same __key__ twice in a row: readers would merge the two samples", key=key
+            )
+        return str(key), data
+
+    # -- shard lifecycle
+    def _open(self) -> _Sink:
+        self._url = shard_name(self.pattern, self._index)
+        self._stack = contextlib.ExitStack()
+        stream = self._stack.enter_context(
+            storage.atomic_write(self._url, storage_options=self.storage_options)
+        )
+        self._sink = _Sink(stream, self.compress)
+        self._count = 0
+        return self._sink
+
+    def _commit(self) -> None:
+        sink, stack = self._sink, self._stack
+        if sink is None or stack is None:
+            return
+        sink.finish(self._trailer)
+        self._sink = self._stack = None
+        stack.close()  # renames the temporary file / completes the upload
+        info = ShardInfo(self._url, self._count, sink.size, sink.hash.hexdigest(), self._index)
+        self.shards.append(info)
+        self._index += 1
+        if self.on_shard is not None:
+            self.on_shard(info)
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        """Add one sample, starting a new shard first when this one is full."""
+        if self._closed:
+            raise ConfigError("write() on a closed ShardWriter")
+        key, data = self._encode(sample)
+        sink = self._sink
+        if sink is not None and self.max_count is not None and self._count >= self.max_count:
+            self._commit()
+            sink = None
+        if sink is None:
+            sink = self._open()
+        out, final_size, comp = sink.trial(data, self._trailer)
+        if self.max_size is not None and final_size > self.max_size and self._count > 0:
+            self._commit()
+            sink = self._open()
+            out, final_size, comp = sink.trial(data, self._trailer)
+        sink.commit(data, out, comp)
+        self._count += 1
+        self._last_key = key
+
+    def close(self) -> list[ShardInfo]:
+        """Commit the last shard; returns every shard written."""
+        if not self._closed:
+            self._closed = True
+            self._commit()
+        return self.shards
+
+    def abort(self) -> None:
+        """Discard the shard in progress (it never appears under its name)."""
+        self._closed = True
+        stack, self._stack, self._sink = self._stack, None, None
+        if stack is not None:
+            with contextlib.suppress(_Abort):
+                stack.__exit__(_Abort, _Abort(), None)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __iter__(self) -> Iterator[ShardInfo]:
+        return iter(self.shards)
+
+
+class _Abort(Exception):
+    """Raised into a shard's context to make it discard its temporary file."""
