@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, Literal
 from . import storage
 from .errors import ConfigError, EncodeError
 from .formats import tar
+from .units import parse_size
 
 __all__ = ["Format", "ShardInfo", "ShardWriter", "format_from_name", "shard_name"]
 
@@ -128,7 +129,7 @@ class ShardWriter:
         pattern: str,
         *,
         max_count: int | None = 100_000,
-        max_size: int | None = 3 << 30,
+        max_size: int | str | None = 3 << 30,
         start_index: int = 0,
         format: Format | None = None,
         compress: bool | None = None,
@@ -138,8 +139,8 @@ class ShardWriter:
     ) -> None:
         if max_count is not None and max_count < 1:
             raise ConfigError(f"max_count must be at least 1, not {max_count}")
-        if max_size is not None and max_size < 1:
-            raise ConfigError(f"max_size must be positive, not {max_size}")
+        if max_size is not None:
+            max_size = parse_size(max_size, name="max_size")
         if start_index < 0:
             raise ConfigError(f"start_index must be >= 0, not {start_index}")
         shard_name(pattern, start_index)  # validates the placeholder
