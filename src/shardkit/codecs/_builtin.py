@@ -1,0 +1,197 @@
+"""Built-in encoders and decoders for the non-image extensions webdataset knows.
+
+Every encoder here is deterministic: the same value gives the same bytes, on any run.
+numpy, torch, msgpack and cbor2 are imported inside the functions that use them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import operator
+import pickle
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "PICKLE_PROTOCOL",
+    "decode_cbor",
+    "decode_int",
+    "decode_json",
+    "decode_msgpack",
+    "decode_npy",
+    "decode_npy_trusted",
+    "decode_npz",
+    "decode_npz_trusted",
+    "decode_text",
+    "decode_torch",
+    "decode_torch_trusted",
+    "encode_cbor",
+    "encode_int",
+    "encode_json",
+    "encode_msgpack",
+    "encode_npy",
+    "encode_npz",
+    "encode_pickle",
+    "encode_torch",
+    "unpickle",
+]
+
+#: Protocol 4 reads on every Python >= 3.4 and, unlike ``pickle.DEFAULT_PROTOCOL``, does
+#: not change with the Python version, so the bytes stay the same.
+PICKLE_PROTOCOL = 4
+
+# Fixed zip member timestamp for npz (numpy's own savez stamps the current time).
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+# -- int, text, json ---------------------------------------------------------------
+
+
+def encode_int(value: Any) -> bytes:
+    if isinstance(value, bool):
+        raise TypeError("a bool is not a class index; pass an int")
+    return str(operator.index(value)).encode("ascii")
+
+
+def decode_int(data: bytes) -> int:
+    return int(data)
+
+
+def decode_text(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def encode_json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def decode_json(data: bytes) -> Any:
+    return json.loads(data)
+
+
+# -- pickle and torch ----------------------------------------------------------------
+
+
+def encode_pickle(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=PICKLE_PROTOCOL)
+
+
+def unpickle(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
+def encode_torch(value: Any) -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def decode_torch(data: bytes) -> Any:
+    """``torch.load`` limited to tensors and plain containers (``weights_only=True``)."""
+    import torch
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def decode_torch_trusted(data: bytes) -> Any:
+    import torch
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+# -- numpy ---------------------------------------------------------------------------
+
+
+def _array(value: Any) -> Any:
+    import numpy as np
+
+    arr = np.asarray(value)
+    if arr.dtype.hasobject:
+        raise TypeError("object arrays need pickle; convert to a numeric dtype or use 'pyd'")
+    return arr
+
+
+def encode_npy(value: Any) -> bytes:
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, _array(value), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _load_npy(data: bytes, allow_pickle: bool) -> Any:
+    import numpy as np
+
+    return np.lib.format.read_array(io.BytesIO(data), allow_pickle=allow_pickle)
+
+
+def decode_npy(data: bytes) -> Any:
+    return _load_npy(data, allow_pickle=False)
+
+
+def decode_npy_trusted(data: bytes) -> Any:
+    return _load_npy(data, allow_pickle=True)
+
+
+def encode_npz(value: Any) -> bytes:
+    """A dict of arrays as an uncompressed npz (what ``np.savez`` writes), timestamps fixed."""
+    import zipfile
+
+    import numpy as np
+
+    if not isinstance(value, Mapping):
+        raise TypeError(f"npz takes a dict of arrays, not {type(value).__name__}")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, item in value.items():
+            if not isinstance(name, str):
+                raise TypeError(f"npz array names must be str, not {type(name).__name__}")
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_EPOCH)
+            with archive.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, _array(item), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _load_npz(data: bytes, allow_pickle: bool) -> dict[str, Any]:
+    import numpy as np
+
+    with np.load(io.BytesIO(data), allow_pickle=allow_pickle) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def decode_npz(data: bytes) -> dict[str, Any]:
+    return _load_npz(data, allow_pickle=False)
+
+
+def decode_npz_trusted(data: bytes) -> dict[str, Any]:
+    return _load_npz(data, allow_pickle=True)
+
+
+# -- msgpack and cbor ----------------------------------------------------------------
+
+
+def encode_msgpack(value: Any) -> bytes:
+    import msgpack
+
+    return bytes(msgpack.packb(value, use_bin_type=True))
+
+
+def decode_msgpack(data: bytes) -> Any:
+    import msgpack
+
+    return msgpack.unpackb(data, raw=False)
+
+
+def encode_cbor(value: Any) -> bytes:
+    import cbor2
+
+    return bytes(cbor2.dumps(value))
+
+
+def decode_cbor(data: bytes) -> Any:
+    import cbor2
+
+    return cbor2.loads(data)

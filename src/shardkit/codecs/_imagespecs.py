@@ -1,0 +1,149 @@
+"""Image decode specs, named and behaving as webdataset's ``imagehandler(spec)``.
+
+A spec says what an image decodes to: a numpy array, a torch tensor or a PIL image; uint8
+or float32 in [0, 1]; grayscale, RGB or RGBA. Every image is converted to the spec's mode
+whatever mode it was stored in, as webdataset does. Layouts: numpy HxW / HxWxC, torch
+CxHxW for colour and HxW for grayscale (webdataset adds no channel axis for ``torchl8``).
+
+JPEGs in YCbCr or grayscale decode with simplejpeg (libjpeg-turbo) when it is installed,
+with the settings Pillow uses (accurate DCT, fancy upsampling), so the pixels are the ones
+Pillow gives; anything else, and any JPEG simplejpeg refuses, goes through Pillow. Pillow's
+decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``) applies to both paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from typing import Any, Literal
+
+from ..errors import ConfigError
+from ._images import last_component
+
+__all__ = ["IMAGE_SPECS", "check_spec", "decode_image"]
+
+_Kind = Literal["numpy", "torch", "pil"]
+_Mode = Literal["L", "RGB", "RGBA"]
+
+# spec -> (kind, float32 in [0, 1]?, mode): webdataset's table.
+_SPECS: dict[str, tuple[_Kind, bool, _Mode]] = {
+    "l8": ("numpy", False, "L"),
+    "rgb8": ("numpy", False, "RGB"),
+    "rgba8": ("numpy", False, "RGBA"),
+    "l": ("numpy", True, "L"),
+    "rgb": ("numpy", True, "RGB"),
+    "rgba": ("numpy", True, "RGBA"),
+    "torchl8": ("torch", False, "L"),
+    "torchrgb8": ("torch", False, "RGB"),
+    "torchrgba8": ("torch", False, "RGBA"),
+    "torchl": ("torch", True, "L"),
+    "torchrgb": ("torch", True, "RGB"),
+    "torch": ("torch", True, "RGB"),
+    "torchrgba": ("torch", True, "RGBA"),
+    "pill": ("pil", False, "L"),
+    "pil": ("pil", False, "RGB"),
+    "pilrgb": ("pil", False, "RGB"),
+    "pilrgba": ("pil", False, "RGBA"),
+}
+
+#: The image spec names, in webdataset's order.
+IMAGE_SPECS = tuple(_SPECS)
+
+_JPEG = frozenset({"jpg", "jpeg", "jpe", "jfif"})
+# Formats Pillow may open. EPS is left out: loading it runs Ghostscript on the data.
+_UNSAFE_FORMATS = frozenset({"EPS"})
+
+
+def check_spec(spec: str) -> str:
+    """The canonical (lower-case) name of ``spec``; ConfigError when there is none."""
+    name = spec.lower()
+    if name not in _SPECS:
+        raise ConfigError(f"unknown image spec {spec!r}; valid specs: {', '.join(IMAGE_SPECS)}")
+    return name
+
+
+@functools.cache
+def _simplejpeg() -> Any:
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    return simplejpeg
+
+
+def _pil_formats() -> tuple[str, ...]:
+    # Not cached: plugins registered later (pillow-heif, ...) must count too.
+    import PIL.Image
+
+    PIL.Image.init()
+    return tuple(f for f in PIL.Image.OPEN if f not in _UNSAFE_FORMATS)
+
+
+def _open_pil(data: bytes, mode: _Mode) -> Any:
+    import PIL.Image
+
+    with PIL.Image.open(io.BytesIO(data), formats=_pil_formats()) as img:
+        img.load()
+        return img.convert(mode)
+
+
+def _decode_jpeg(data: bytes, mode: _Mode) -> Any:
+    """The pixels of a JPEG as a uint8 array via simplejpeg, or None to use Pillow."""
+    sj = _simplejpeg()
+    if sj is None:
+        return None
+    import PIL.Image
+
+    try:
+        height, width, colorspace, _ = sj.decode_jpeg_header(data)
+    except ValueError:
+        return None  # not a JPEG after all, or damaged: Pillow decides
+    limit = PIL.Image.MAX_IMAGE_PIXELS
+    if colorspace not in ("YCbCr", "Gray") or (limit is not None and height * width > limit):
+        return None  # CMYK/YCCK convert differently; big images get Pillow's bomb check
+    gray = mode == "L" and colorspace == "Gray"
+    target = "GRAY" if gray else ("RGBA" if mode == "RGBA" else "RGB")
+    try:
+        arr = sj.decode_jpeg(data, colorspace=target, fastdct=False, fastupsample=False)
+    except ValueError:
+        return None
+    if gray:
+        return arr[:, :, 0]
+    if mode == "L":
+        # libjpeg's Y channel is not Pillow's L (which is computed from clamped RGB).
+        return _writable(PIL.Image.fromarray(arr).convert("L"))
+    return arr
+
+
+def _writable(img: Any) -> Any:
+    import numpy as np
+
+    return np.array(img)
+
+
+def _finish(arr: Any, to_float: bool, kind: _Kind) -> Any:
+    import numpy as np
+
+    if to_float:
+        arr = arr.astype(np.float32) / 255.0
+    if kind == "numpy":
+        return arr
+    import torch
+
+    if arr.ndim == 3:
+        arr = np.ascontiguousarray(arr.transpose(2, 0, 1))
+    return torch.from_numpy(arr)
+
+
+def decode_image(data: bytes, spec: str, ext: str) -> Any:
+    """Decode image bytes the way ``spec`` (a name from :data:`IMAGE_SPECS`) says."""
+    kind, to_float, mode = _SPECS[spec]
+    arr = None
+    if kind != "pil" and last_component(ext) in _JPEG:
+        arr = _decode_jpeg(data, mode)
+    if arr is None:
+        img = _open_pil(data, mode)
+        if kind == "pil":
+            return img
+        arr = _writable(img)
+    return _finish(arr, to_float, kind)
