@@ -17,6 +17,15 @@ __all__ = ["main", "run"]
 # name -> module under shardkit.cli; each module must stay light to import.
 COMMANDS: dict[str, str] = {
     "demo": "demo",
+    "cat": "cat",
+    "split": "split",
+    "show": "show",
+    "tsv": "tsv",
+    "verify": "verify",
+    "index": "index",
+    "stats": "stats",
+    "convert": "convert",
+    "proc": "proc",
 }
 
 

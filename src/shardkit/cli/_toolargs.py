@@ -1,0 +1,71 @@
+"""Argument helpers shared by the shard-tool subcommands (cat, split, show, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = [
+    "add_tool_parser",
+    "check_stdin",
+    "check_stdout",
+    "count",
+    "positive",
+    "size",
+]
+
+
+def add_tool_parser(sub: Any, name: str, *, help: str, doc: str | None, epilog: str) -> Any:
+    """A subcommand parser whose ``--help`` shows the module docs and the examples as typed."""
+    return sub.add_parser(
+        name,
+        help=help,
+        description=(doc or help).strip(),
+        epilog="examples:\n" + epilog.strip("\n"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def count(text: str) -> int:
+    """argparse type: a non-negative integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def size(text: str) -> int:
+    """argparse type: a size such as 500MB, 1GiB or 1000000."""
+    from ..units import parse_size
+
+    try:
+        return parse_size(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def check_stdin(inputs: Sequence[str]) -> None:
+    """Refuse to read a tar stream from an interactive terminal."""
+    if "-" in inputs and sys.stdin is not None and sys.stdin.isatty():
+        raise ConfigError("'-' reads a tar stream from stdin, but stdin is a terminal: pipe one in")
+
+
+def check_stdout(output: str) -> None:
+    """Refuse to write binary shards to an interactive terminal."""
+    if output == "-" and sys.stdout is not None and sys.stdout.isatty():
+        raise ConfigError("refusing to write a binary stream to a terminal: use -o FILE or a pipe")

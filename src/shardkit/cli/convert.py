@@ -1,0 +1,46 @@
+"""Convert shards between WebDataset tar and TFRecord, keeping keys and every field.
+
+tar -> TFRecord writes one tf.train.Example per sample: a bytes feature per field (the
+field's bytes as they are) plus __key__. TFRecord -> tar gives those bytes back, so a round
+trip returns every field exactly; natively written features map int64 -> decimal text,
+float -> text, several values -> JSON, 'image/encoded' -> 'image.encoded'. The output is
+a file, '-' or a shard pattern; its extension gives the format unless --to says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ._toolargs import add_tool_parser, check_stdin, check_stdout, positive, size
+
+EXAMPLES = """
+  shardkit convert data/ -o tf/train-%05d.tfrecord --max-count 10000
+  shardkit convert tf/train-00000.tfrecord -o back.tar
+  shardkit convert data/shard-000000.tar -o - --to tfrecord > x.tfrecord
+"""
+
+
+def add_parser(sub: Any) -> None:
+    parser = add_tool_parser(sub, "convert", help="tar <-> TFRecord", doc=__doc__, epilog=EXAMPLES)
+    parser.add_argument("inputs", nargs="+", metavar="SRC", help="shards, folders or '-'")
+    parser.add_argument("-o", "--output", required=True, help="file, '-' or shard pattern")
+    parser.add_argument("--to", choices=("tar", "tfrecord"), help="output format")
+    parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
+    parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..tools.convert import convert
+
+    check_stdin(args.inputs)
+    check_stdout(args.output)
+    samples, shards = convert(
+        args.inputs, args.output, to=args.to, max_count=args.max_count, max_size=args.max_size
+    )
+    where = f"{len(shards)} shards" if shards else args.output
+    if args.output != "-":
+        print(f"converted {samples} samples into {where}", file=sys.stderr)
+    return 0

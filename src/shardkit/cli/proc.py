@@ -1,0 +1,64 @@
+"""Run a shell command on every sample, -p at a time, and pack what it leaves.
+
+Each sample is unpacked into a fresh temporary folder as sample.<ext> files (--names key:
+<key's last component>.<ext>); the command runs there (cwd) with SHARDKIT_KEY,
+SHARDKIT_URL, SHARDKIT_INDEX, SHARDKIT_STEM and SHARDKIT_FIELDS set; afterwards every
+regular file in the folder (extension = after the first dot) becomes the output sample,
+under the same key. Output order is input order. The command's stdout goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ._toolargs import add_tool_parser, check_stdin, check_stdout, positive, size
+
+EXAMPLES = """
+  shardkit proc data/ -c 'tr a-z A-Z < sample.txt > sample.upper.txt' -o out/s-%06d.tar \\
+      --max-count 10000 -p 4
+  shardkit proc in.tar -p 2 -c 'python3 -c "from PIL import Image; \\
+      Image.open(\\"sample.jpg\\").resize((64, 64)).save(\\"sample.jpg\\")"' -o small.tar
+  shardkit cat data/ -c 10 | shardkit proc - -c 'rm sample.json' -o - | tar -t
+"""
+
+
+def add_parser(sub: Any) -> None:
+    parser = add_tool_parser(
+        sub, "proc", help="run a shell command on every sample", doc=__doc__, epilog=EXAMPLES
+    )
+    parser.add_argument("inputs", nargs="+", metavar="SHARDS", help="shards, folders or '-'")
+    parser.add_argument("-c", "--command", required=True, help="shell command to run")
+    parser.add_argument("-o", "--output", required=True, help="file, '-' or shard pattern")
+    parser.add_argument("-p", "--parallel", type=positive, default=1, help="samples at once")
+    parser.add_argument("--on-error", choices=("fail", "skip"), default="fail")
+    parser.add_argument("--names", choices=("sample", "key"), default="sample")
+    parser.add_argument("--timeout", type=float, help="seconds per sample")
+    parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
+    parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..tools.proc import proc
+
+    check_stdin(args.inputs)
+    check_stdout(args.output)
+    result = proc(
+        args.inputs,
+        args.command,
+        args.output,
+        workers=args.parallel,
+        on_error=args.on_error,
+        names=args.names,
+        timeout=args.timeout,
+        max_count=args.max_count,
+        max_size=args.max_size,
+    )
+    skipped = f", skipped {result.skipped}" if result.skipped else ""
+    print(
+        f"processed {result.samples_in} samples, wrote {result.samples_out}{skipped}",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,70 @@
+"""Print samples readably: the key, then each field's kind, size and a short preview.
+
+With --grid, draw a PNG contact sheet of the first -c images instead (key and label under
+each image; --columns tiles across, --tile pixels each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ._toolargs import add_tool_parser, check_stdin, positive
+
+EXAMPLES = """
+  shardkit show data/shard-000000.tar -c 3
+  shardkit show data/ -c 5 --fields jpg,cls,json
+  shardkit show data/ --grid sheet.png -c 64 --columns 8 --tile 160
+  shardkit cat data/ --shuffle 1000 | shardkit show - --grid random.png --label json.label
+"""
+
+
+def add_parser(sub: Any) -> None:
+    parser = add_tool_parser(
+        sub, "show", help="print samples, or draw a contact sheet", doc=__doc__, epilog=EXAMPLES
+    )
+    parser.add_argument("inputs", nargs="+", metavar="SHARDS", help="shards, folders or '-'")
+    parser.add_argument("-c", "--count", type=positive, help="samples (default 10; grid 64)")
+    parser.add_argument("--fields", help="comma-separated fields to show (default: all)")
+    parser.add_argument("--width", type=positive, default=60, help="preview width (chars)")
+    parser.add_argument("--grid", metavar="PNG", help="write a contact sheet to this file")
+    parser.add_argument("--columns", type=positive, default=8, help="grid columns (default 8)")
+    parser.add_argument("--tile", type=positive, default=160, help="grid tile pixels (160)")
+    parser.add_argument("--image", help="image field for the grid (default: the first)")
+    parser.add_argument("--label", default="cls", help="grid label field spec (default cls)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..tools._inputs import as_refs, iter_samples
+    from ..tools.show import format_samples
+
+    check_stdin(args.inputs)
+    samples = iter_samples(as_refs(args.inputs))
+    if args.grid:
+        from ..tools.grid import contact_sheet
+
+        sheet = contact_sheet(
+            samples,
+            args.grid,
+            count=args.count or 64,
+            columns=args.columns,
+            tile=args.tile,
+            image_field=args.image,
+            label=args.label,
+        )
+        width, height = sheet.size
+        print(
+            f"wrote {args.grid}: {sheet.images} images, {sheet.columns}x{sheet.rows} tiles, "
+            f"{width}x{height} px",
+            file=sys.stderr,
+        )
+        return 0
+    fields = [f.strip() for f in args.fields.split(",")] if args.fields else None
+    limit = args.count or 10
+    for index, text in enumerate(format_samples(samples, fields=fields, width=args.width)):
+        print(text)
+        if index + 1 >= limit:
+            break
+    return 0

@@ -1,0 +1,46 @@
+"""Summarise shards: samples, bytes, the spread of sample sizes, each field's kind and mean
+size, per-class counts (--label, a field spec: cls by default) and per-shard counts.
+--json prints the same as JSON; --plot draws the histograms to a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ._toolargs import add_tool_parser, check_stdin
+
+EXAMPLES = """
+  shardkit stats data/
+  shardkit stats data/ --label json.label --plot stats.png
+  shardkit stats data/shard-{000000..000009}.tar --json | jq .classes
+"""
+
+
+def add_parser(sub: Any) -> None:
+    parser = add_tool_parser(
+        sub, "stats", help="counts, sizes, fields and classes", doc=__doc__, epilog=EXAMPLES
+    )
+    parser.add_argument("inputs", nargs="+", metavar="SHARDS_OR_FOLDER", help="what to count")
+    parser.add_argument("--label", default="cls", help="class field spec ('' for none)")
+    parser.add_argument("--plot", metavar="PNG", help="draw histograms to this file")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..tools.stats import format_stats, plot_stats, stats
+
+    check_stdin(args.inputs)
+    result = stats(args.inputs, label=args.label or None)
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=1)
+        print()
+    else:
+        print(format_stats(result))
+    if args.plot:
+        plot_stats(result, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0

@@ -1,0 +1,239 @@
+"""Turn command-line inputs into shards: URLs, brace patterns, folders, manifests, stdin.
+
+An input is one of:
+
+* ``-``: a tar stream on stdin (gzip is detected);
+* a local folder: every shard in it (``*.tar``, ``*.tar.gz``, ``*.tgz``, ``*.tfrecord``,
+  ``*.tfrecords``, ``*.tfrecord.gz``, sorted by name; hidden files are left out), or the
+  shards its ``manifest.json`` lists, in the manifest's order, when it has one;
+* a ``manifest.json`` file or URL: the shards it lists, next to it;
+* anything else: a shard URL, brace-expanded (``data/shard-{000000..000099}.tar``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import sys
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from .. import storage
+from ..errors import ConfigError, FormatError
+from ..handlers import Handler, reraise
+from ..reader import detect_format, iter_stream_samples, read_shard
+from ..writer import Format
+
+__all__ = [
+    "MANIFEST",
+    "Inputs",
+    "Manifest",
+    "ShardRef",
+    "as_refs",
+    "gzip_errors",
+    "iter_samples",
+    "list_folder",
+    "magic",
+    "open_shard",
+    "read_manifest",
+    "resolve_inputs",
+]
+
+MANIFEST = "manifest.json"
+_SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tfrecord", ".tfrecords", ".tfrecord.gz")
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """One shard to read, with what its manifest (if any) says about it."""
+
+    url: str
+    format: Format
+    gzip: bool
+    samples: int | None = None
+    bytes: int | None = None
+    sha256: str | None = None
+    manifest: str | None = None
+
+    @property
+    def stdin(self) -> bool:
+        return self.url == "-"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A parsed ``manifest.json``: its URL, its shards, and the totals it states."""
+
+    url: str
+    shards: tuple[ShardRef, ...]
+    samples: int | None
+    format: str | None
+
+
+def _opt_int(entry: dict[str, Any], name: str, url: str) -> int | None:
+    value = entry.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FormatError(f"manifest field {name!r} must be a count, not {value!r}", url=url)
+    return value
+
+
+def read_manifest(url: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:
+    """Parse a manifest; shard names are resolved next to it. Unknown fields are ignored."""
+    with storage.open_read(url, storage_options=storage_options) as stream:
+        raw = stream.read()
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise FormatError(f"manifest is not valid JSON: {exc}", url=url) from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("shards"), list):
+        raise FormatError("manifest has no 'shards' list", url=url)
+    folder = url[: -len(storage.basename(url))].rstrip("/") or "."
+    fmt = doc.get("format")
+    refs = []
+    for entry in doc["shards"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise FormatError("every manifest shard needs a 'name'", url=url)
+        shard_url = storage.join(folder, entry["name"])
+        kind, gz = detect_format(shard_url, fmt if fmt in ("tar", "tfrecord") else None)
+        sha = entry.get("sha256")
+        refs.append(
+            ShardRef(
+                shard_url,
+                kind,
+                gz,
+                samples=_opt_int(entry, "samples", url),
+                bytes=_opt_int(entry, "bytes", url),
+                sha256=sha if isinstance(sha, str) else None,
+                manifest=url,
+            )
+        )
+    total = doc.get("samples")
+    return Manifest(url, tuple(refs), total if isinstance(total, int) else None, fmt)
+
+
+def list_folder(folder: str) -> list[str]:
+    """Shard files in a local folder, sorted by name (no manifest involved)."""
+    names = sorted(
+        name
+        for name in os.listdir(folder)
+        if not name.startswith(".")
+        and name.lower().endswith(_SHARD_SUFFIXES)
+        and os.path.isfile(os.path.join(folder, name))
+    )
+    return [os.path.join(folder, name) for name in names]
+
+
+def _ref(url: str) -> ShardRef:
+    kind, gz = detect_format(url)
+    return ShardRef(url, kind, gz)
+
+
+def resolve_inputs(
+    specs: Sequence[str], *, storage_options: dict[str, Any] | None = None
+) -> list[ShardRef]:
+    """The shards named by command-line inputs, in order (see the module docs)."""
+    if isinstance(specs, str):
+        specs = [specs]
+    refs: list[ShardRef] = []
+    for spec in specs:
+        if spec == "-":
+            refs.append(ShardRef("-", "tar", False))
+        elif storage.is_local(spec) and os.path.isdir(storage.local_path(spec)):
+            folder = storage.local_path(spec)
+            manifest = os.path.join(folder, MANIFEST)
+            if os.path.isfile(manifest):
+                refs.extend(read_manifest(manifest).shards)
+            else:
+                found = list_folder(folder)
+                if not found:
+                    raise ConfigError(f"no shards (*.tar, *.tfrecord, ...) in folder {spec!r}")
+                refs.extend(_ref(url) for url in found)
+        elif storage.basename(spec) == MANIFEST:
+            refs.extend(read_manifest(spec, storage_options=storage_options).shards)
+        else:
+            refs.extend(_ref(url) for url in storage.expand_urls(spec))
+    if not refs:
+        raise ConfigError("no input shards given")
+    if sum(ref.stdin for ref in refs) > 1:
+        raise ConfigError("'-' (stdin) can be given only once")
+    return refs
+
+
+Inputs = str | ShardRef | Sequence[str | ShardRef]
+"""What the tools accept as input: input strings (see the module docs) and/or ShardRefs."""
+
+
+def as_refs(inputs: Inputs, *, storage_options: dict[str, Any] | None = None) -> list[ShardRef]:
+    """ShardRefs for ``inputs``: ShardRefs pass through, strings are resolved."""
+    items = [inputs] if isinstance(inputs, (str, ShardRef)) else list(inputs)
+    refs: list[ShardRef] = []
+    for item in items:
+        if isinstance(item, ShardRef):
+            refs.append(item)
+        else:
+            refs.extend(resolve_inputs([item], storage_options=storage_options))
+    if not refs:
+        raise ConfigError("no input shards given")
+    if sum(ref.stdin for ref in refs) > 1:
+        raise ConfigError("'-' (stdin) can be given only once")
+    return refs
+
+
+def open_shard(
+    ref: ShardRef, *, storage_options: dict[str, Any] | None = None, buffer_size: int = 1 << 20
+) -> tuple[BinaryIO, BinaryIO]:
+    """(raw stream, decompressed stream) of a shard; the caller closes the raw one.
+
+    ``buffer_size=0`` opens a local file unbuffered (for readers that seek over data)."""
+    raw = storage.open_read(ref.url, storage_options=storage_options, buffer_size=buffer_size)
+    if ref.gzip or magic(raw) == b"\x1f\x8b":
+        return raw, gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw, raw
+
+
+def magic(raw: BinaryIO) -> bytes:
+    """The first two bytes, without consuming them."""
+    peek = getattr(raw, "peek", None)
+    if peek is not None:
+        return bytes(peek(2)[:2])
+    try:
+        return os.pread(raw.fileno(), 2, raw.tell())
+    except (AttributeError, OSError, ValueError):
+        return b""
+
+
+def iter_samples(
+    refs: Sequence[ShardRef],
+    *,
+    handler: Handler = reraise,
+    storage_options: dict[str, Any] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Raw samples (bytes fields) of every shard, in order."""
+    for ref in refs:
+        if ref.stdin:
+            _, stream = open_shard(ref)
+            yield from iter_stream_samples(stream, url="-", format="tar", handler=handler)
+        else:
+            yield from read_shard(
+                ref.url, format=ref.format, handler=handler, storage_options=storage_options
+            )
+
+
+def stdin_is_terminal() -> bool:
+    """Whether stdin is an interactive terminal (reading a tar stream from it is a mistake)."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+@contextlib.contextmanager
+def gzip_errors(url: str) -> Iterator[None]:
+    """Turn the errors of a corrupt gzip stream into a :class:`FormatError`."""
+    try:
+        yield
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise FormatError(f"corrupt gzip stream: {exc}", url=url) from exc

@@ -1,0 +1,216 @@
+"""Where the tools write: ``-`` (stdout), one file, or a shard pattern (``out-%06d.tar``).
+
+A pattern goes through :class:`~shardkit.writer.ShardWriter` (atomic shards, rotation by
+count and size); one file is written atomically too; ``-`` is a stream on stdout. The
+format is the pattern's or file's extension (``.tar``, ``.tar.gz``, ``.tfrecord``,
+``.tfrecord.gz``) unless given; stdout is a tar stream unless ``format="tfrecord"``.
+
+Values that are not bytes (TFRecord features read as ints, floats or lists) become tar
+fields as documented in :func:`tar_fields`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+from .. import storage
+from ..errors import ConfigError, EncodeError
+from ..formats.tar import TarWriter
+from ..writer import Format, ShardInfo, ShardWriter, format_from_name
+
+__all__ = ["Output", "is_pattern", "tar_fields"]
+
+_PLACEHOLDER = re.compile(r"%0?\d*d|\{shard(:[^}]*)?\}")
+
+
+def is_pattern(url: str) -> bool:
+    """Whether ``url`` has a shard-number placeholder (``%06d`` or ``{shard:06d}``)."""
+    return bool(_PLACEHOLDER.search(url))
+
+
+def _field_bytes(name: str, value: Any, key: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bool, int)):
+        return str(int(value)).encode("ascii")
+    if isinstance(value, float):
+        return repr(value).encode("ascii")
+    if isinstance(value, (list, tuple)):
+        items = []
+        for item in value:
+            if isinstance(item, bytes):
+                try:
+                    item = item.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise EncodeError(
+                        f"field {name!r} holds several binary values: one tar field cannot "
+                        "hold them",
+                        key=str(key),
+                    ) from None
+            items.append(item)
+        return json.dumps(items, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raise EncodeError(f"field {name!r} is {type(value).__name__}, not bytes", key=str(key))
+
+
+def tar_fields(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """A sample whose fields are all bytes, ready for the tar writer.
+
+    bytes stay as they are, str becomes UTF-8, an int (or bool) its ASCII decimal, a float
+    its shortest ``repr``, a list a compact JSON array (bytes items as UTF-8 strings). A
+    ``/`` in a field name (TensorFlow's ``image/encoded``) becomes ``.``. Dunder keys other
+    than ``__key__`` are dropped.
+    """
+    key = sample.get("__key__")
+    out: dict[str, Any] = {"__key__": key}
+    for name, value in sample.items():
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        out[name.replace("/", ".")] = _field_bytes(name, value, key)
+    return out
+
+
+class Output:
+    """An open output: :meth:`write` samples; :attr:`raw` is the tar stream (or None)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        format: Format | None = None,
+        max_count: int | None = None,
+        max_size: int | None = None,
+        max_shards: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        if format not in (None, "tar", "tfrecord"):
+            raise ConfigError(f"format must be 'tar' or 'tfrecord', not {format!r}")
+        self.url = url
+        self.samples = 0
+        self.full = False  # max_shards reached: stop writing
+        self._max_shards = max_shards
+        self._writer: ShardWriter | None = None
+        self._tar: TarWriter | None = None
+        self._stream: BinaryIO | None = None
+        self._stack = contextlib.ExitStack()
+        self._last_key: str | None = None
+        if is_pattern(url):
+            if max_shards is not None and max_shards < 1:
+                raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
+            self._writer = ShardWriter(
+                url,
+                max_count=max_count,
+                max_size=max_size,
+                format=format,
+                encode=False,
+                storage_options=storage_options,
+                on_shard=self._on_shard,
+            )
+            self.format: Format = self._writer.format
+            return
+        if max_count is not None or max_size is not None or max_shards is not None:
+            raise ConfigError(
+                f"output {url!r} is one file: --max-count/--max-size/--max-shards need a "
+                "shard pattern such as out/shard-%06d.tar"
+            )
+        implied, gz = format_from_name(url) if url != "-" else ("tar", False)
+        self.format = format or implied
+        stream = self._stack.enter_context(
+            storage.atomic_write(url, storage_options=storage_options)
+        )
+        if gz:
+            zipped = gzip.GzipFile(filename="", fileobj=stream, mode="wb", mtime=0)
+            stream = self._stack.enter_context(zipped)  # type: ignore[assignment]
+        self._stream = stream
+        if self.format == "tar":
+            self._tar = TarWriter(stream)
+
+    @property
+    def shards(self) -> list[ShardInfo]:
+        """The shards committed so far (pattern outputs only)."""
+        return self._writer.shards if self._writer is not None else []
+
+    @property
+    def raw(self) -> BinaryIO | None:
+        """The tar stream itself, for copying members byte for byte (one-stream tar only)."""
+        return self._stream if self._tar is not None else None
+
+    def _on_shard(self, info: ShardInfo) -> None:
+        if self._max_shards is not None and len(self.shards) >= self._max_shards:
+            self.full = True
+
+    def check_key(self, key: str) -> None:
+        """Refuse the same key twice in a row (readers would merge the two samples)."""
+        if key == self._last_key:
+            raise EncodeError(
+                "the same __key__ twice in a row in the output: readers would merge the two "
+                "samples",
+                key=key,
+            )
+        self._last_key = key
+
+    def raw_sample(self, key: str) -> None:
+        """Account for a sample the caller is about to copy to :attr:`raw` as raw members."""
+        self.check_key(key)
+        self.samples += 1
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        if self.full:
+            raise ConfigError("output is full (max_shards reached)")
+        if self.format == "tar":
+            sample = tar_fields(sample)
+        if self._writer is not None:
+            self._writer.write(sample)
+            if self.full:  # this sample opened shard max_shards + 1: drop that shard
+                self._writer.abort()
+                return
+        elif self._tar is not None:
+            key = str(sample["__key__"])
+            data = self._tar.encode(sample)
+            self.check_key(key)
+            self._tar.write_encoded(key, data)
+        else:
+            self._write_record(sample)
+        self.samples += 1
+
+    def _write_record(self, sample: Mapping[str, Any]) -> None:
+        from ..formats.example import sample_to_example
+        from ..formats.tfrecord import frame_record
+
+        key = sample.get("__key__")
+        if not isinstance(key, str) or not key:
+            raise EncodeError("every sample needs a non-empty str __key__")
+        self.check_key(key)
+        if self._stream is not None:
+            self._stream.write(frame_record(sample_to_example(sample)))
+
+    def close(self) -> None:
+        """Finish the output: commit the last shard, or end and commit the file."""
+        if self._writer is not None:
+            self._writer.close()
+        if self._tar is not None:
+            self._tar.close()
+        self._stack.close()
+
+    def abort(self) -> None:
+        """Discard what is not committed yet."""
+        if self._writer is not None:
+            self._writer.abort()
+        self._stack.__exit__(ConfigError, ConfigError("aborted"), None)
+
+    def __enter__(self) -> Output:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

@@ -1,0 +1,201 @@
+"""``split`` of tar into uncompressed tar shards, member bytes copied as they are.
+
+The rotation rules are :class:`~shardkit.writer.ShardWriter`'s (a shard is full at
+``max_count`` samples, or when the next sample would take its file over ``max_size``
+bytes, end-of-archive blocks included; a sample larger than ``max_size`` stands alone),
+and so are the guarantees (each shard written under a temporary name and committed
+whole; its size and sha256 reported in a :class:`~shardkit.writer.ShardInfo`). What is
+saved is re-encoding, and copying: the scanner keeps each sample in its read buffer until
+the sample is complete, then runs of whole samples go out as single slices of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import storage
+from ..errors import ConfigError, EncodeError, FormatError
+from ..formats.tar import END_OF_ARCHIVE
+from ..writer import ShardInfo, shard_name
+from ._inputs import ShardRef, gzip_errors, open_shard
+from ._tarscan import REGULAR_TYPES, TarScanner
+
+__all__ = ["RawShards", "split_raw"]
+
+Write = Callable[[memoryview], object]
+
+
+class RawShards:
+    """Numbered uncompressed tar shards, fed whole samples of raw member bytes.
+
+    ``sha256=False`` leaves :attr:`ShardInfo.sha256` empty and saves hashing every byte.
+    """
+
+    def __init__(
+        self,
+        pattern: str,
+        *,
+        max_count: int | None,
+        max_size: int | None,
+        max_shards: int | None = None,
+        sha256: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        on_shard: Callable[[ShardInfo], None] | None = None,
+    ) -> None:
+        shard_name(pattern, 0)  # validates the placeholder
+        self.pattern = pattern
+        self.max_count = max_count
+        self.max_size = max_size
+        self.max_shards = max_shards
+        self.sha256 = sha256
+        self.storage_options = storage_options
+        self.on_shard = on_shard
+        self.shards: list[ShardInfo] = []
+        self.full = False
+        self.before_commit: Callable[[], None] | None = None
+        self._stack: contextlib.ExitStack | None = None
+        self._write: Write | None = None
+        self._hash: Any = None
+        self._url = ""
+        self._size = 0
+        self._count = 0
+        self._last_key: str | None = None
+
+    def add(self, key: str, size: int, emit: Callable[[Write], None]) -> bool:
+        """Add a sample of ``size`` bytes that ``emit(write)`` writes; False (and nothing
+        written) once ``max_shards`` shards are full."""
+        if key == self._last_key:
+            raise EncodeError(
+                "the same __key__ twice in a row: readers would merge the two samples", key=key
+            )
+        if self._stack is not None and (
+            (self.max_count is not None and self._count >= self.max_count)
+            or (
+                self.max_size is not None
+                and self._size + size + len(END_OF_ARCHIVE) > self.max_size
+                and self._count > 0
+            )
+        ):
+            self._commit()
+        if self.full:
+            return False
+        write = self._write if self._write is not None else self._open()
+        emit(write)
+        self._size += size
+        self._count += 1
+        self._last_key = key
+        return True
+
+    def _open(self) -> Write:
+        self._url = shard_name(self.pattern, len(self.shards))
+        self._stack = contextlib.ExitStack()
+        stream = self._stack.enter_context(
+            storage.atomic_write(self._url, storage_options=self.storage_options)
+        )
+        self._hash = hashlib.sha256() if self.sha256 else None
+        self._size = self._count = 0
+        update = self._hash.update if self._hash is not None else None
+
+        def write(view: memoryview) -> None:
+            stream.write(view)
+            if update is not None:
+                update(view)
+
+        self._write = write
+        return write
+
+    def _commit(self) -> None:
+        stack, write = self._stack, self._write
+        if stack is None or write is None:
+            return
+        if self.before_commit is not None:
+            self.before_commit()  # pending bytes of this shard go out first
+        write(memoryview(END_OF_ARCHIVE))
+        self._size += len(END_OF_ARCHIVE)
+        self._stack = self._write = None
+        digest = self._hash.hexdigest() if self._hash is not None else ""
+        stack.close()
+        info = ShardInfo(self._url, self._count, self._size, digest, len(self.shards))
+        self.shards.append(info)
+        if self.on_shard is not None:
+            self.on_shard(info)
+        if self.max_shards is not None and len(self.shards) >= self.max_shards:
+            self.full = True
+
+    def close(self) -> list[ShardInfo]:
+        self._commit()
+        return self.shards
+
+    def abort(self) -> None:
+        stack, self._stack, self._write = self._stack, None, None
+        if stack is not None:
+            stack.__exit__(ConfigError, ConfigError("aborted"), None)
+
+
+def _split_shard(scanner: TarScanner, sink: RawShards) -> bool:
+    """Feed ``sink`` the samples of one tar stream, with the reader's checks; False once
+    the sink is full."""
+    from .cat import _odd_member
+
+    key: str | None = None
+    start = end = 0
+    exts: set[str] = set()
+
+    def add(key: str, start: int, end: int) -> bool:
+        return sink.add(key, end - start, lambda write: scanner.copy_range(start, end, write))
+
+    for member in scanner:
+        name = member.name
+        slash = name.rfind("/") + 1
+        dot = name.find(".", slash)
+        if member.typeflag not in REGULAR_TYPES or dot <= slash:
+            _odd_member(name, member.typeflag, scanner.url, member.start)
+            continue
+        prefix, ext = name[:dot], name[dot + 1 :].lower()
+        if prefix != key:
+            if key is not None and not add(key, start, end):
+                return False
+            key, start, exts = prefix, member.start, set()
+            scanner.keep_from(start)
+        if ext in exts:
+            raise FormatError(
+                f"duplicate extension {ext!r} in sample",
+                url=scanner.url,
+                offset=member.start,
+                key=prefix,
+            )
+        exts.add(ext)
+        end = member.end
+    return key is None or add(key, start, end)
+
+
+def split_raw(
+    refs: Sequence[ShardRef],
+    sink: RawShards,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    chunk_size: int = 1 << 22,
+) -> list[ShardInfo]:
+    """Copy the samples of tar shards ``refs`` into ``sink``'s shards."""
+    try:
+        for ref in refs:
+            raw, stream = open_shard(ref, storage_options=storage_options)
+            try:
+                scanner = TarScanner(stream, url=ref.url, chunk_size=chunk_size)
+                sink.before_commit = scanner.flush_copy
+                with gzip_errors(ref.url):
+                    going = _split_shard(scanner, sink)
+                scanner.flush_copy()
+                sink.before_commit = None
+                if not going:
+                    break
+            finally:
+                if not ref.stdin:
+                    raw.close()
+    except BaseException:
+        sink.abort()
+        raise
+    return sink.close()

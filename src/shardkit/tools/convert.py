@@ -1,0 +1,67 @@
+"""``convert``: tar <-> TFRecord, keeping keys, labels and every field.
+
+tar -> TFRecord: each sample becomes one ``tf.train.Example``; ``__key__`` becomes a
+bytes feature ``__key__`` and every field a one-value bytes feature of the same name
+holding the field's bytes as they are (``cls`` stays the ASCII text ``b"3"``, a JPEG stays
+its bytes). TFRecord -> tar: every feature becomes a field; a one-value bytes feature gives
+its bytes back, so tar -> TFRecord -> tar returns every field exactly (the order of the
+fields in a sample becomes sorted by name, as Examples keep no order). Features that
+TensorFlow wrote natively map as :func:`shardkit.tools._outputs.tar_fields` says: int64
+-> ASCII decimal, float -> ``repr``, several values -> a JSON array, ``/`` in a name ->
+``.`` (``image/encoded`` -> ``image.encoded``). Records without a ``__key__`` feature
+get their record number in their shard as key (``00000012``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import storage
+from ..errors import ConfigError
+from ..writer import Format, ShardInfo, format_from_name
+from ._inputs import Inputs, as_refs, iter_samples
+from ._outputs import Output, is_pattern
+
+__all__ = ["convert"]
+
+_KNOWN = (".tar", ".tar.gz", ".tgz", ".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfr")
+
+
+def _target(output: str, to: Format | None) -> Format:
+    named = storage.basename(output).lower()
+    implied = format_from_name(named)[0] if named.endswith(_KNOWN) else None
+    if to is None:
+        if implied is None:
+            raise ConfigError(f"cannot tell the output format from {output!r}: give --to")
+        return implied
+    if to not in ("tar", "tfrecord"):
+        raise ConfigError(f"--to must be tar or tfrecord, not {to!r}")
+    if implied is not None and implied != to:
+        raise ConfigError(f"output {output!r} is named like {implied}, but --to is {to}")
+    return to
+
+
+def convert(
+    inputs: Inputs,
+    output: str,
+    *,
+    to: Format | None = None,
+    max_count: int | None = None,
+    max_size: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[int, list[ShardInfo]]:
+    """Convert the samples of ``inputs`` to ``to`` (default: the output's extension),
+    written to a file, ``-`` or a shard pattern; returns (samples, shards written)."""
+    target = _target(output, to) if output != "-" else (to or "tar")
+    refs = as_refs(inputs, storage_options=storage_options)
+    rotation: dict[str, Any] = {}
+    if is_pattern(output):
+        rotation = {"max_count": max_count, "max_size": max_size}
+        if max_count is None and max_size is None:
+            rotation["max_count"] = 100_000
+    elif max_count is not None or max_size is not None:
+        raise ConfigError("--max-count/--max-size need an output shard pattern")
+    with Output(output, format=target, storage_options=storage_options, **rotation) as out:
+        for sample in iter_samples(refs, storage_options=storage_options):
+            out.write(sample)
+    return out.samples, out.shards

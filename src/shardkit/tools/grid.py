@@ -1,0 +1,127 @@
+"""A contact sheet: the first N images of a sample stream in a PNG grid, with key and label.
+
+The sheet is ``columns x rows`` square tiles of ``tile`` pixels; ``columns`` is reduced to
+the number of images when there are fewer, and ``rows = ceil(images / columns)``, so the
+PNG is exactly ``columns * tile`` by ``rows * tile`` pixels. Each tile holds the image
+scaled to fit above two text lines: the key and the label (``cls`` by default, any field
+spec of :mod:`shardkit.tools.tsv`). An image that does not decode gets a tile that says so.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import storage
+from ..codecs import image_extension
+from ..errors import ConfigError
+from .tsv import cell, field_value
+
+__all__ = ["ContactSheet", "contact_sheet"]
+
+_BACKGROUND = (24, 24, 24)
+_TEXT = (235, 235, 235)
+_ERROR = (255, 90, 90)
+
+
+@dataclass(frozen=True)
+class ContactSheet:
+    """What :func:`contact_sheet` drew."""
+
+    url: str
+    images: int
+    columns: int
+    rows: int
+    tile: int
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) of the PNG in pixels."""
+        return self.columns * self.tile, self.rows * self.tile
+
+
+def _pick(
+    sample: Mapping[str, Any], image_field: str | None, label: str | None
+) -> tuple[str, str, bytes] | None:
+    if image_field is not None:
+        value = sample.get(image_field.lower())
+    else:
+        value = next(
+            (v for k, v in sample.items() if not k.startswith("__") and image_extension(k)),
+            None,
+        )
+    if not isinstance(value, bytes):
+        return None
+    text = cell(field_value(sample, label)) if label else ""
+    return str(sample.get("__key__", "")), text, value
+
+
+def _fit(draw: Any, font: Any, text: str, width: int) -> str:
+    if draw.textlength(text, font=font) <= width:
+        return text
+    while text and draw.textlength(text + "...", font=font) > width:
+        text = text[:-1]
+    return text + "..."
+
+
+def _draw_tile(canvas: Any, font: Any, index: int, columns: int, tile: int, item: Any) -> None:
+    from PIL import Image, ImageDraw
+
+    key, label, data = item
+    x, y = (index % columns) * tile, (index // columns) * tile
+    line = font.getbbox("Hg")[3] + 2
+    box = (tile - 4, tile - 4 - 2 * line)
+    draw = ImageDraw.Draw(canvas)
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.draft("RGB", box)
+            thumb = img.convert("RGB")
+        thumb.thumbnail(box)
+        canvas.paste(thumb, (x + (tile - thumb.width) // 2, y + 2 + (box[1] - thumb.height) // 2))
+    except Exception as exc:  # an undecodable image gets a tile that says so
+        draw.text((x + 4, y + 4), _fit(draw, font, type(exc).__name__, tile - 8), _ERROR, font)
+    for row, text in enumerate((key, label)):
+        ty = y + tile - 2 - (2 - row) * line
+        draw.text((x + 2, ty), _fit(draw, font, text, tile - 4), _TEXT, font)
+
+
+def contact_sheet(
+    samples: Iterable[Mapping[str, Any]],
+    output: str,
+    *,
+    count: int = 64,
+    columns: int = 8,
+    tile: int = 160,
+    image_field: str | None = None,
+    label: str | None = "cls",
+    storage_options: dict[str, Any] | None = None,
+) -> ContactSheet:
+    """Draw the first ``count`` images of ``samples`` into a PNG at ``output``."""
+    if count < 1 or columns < 1:
+        raise ConfigError("count and columns must be at least 1")
+    if tile < 48:
+        raise ConfigError(f"tile must be at least 48 pixels, not {tile}")
+    items = []
+    for sample in samples:
+        item = _pick(sample, image_field, label)
+        if item is not None:
+            items.append(item)
+            if len(items) >= count:
+                break
+    if not items:
+        raise ConfigError("no image fields in the samples: nothing to draw")
+    from PIL import Image, ImageFont
+
+    columns = min(columns, len(items))
+    rows = math.ceil(len(items) / columns)
+    sheet = ContactSheet(output, len(items), columns, rows, tile)
+    canvas = Image.new("RGB", sheet.size, _BACKGROUND)
+    font = ImageFont.load_default(size=max(10, tile // 14))
+    for index, item in enumerate(items):
+        _draw_tile(canvas, font, index, columns, tile, item)
+    with storage.atomic_write(output, storage_options=storage_options) as stream:
+        canvas.save(stream, format="PNG")
+    return sheet

@@ -1,0 +1,243 @@
+"""``proc``: run a shell command on every sample, N at a time, and keep what it leaves.
+
+For each sample, a fresh temporary folder gets one file per field, named
+``sample.<extension>`` (``sample.jpg``, ``sample.seg.png``; ``names="key"`` uses the last
+component of the sample key instead, made safe: ``img_0001.jpg``). The command runs there
+through the shell, with the folder as its working directory and these variables set:
+
+    SHARDKIT_KEY     the sample key            SHARDKIT_URL    the shard it came from
+    SHARDKIT_INDEX   its number in the input   SHARDKIT_STEM   the file stem (sample)
+    SHARDKIT_FIELDS  its extensions, space-separated
+
+Its stdout goes to stderr (stdout may carry the output stream). Afterwards every regular
+file in the folder becomes a field of the output sample (extension = the file name after
+its first dot, fields sorted by file name), under the same key; two files giving the
+same extension (``sample.txt`` and ``notes.txt``) are an error. Symlinks, folders, files
+without an extension and hidden files are left out (symlinks are never followed).
+Nothing is written outside the temporary folder: extensions that are not plain file
+names are refused. Output samples come in input order; at most ``2 * workers`` samples
+are in flight. A command that exits non-zero, or leaves no files, either fails the run
+(``on_error="fail"``) or drops the sample (``"skip"``, logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import ConfigError, DataError, ShardkitError
+from ..writer import Format
+from ._inputs import Inputs, as_refs, iter_samples
+from ._outputs import Output, tar_fields
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+__all__ = ["ProcError", "ProcResult", "proc", "run_on_sample", "run_on_samples"]
+
+logger = logging.getLogger(__name__)
+
+OnError = Literal["fail", "skip"]
+Names = Literal["sample", "key"]
+_SAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+class ProcError(ShardkitError):
+    """The command failed on a sample (non-zero exit, timeout, no output files)."""
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    """How many samples went in, came out, and were dropped by ``on_error="skip"``."""
+
+    samples_in: int
+    samples_out: int
+    skipped: int
+
+
+def _stem(key: str, names: Names) -> str:
+    if names == "sample":
+        return "sample"
+    return _SAFE.sub("_", key.rsplit("/", 1)[-1]).strip("_") or "sample"
+
+
+def _unpack(folder: str, stem: str, sample: dict[str, Any]) -> list[str]:
+    exts = []
+    for ext, value in sample.items():
+        if ext.startswith("__") and ext.endswith("__"):
+            continue
+        name = f"{stem}.{ext}"
+        if "/" in ext or "\0" in ext or os.sep in ext or name in (".", ".."):
+            raise DataError(f"field {ext!r} cannot be a file name", key=sample.get("__key__"))
+        with open(os.path.join(folder, name), "xb") as f:
+            f.write(value)
+        exts.append(ext)
+    return exts
+
+
+def _pack(folder: str, key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"__key__": key}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        info = os.lstat(path)
+        dot = name.find(".")
+        if not stat.S_ISREG(info.st_mode) or dot <= 0 or dot == len(name) - 1:
+            logger.info(
+                "sample %r: leaving out %r (not a regular file with an extension)", key, name
+            )
+            continue
+        ext = name[dot + 1 :]
+        if ext in out:
+            raise ProcError(f"two files give the field {ext!r} (one is {name!r})", key=key)
+        with open(path, "rb") as f:
+            out[ext] = f.read()
+    return out
+
+
+def run_on_sample(
+    sample: dict[str, Any],
+    command: str,
+    *,
+    index: int = 0,
+    names: Names = "sample",
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Run ``command`` on one sample (see the module docs); returns the output sample."""
+    key = str(sample.get("__key__"))
+    url = sample.get("__url__")
+    folder = tempfile.mkdtemp(prefix="shardkit-proc-")
+    try:
+        stem = _stem(key, names)
+        exts = _unpack(folder, stem, tar_fields(sample))
+        env = dict(os.environ)
+        env.update(
+            SHARDKIT_KEY=key,
+            SHARDKIT_URL=str(url or ""),
+            SHARDKIT_INDEX=str(index),
+            SHARDKIT_STEM=stem,
+            SHARDKIT_FIELDS=" ".join(exts),
+        )
+        try:
+            status = subprocess.run(
+                command,
+                shell=True,
+                cwd=folder,
+                env=env,
+                stdout=2,  # fd 2: stdout may carry the output stream
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+                check=False,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            raise ProcError(f"command timed out after {timeout} s", key=key, url=url) from None
+        if status != 0:
+            raise ProcError(f"command exited with status {status}", key=key, url=url)
+        out = _pack(folder, key)
+        if len(out) == 1:
+            raise ProcError("command left no files with an extension", key=key, url=url)
+        return out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_on_samples(
+    samples: Iterable[dict[str, Any]],
+    command: str,
+    *,
+    workers: int = 1,
+    on_error: OnError = "fail",
+    names: Names = "sample",
+    timeout: float | None = None,
+    counts: list[int] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Output samples, in input order; ``counts`` (if given) gets [in, out, skipped]."""
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, not {workers}")
+    if on_error not in ("fail", "skip"):
+        raise ConfigError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
+    from concurrent.futures import ThreadPoolExecutor
+
+    tally = counts if counts is not None else [0, 0, 0]
+    tally[:] = [0, 0, 0]
+    with ThreadPoolExecutor(workers, thread_name_prefix="shardkit-proc") as pool:
+        pending: deque[Future[dict[str, Any]]] = deque()
+        try:
+            for index, sample in enumerate(samples):
+                pending.append(
+                    pool.submit(
+                        run_on_sample, sample, command, index=index, names=names, timeout=timeout
+                    )
+                )
+                tally[0] += 1
+                if len(pending) >= 2 * workers:
+                    yield from _collect(pending.popleft(), on_error, tally)
+            while pending:
+                yield from _collect(pending.popleft(), on_error, tally)
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _collect(
+    future: Future[dict[str, Any]], on_error: OnError, tally: list[int]
+) -> Iterator[dict[str, Any]]:
+    try:
+        result = future.result()
+    except (ProcError, DataError) as exc:
+        if on_error == "fail":
+            raise
+        logger.warning("skipping sample: %s", exc)
+        tally[2] += 1
+        return
+    tally[1] += 1
+    yield result
+
+
+def proc(
+    inputs: Inputs,
+    command: str,
+    output: str,
+    *,
+    workers: int = 1,
+    on_error: OnError = "fail",
+    names: Names = "sample",
+    timeout: float | None = None,
+    max_count: int | None = None,
+    max_size: int | None = None,
+    format: Format | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> ProcResult:
+    """Run ``command`` over every sample of ``inputs`` and write the results to ``output``."""
+    if names not in ("sample", "key"):
+        raise ConfigError(f"names must be 'sample' or 'key', not {names!r}")
+    refs = as_refs(inputs, storage_options=storage_options)
+    counts = [0, 0, 0]
+    out = Output(
+        output,
+        format=format,
+        max_count=max_count,
+        max_size=max_size,
+        storage_options=storage_options,
+    )
+    with out:
+        samples = iter_samples(refs, storage_options=storage_options)
+        for result in run_on_samples(
+            samples,
+            command,
+            workers=workers,
+            on_error=on_error,
+            names=names,
+            timeout=timeout,
+            counts=counts,
+        ):
+            out.write(result)
+    return ProcResult(*counts)

@@ -1,0 +1,153 @@
+"""``show``: print samples readably; and a PNG contact sheet of their images.
+
+Each sample prints as its key and where it is, then one line per field: the field name,
+its kind (image, int, text, json, npy, gzip, bytes; or int/float/list for TFRecord
+features), its size and a short preview (image format and size, the text, the JSON, the
+first bytes in hex).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..codecs import image_extension
+from ..units import format_size
+
+__all__ = [
+    "FieldInfo",
+    "describe_field",
+    "describe_sample",
+    "format_sample",
+    "format_samples",
+]
+
+_INT_EXTS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
+_TEXT_EXTS = frozenset({"txt", "text", "transcript"})
+_JSON_EXTS = frozenset({"json", "jsn"})
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """What ``show`` says about one field."""
+
+    name: str
+    kind: str
+    size: int | None  # bytes of a raw field; None for a decoded TFRecord value
+    preview: str
+
+
+def _clip(text: str, width: int) -> str:
+    text = text.replace("\n", "\\n").replace("\t", "\\t")
+    return text if len(text) <= width else text[: max(0, width - 3)] + "..."
+
+
+def _image_preview(data: bytes) -> str:
+    try:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as img:
+            return f"{img.format} {img.width}x{img.height} {img.mode}"
+    except Exception as exc:  # any failure to identify is worth showing, not raising
+        return f"not a readable image ({type(exc).__name__})"
+
+
+def _npy_preview(data: bytes) -> str:
+    try:
+        import numpy as np
+
+        stream = io.BytesIO(data)
+        fmt = np.lib.format
+        version = fmt.read_magic(stream)
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read(stream)
+        return f"array {dtype} {shape}"
+    except Exception as exc:  # a malformed header is shown, not raised
+        return f"not a .npy array ({type(exc).__name__})"
+
+
+def _text_preview(data: bytes, width: int) -> str | None:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    printable = sum(ch.isprintable() or ch in "\n\t\r" for ch in text[:200])
+    return repr(_clip(text, width)) if printable >= 0.9 * min(len(text), 200) else None
+
+
+def _bytes_kind(ext: str, data: bytes, width: int) -> tuple[str, str]:
+    last = ext.rsplit(".", 1)[-1]
+    if last == "gz":
+        return "gzip", data[:8].hex(" ")
+    if image_extension(ext):
+        return "image", _image_preview(data)
+    if last in _INT_EXTS:
+        return "int", _clip(data.decode("utf-8", "replace").strip(), width)
+    if last in _JSON_EXTS:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return "json", "not valid JSON"
+        return "json", _clip(json.dumps(doc, separators=(",", ":"), ensure_ascii=False), width)
+    if last == "npy":
+        return "npy", _npy_preview(data)
+    text = _text_preview(data, width)
+    if text is not None:
+        return "text", text
+    return "bytes", data[: min(16, width // 3)].hex(" ") + (" ..." if len(data) > 16 else "")
+
+
+def describe_field(name: str, value: Any, *, width: int = 60) -> FieldInfo:
+    """Kind, size and preview of one field value (raw bytes, or a TFRecord value)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        kind, preview = _bytes_kind(name.lower(), data, width)
+        return FieldInfo(name, kind, len(data), preview)
+    if isinstance(value, bool | int):
+        return FieldInfo(name, "int", None, str(int(value)))
+    if isinstance(value, float):
+        return FieldInfo(name, "float", None, repr(value))
+    if isinstance(value, list):
+        return FieldInfo(name, f"list[{len(value)}]", None, _clip(repr(value), width))
+    return FieldInfo(name, type(value).__name__, None, _clip(repr(value), width))
+
+
+def describe_sample(
+    sample: Mapping[str, Any], *, fields: Sequence[str] | None = None, width: int = 60
+) -> list[FieldInfo]:
+    """:class:`FieldInfo` for each field (all, or those named in ``fields``, in that order)."""
+    names = [n for n in sample if not (n.startswith("__") and n.endswith("__"))]
+    if fields is not None:
+        wanted = [f.lower() for f in fields]
+        names = [n for n in wanted if n in sample]
+    return [describe_field(name, sample[name], width=width) for name in names]
+
+
+def format_sample(
+    sample: Mapping[str, Any], *, fields: Sequence[str] | None = None, width: int = 60
+) -> str:
+    """A few lines describing one sample (no trailing newline)."""
+    where = sample.get("__url__")
+    offset = sample.get("__offset__")
+    head = str(sample.get("__key__"))
+    if where is not None:
+        head += f"  ({where}" + (f" @ {offset})" if offset is not None else ")")
+    infos = describe_sample(sample, fields=fields, width=width)
+    name_w = max((len(i.name) for i in infos), default=0)
+    kind_w = max((len(i.kind) for i in infos), default=0)
+    lines = [head]
+    for info in infos:
+        size = format_size(info.size) if info.size is not None else ""
+        lines.append(f"  {info.name:<{name_w}}  {info.kind:<{kind_w}}  {size:>9}  {info.preview}")
+    return "\n".join(lines)
+
+
+def format_samples(
+    samples: Iterable[Mapping[str, Any]], *, fields: Sequence[str] | None = None, width: int = 60
+) -> Iterator[str]:
+    """:func:`format_sample` for each sample."""
+    for sample in samples:
+        yield format_sample(sample, fields=fields, width=width)

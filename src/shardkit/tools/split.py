@@ -1,0 +1,112 @@
+"""``split``: cut a stream of samples into shards (atomic, rotated by count and size)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..errors import ConfigError
+from ..writer import Format, ShardInfo, format_from_name
+from ._inputs import Inputs, as_refs, iter_samples
+from ._outputs import Output, is_pattern
+from ._rawsplit import RawShards, split_raw
+
+__all__ = ["split", "write_shards"]
+
+logger = logging.getLogger(__name__)
+
+
+def write_shards(
+    samples: Iterable[dict[str, Any]],
+    pattern: str,
+    *,
+    max_count: int | None = None,
+    max_size: int | None = None,
+    max_shards: int | None = None,
+    format: Format | None = None,
+    storage_options: dict[str, Any] | None = None,
+    on_shard: Callable[[ShardInfo], None] | None = None,
+) -> list[ShardInfo]:
+    """Write ``samples`` to shards named by ``pattern``; returns the committed shards.
+
+    A shard is full at ``max_count`` samples or when the next sample would take it over
+    ``max_size`` bytes. With ``max_shards``, writing stops once that many shards are full;
+    the rest of the input is not read.
+    """
+    if not is_pattern(pattern):
+        raise ConfigError(
+            f"output {pattern!r} needs a shard number placeholder: e.g. out/shard-%06d.tar"
+        )
+    if max_count is None and max_size is None:
+        raise ConfigError("give max_count and/or max_size (--max-count, --max-size)")
+    out = Output(
+        pattern,
+        format=format,
+        max_count=max_count,
+        max_size=max_size,
+        max_shards=max_shards,
+        storage_options=storage_options,
+    )
+    reported = 0
+    with out:
+        for sample in samples:
+            out.write(sample)
+            if on_shard is not None:
+                while reported < len(out.shards):
+                    on_shard(out.shards[reported])
+                    reported += 1
+            if out.full:
+                logger.info("stopped after %d shards (max_shards)", len(out.shards))
+                break
+    if on_shard is not None:
+        for info in out.shards[reported:]:
+            on_shard(info)
+    return out.shards
+
+
+def split(
+    inputs: Inputs,
+    pattern: str,
+    *,
+    max_count: int | None = None,
+    max_size: int | None = None,
+    max_shards: int | None = None,
+    format: Format | None = None,
+    sha256: bool = True,
+    storage_options: dict[str, Any] | None = None,
+    on_shard: Callable[[ShardInfo], None] | None = None,
+) -> list[ShardInfo]:
+    """Read ``inputs`` (URLs, folders, ``-``) and write their samples to shards.
+
+    Tar into uncompressed tar copies each sample's members as they are (their original
+    headers kept); any other combination re-encodes samples through ShardWriter.
+    ``sha256=False`` lets the copy skip hashing (its ShardInfo.sha256 is then empty)."""
+    refs = as_refs(inputs, storage_options=storage_options)
+    kind, gz = format_from_name(pattern)
+    if (format or kind) == "tar" and not gz and all(ref.format == "tar" for ref in refs):
+        if max_count is None and max_size is None:
+            raise ConfigError("give max_count and/or max_size (--max-count, --max-size)")
+        if max_shards is not None and max_shards < 1:
+            raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
+        sink = RawShards(
+            pattern,
+            max_count=max_count,
+            max_size=max_size,
+            max_shards=max_shards,
+            sha256=sha256,
+            storage_options=storage_options,
+            on_shard=on_shard,
+        )
+        return split_raw(refs, sink, storage_options)
+    samples = iter_samples(refs, storage_options=storage_options)
+    return write_shards(
+        samples,
+        pattern,
+        max_count=max_count,
+        max_size=max_size,
+        max_shards=max_shards,
+        format=format,
+        storage_options=storage_options,
+        on_shard=on_shard,
+    )

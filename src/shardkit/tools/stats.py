@@ -1,0 +1,267 @@
+"""``stats``: samples, bytes, per-shard and per-class counts, field kinds, size spread.
+
+Tar shards are scanned header by header (seeking over member data where the shard is a
+local uncompressed file); only the label field's data is read. TFRecord shards are read
+and their Examples decoded. ``label`` is a field spec (:mod:`shardkit.tools.tsv`):
+``cls`` by default, or ``json.label``...; None counts no classes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..codecs import image_extension
+from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, open_shard
+from ._tarscan import TarScanner
+from .tsv import cell, field_value
+
+__all__ = ["ShardStats", "Stats", "field_kind", "format_stats", "plot_stats", "stats"]
+
+_KINDS = {
+    **dict.fromkeys(("cls", "cls2", "class", "count", "index", "inx", "id"), "int"),
+    **dict.fromkeys(("txt", "text", "transcript"), "text"),
+    **dict.fromkeys(("json", "jsn"), "json"),
+    **dict.fromkeys(("pyd", "pickle", "pkl"), "pickle"),
+    **dict.fromkeys(("npy", "npz", "ten", "tb", "tenbin"), "array"),
+    "pth": "torch",
+    "gz": "gzip",
+}
+
+
+def field_kind(ext: str, value: Any = b"") -> str:
+    """The kind of a field, by its extension (bytes) or its value (TFRecord features)."""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        return "float" if isinstance(value, float) else type(value).__name__
+    if image_extension(ext):
+        return "image"
+    return _KINDS.get(ext.rsplit(".", 1)[-1], "bytes")
+
+
+@dataclass
+class ShardStats:
+    url: str
+    samples: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Stats:
+    """What :func:`stats` found.
+
+    ``sizes`` holds each sample's bytes in its shard (tar headers and padding, or TFRecord
+    framing, included), in order; ``field_bytes`` the data bytes of each field in total.
+    """
+
+    shards: list[ShardStats] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    fields: Counter[str] = field(default_factory=Counter)
+    field_bytes: Counter[str] = field(default_factory=Counter)
+    kinds: dict[str, str] = field(default_factory=dict)
+    classes: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def samples(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.sizes)
+
+    def size_summary(self) -> dict[str, float]:
+        """min, mean, p50, p90, p99 and max of the sample sizes (bytes)."""
+        if not self.sizes:
+            return {}
+        ordered = sorted(self.sizes)
+
+        def pct(p: float) -> float:
+            return float(ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))])
+
+        return {
+            "min": float(ordered[0]),
+            "mean": statistics.fmean(ordered),
+            "p50": pct(50),
+            "p90": pct(90),
+            "p99": pct(99),
+            "max": float(ordered[-1]),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "bytes": self.bytes,
+            "shards": [vars(s) for s in self.shards],
+            "sample_size": self.size_summary(),
+            "fields": {
+                name: {"kind": self.kinds[name], "samples": n, "bytes": self.field_bytes[name]}
+                for name, n in self.fields.items()
+            },
+            "classes": dict(self.classes.most_common()),
+        }
+
+
+class _Collector:
+    def __init__(self, result: Stats, label: str | None) -> None:
+        self.result = result
+        self.label = label
+        self.want = label.split(".", 1)[0].lower() if label else None
+
+    def sample(
+        self, shard: ShardStats, fields: dict[str, Any], sizes: dict[str, int], disk: int
+    ) -> None:
+        """One sample: its fields (values read, or b""), data sizes and bytes on disk."""
+        shard.samples += 1
+        shard.bytes += disk
+        self.result.sizes.append(disk)
+        for name, value in fields.items():
+            self.result.kinds.setdefault(name, field_kind(name, value))
+        self.result.fields.update(sizes.keys())
+        self.result.field_bytes.update(sizes)
+        if self.label is not None:
+            text = cell(field_value(fields, self.label))
+            if text:
+                self.result.classes[text] += 1
+
+    def wants(self, ext: str) -> bool:
+        return self.want is not None and (ext == self.want or self.label == ext)
+
+
+def _tar_shard(ref: ShardRef, shard: ShardStats, collect: _Collector, options: Any) -> None:
+    seekable = not ref.gzip and not ref.stdin
+    raw, stream = open_shard(ref, storage_options=options, buffer_size=0 if seekable else 1 << 20)
+    seekable = seekable and stream is raw
+    try:
+        scanner = TarScanner(stream, url=ref.url, chunk_size=1 << 16, seek=seekable)
+        key: str | None = None
+        fields: dict[str, Any] = {}
+        sizes: dict[str, int] = {}
+        disk = 0
+        with gzip_errors(ref.url):
+            for member in scanner:
+                split = _split(member.name) if member.regular else None
+                if split is None:
+                    continue
+                if split[0] != key:
+                    if key is not None:
+                        collect.sample(shard, fields, sizes, disk)
+                    key, fields, sizes, disk = split[0], {}, {}, 0
+                ext = split[1]
+                sizes[ext] = member.size
+                disk += member.end - member.start
+                fields[ext] = scanner.read_data() if collect.wants(ext) else b""
+        if key is not None:
+            collect.sample(shard, fields, sizes, disk)
+    finally:
+        if not ref.stdin:
+            raw.close()
+
+
+def _split(name: str) -> tuple[str, str] | None:
+    from ..formats.tar import split_name
+
+    split = split_name(name)
+    return None if split is None else (split[0], split[1].lower())
+
+
+def _tfrecord_shard(ref: ShardRef, shard: ShardStats, collect: _Collector, options: Any) -> None:
+    from ..formats.example import decode_example, example_to_sample
+    from ..formats.tfrecord import RECORD_OVERHEAD, iter_records
+
+    raw, stream = open_shard(ref, storage_options=options)
+    try:
+        with gzip_errors(ref.url):
+            for offset, record in iter_records(stream, url=ref.url):
+                features = decode_example(record, url=ref.url, offset=offset)
+                sample = example_to_sample(features, key="", url=None)
+                fields = {k: v for k, v in sample.items() if not k.startswith("__")}
+                sizes = {k: _value_size(v) for k, v in fields.items()}
+                collect.sample(shard, fields, sizes, len(record) + RECORD_OVERHEAD)
+    finally:
+        raw.close()
+
+
+def _value_size(value: Any) -> int:
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, list):
+        return sum(len(v) if isinstance(v, bytes) else 8 for v in value)
+    return 8
+
+
+def stats(
+    inputs: Inputs,
+    *,
+    label: str | None = "cls",
+    on_shard: Callable[[ShardStats], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Stats:
+    """Gather statistics over ``inputs`` (shards, folders, manifests, ``-``)."""
+    result = Stats()
+    collect = _Collector(result, label)
+    for ref in as_refs(inputs, storage_options=storage_options):
+        shard = ShardStats(ref.url)
+        if ref.format == "tar":
+            _tar_shard(ref, shard, collect, storage_options)
+        else:
+            _tfrecord_shard(ref, shard, collect, storage_options)
+        result.shards.append(shard)
+        if on_shard is not None:
+            on_shard(shard)
+    return result
+
+
+def format_stats(result: Stats, *, top: int = 20) -> str:
+    """A readable report of ``result``."""
+    from ..units import format_size
+
+    lines = [
+        f"shards   {len(result.shards)}",
+        f"samples  {result.samples}",
+        f"bytes    {format_size(result.bytes)}",
+    ]
+    summary = result.size_summary()
+    if summary:
+        spread = "  ".join(f"{k} {format_size(v)}" for k, v in summary.items())
+        lines.append(f"sample size  {spread}")
+    if result.fields:
+        lines.append("fields")
+        width = max(len(name) for name in result.fields)
+        for name, n in sorted(result.fields.items()):
+            mean = format_size(result.field_bytes[name] / n)
+            kind = result.kinds.get(name, "?")
+            lines.append(f"  {name:<{width}}  {kind:<6}  in {n} samples  mean {mean}")
+    if result.classes:
+        lines.append(f"classes  {len(result.classes)}")
+        for name, n in result.classes.most_common(top):
+            lines.append(f"  {name}\t{n}")
+        if len(result.classes) > top:
+            lines.append(f"  ... and {len(result.classes) - top} more")
+    lines.append("per shard")
+    lines += [f"  {s.url}\t{s.samples}\t{format_size(s.bytes)}" for s in result.shards]
+    return "\n".join(lines)
+
+
+def plot_stats(result: Stats, output: str, *, top: int = 50) -> None:
+    """Histograms of sample sizes and per-class counts, as a PNG (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from .. import storage
+
+    panels = 2 if result.classes else 1
+    figure = Figure(figsize=(6 * panels, 4), dpi=100, layout="constrained")
+    axes = figure.subplots(1, panels, squeeze=False)[0]
+    axes[0].hist([s / 1000 for s in result.sizes] or [0], bins=50, color="#4477aa")
+    axes[0].set(title=f"sample size ({result.samples} samples)", xlabel="kB", ylabel="samples")
+    if result.classes:
+        names, counts = zip(*result.classes.most_common(top), strict=True)
+        axes[1].bar(range(len(names)), counts, color="#cc6677")
+        axes[1].set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+        axes[1].set(title=f"samples per class (top {len(names)})", ylabel="samples")
+    with storage.atomic_write(output) as stream:
+        figure.savefig(stream, format="png")

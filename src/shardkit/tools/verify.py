@@ -1,0 +1,327 @@
+"""``verify``: check every shard and report every problem, with shard, key and offset.
+
+Per shard: tar headers (checksums, sizes), truncation, the end-of-archive marker, sample
+grouping (a key whose members are not adjacent, a duplicate extension, members readers
+reject); for TFRecord both CRCs of every record and every Example; against the manifest,
+when the shard comes from one, its size, sha256 and sample count; against its index file
+(``<shard>.idx``), when there is one, its keys and offsets. ``decode=True`` also decodes
+every image (Pillow / simplejpeg) and every json, text, int and npy field.
+
+The check goes on after a problem wherever it can: past a bad tar header (to the next
+valid one), past a record whose data CRC is wrong. Offsets are in the uncompressed stream.
+Without a manifest sha256 to compare, a local uncompressed tar shard is checked by reading
+its headers and seeking over member data, as ``tar -t`` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, cast
+
+from .. import storage
+from ..errors import FormatError, StorageError
+from ._checks import Seen, check_tar, check_tfrecord
+from ._inputs import (
+    MANIFEST,
+    Inputs,
+    ShardRef,
+    as_refs,
+    list_folder,
+    magic,
+    open_shard,
+    read_manifest,
+)
+from ._tarscan import TarScanner
+
+__all__ = [
+    "Problem",
+    "ShardCheck",
+    "VerifyReport",
+    "scan_shard",
+    "verify",
+    "verify_shard",
+]
+
+_SEEK_CHUNK = 1 << 14
+_READ_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: where (shard, sample key, byte offset) and what."""
+
+    shard: str
+    key: str | None
+    offset: int | None
+    message: str
+
+    def line(self) -> str:
+        """``shard<TAB>key<TAB>offset<TAB>problem``, with ``-`` for what is unknown."""
+        parts = (self.shard, self.key or "-", "-" if self.offset is None else str(self.offset))
+        clean = [p.replace("\t", " ").replace("\n", " ") for p in (*parts, self.message)]
+        return "\t".join(clean)
+
+
+@dataclass
+class ShardCheck:
+    """The result for one shard."""
+
+    url: str
+    samples: int = 0
+    bytes: int | None = None
+    sha256: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+@dataclass
+class VerifyReport:
+    """The result for every shard, plus problems that belong to no single shard."""
+
+    shards: list[ShardCheck] = field(default_factory=list)
+    other: list[Problem] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return [p for s in self.shards for p in s.problems] + self.other
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def samples(self) -> int:
+        return sum(s.samples for s in self.shards)
+
+
+class _Hashing:
+    """A read-only stream that hashes and counts every byte read through it."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        self.hash.update(data)
+        self.size += len(data)
+        return data
+
+    def readinto(self, buffer: memoryview) -> int:
+        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
+        if n:
+            self.hash.update(buffer[:n])
+            self.size += n
+        return int(n or 0)
+
+    def drain(self) -> None:
+        while self.read(_READ_CHUNK):
+            pass
+
+
+def _reporter(
+    check: ShardCheck, on_problem: Callable[[Problem], None] | None
+) -> Callable[[str | None, int | None, str], None]:
+    """A ``report(key, offset, message)`` that records a problem of ``check``'s shard."""
+
+    def report(key: str | None, offset: int | None, message: str) -> None:
+        problem = Problem(check.url, key, offset, message)
+        check.problems.append(problem)
+        if on_problem is not None:
+            on_problem(problem)
+
+    return report
+
+
+def scan_shard(
+    ref: ShardRef,
+    *,
+    decode: bool = False,
+    sha256: bool | None = None,
+    on_problem: Callable[[Problem], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[ShardCheck, Seen]:
+    """The shard's own checks (no manifest or index): its result and what it holds."""
+    check = ShardCheck(ref.url)
+    report = _reporter(check, on_problem)
+    hashing = ref.sha256 is not None if sha256 is None else sha256
+    seekable = not hashing and not ref.gzip and ref.format == "tar" and not ref.stdin
+    try:
+        raw, _ = open_shard(
+            ref, storage_options=storage_options, buffer_size=0 if seekable else 1 << 20
+        )
+    except StorageError as exc:
+        report(None, None, f"cannot open: {exc.message}")
+        return check, Seen()
+    try:
+        seen = _check_stream(ref, raw, check, report, decode, hashing)
+    finally:
+        if not ref.stdin:
+            raw.close()
+    check.samples = seen.samples
+    return check, seen
+
+
+def verify_shard(
+    ref: ShardRef,
+    *,
+    decode: bool = False,
+    sha256: bool | None = None,
+    on_problem: Callable[[Problem], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> ShardCheck:
+    """Check one shard; ``sha256`` (default: when the manifest has one) hashes its bytes."""
+    check, seen = scan_shard(
+        ref, decode=decode, sha256=sha256, on_problem=on_problem, storage_options=storage_options
+    )
+    report = _reporter(check, on_problem)
+    if not any(p.message.startswith("cannot open") for p in check.problems):
+        _against_manifest(ref, check, report)
+        _against_index(ref, seen, report, storage_options)
+    return check
+
+
+def _check_stream(
+    ref: ShardRef,
+    raw: BinaryIO,
+    check: ShardCheck,
+    report: Callable[[str | None, int | None, str], None],
+    decode: bool,
+    sha256: bool,
+) -> Seen:
+    import gzip
+    import zlib
+
+    zipped = ref.gzip or magic(raw) == b"\x1f\x8b"
+    hashing = _Hashing(raw) if sha256 else None
+    source = cast(BinaryIO, hashing) if hashing is not None else raw
+    stream = cast(BinaryIO, gzip.GzipFile(fileobj=source, mode="rb")) if zipped else source
+    seen = Seen()
+    try:
+        if ref.format == "tfrecord":
+            seen, _ = check_tfrecord(stream, report, url=ref.url, decode=decode)
+        else:
+            seek = hashing is None and not zipped
+            chunk = _SEEK_CHUNK if seek else _READ_CHUNK
+            scanner = TarScanner(stream, url=ref.url, chunk_size=chunk, seek=seek)
+            seen = check_tar(scanner, report, decode=decode)
+        if zipped or hashing is not None:
+            while stream.read(_READ_CHUNK):
+                pass
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        report(None, None, f"corrupt gzip stream: {exc}")
+    except OSError as exc:
+        report(None, None, f"read error: {exc}")
+    if hashing is not None:
+        hashing.drain()
+        check.sha256, check.bytes = hashing.hash.hexdigest(), hashing.size
+    elif storage.is_local(ref.url):
+        check.bytes = os.path.getsize(storage.local_path(ref.url))
+    return seen
+
+
+def _against_manifest(
+    ref: ShardRef, check: ShardCheck, report: Callable[[str | None, int | None, str], None]
+) -> None:
+    if ref.bytes is not None and check.bytes is not None and ref.bytes != check.bytes:
+        report(None, None, f"size {check.bytes} differs from the manifest's {ref.bytes}")
+    if ref.sha256 is not None and check.sha256 is not None and ref.sha256 != check.sha256:
+        report(None, None, f"sha256 {check.sha256} differs from the manifest's {ref.sha256}")
+    if ref.samples is not None and ref.samples != check.samples:
+        report(None, None, f"{check.samples} samples, the manifest says {ref.samples}")
+
+
+def _against_index(
+    ref: ShardRef,
+    seen: Seen,
+    report: Callable[[str | None, int | None, str], None],
+    storage_options: dict[str, Any] | None,
+) -> None:
+    from .index import compare_index, load_index
+
+    if ref.stdin:
+        return
+    try:
+        index = load_index(ref.url, storage_options=storage_options)
+    except (StorageError, ValueError) as exc:
+        report(None, None, f"unreadable index file: {exc}")
+        return
+    if index is not None:
+        for key, offset, message in compare_index(index, seen.keys, seen.offsets):
+            report(key, offset, message)
+
+
+def _manifest_problems(spec: str) -> list[Problem]:
+    """Problems of a folder with a manifest: listed shards missing, unlisted shards."""
+    folder = storage.local_path(spec)
+    manifest_url = os.path.join(folder, MANIFEST)
+    manifest = read_manifest(manifest_url)
+    listed = {os.path.normpath(ref.url) for ref in manifest.shards}
+    problems = [
+        Problem(url, None, None, f"shard not listed in {MANIFEST}")
+        for url in list_folder(folder)
+        if os.path.normpath(url) not in listed
+    ]
+    problems += [
+        Problem(ref.url, None, None, f"listed in {MANIFEST} but missing")
+        for ref in manifest.shards
+        if not os.path.exists(ref.url)
+    ]
+    stated = sum(ref.samples or 0 for ref in manifest.shards)
+    if manifest.samples is not None and manifest.samples != stated:
+        problems.append(
+            Problem(
+                manifest_url, None, None, f"total samples {manifest.samples} != shards' {stated}"
+            )
+        )
+    return problems
+
+
+def verify(
+    inputs: Inputs,
+    *,
+    decode: bool = False,
+    sha256: bool | None = None,
+    on_problem: Callable[[Problem], None] | None = None,
+    on_shard: Callable[[ShardCheck], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> VerifyReport:
+    """Check every shard of ``inputs`` (shards, folders, manifests, ``-``)."""
+    result = VerifyReport()
+    items: list[str | ShardRef] = []
+    for item in [inputs] if isinstance(inputs, (str, ShardRef)) else list(inputs):
+        if isinstance(item, str) and os.path.isfile(os.path.join(item, MANIFEST)):
+            try:
+                problems = _manifest_problems(item)
+            except FormatError as exc:  # a broken manifest: check the shards that are there
+                problems = [Problem(exc.url or item, None, None, exc.message)]
+                items.extend(list_folder(item))
+            else:
+                items.append(item)
+            for problem in problems:
+                result.other.append(problem)
+                if on_problem is not None:
+                    on_problem(problem)
+        else:
+            items.append(item)
+    missing = {p.shard for p in result.other if p.message.endswith("but missing")}
+    for ref in as_refs(items, storage_options=storage_options):
+        if ref.url in missing:
+            continue
+        shard = verify_shard(
+            ref,
+            decode=decode,
+            sha256=sha256,
+            on_problem=on_problem,
+            storage_options=storage_options,
+        )
+        result.shards.append(shard)
+        if on_shard is not None:
+            on_shard(shard)
+    return result
