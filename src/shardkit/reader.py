@@ -5,26 +5,46 @@ the build's re-shard source all use it. Samples are dicts of raw bytes fields pl
 ``__key__``, ``__url__`` and ``__offset__`` (the byte offset where the sample starts in
 the uncompressed stream). TFRecord samples are their Example's features, mapped as
 :mod:`shardkit.formats.example` documents.
+
+Untrusted shards are safe to read: every malformed input ends in a
+:class:`~shardkit.errors.FormatError` (or a subclass), members and records are read
+whole only up to ``max_member_size`` (2 GiB by default; the header says the size before
+anything is read), and a gzipped shard is decompressed as a stream, never whole. Once
+the samples are read, the rest of a gzip stream (a few KiB of tar padding) is read too,
+so that its CRC and length are checked.
 """
 
 from __future__ import annotations
 
 import gzip
+import logging
 import zlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from . import storage
 from .errors import DataError, FormatError
+from .formats.tar import MAX_MEMBER_SIZE
 from .handlers import Handler, reraise
 from .writer import Format, format_from_name
 
-__all__ = ["detect_format", "iter_stream_samples", "read_shard"]
+__all__ = [
+    "MAX_MEMBER_SIZE",
+    "detect_format",
+    "iter_shard_samples",
+    "iter_stream_samples",
+    "read_shard",
+]
+
+logger = logging.getLogger(__name__)
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+# After the last sample, at most this much of a gzip stream is read to reach its trailer.
+_GZIP_TAIL = 1 << 20
 
 
-def detect_format(url: str, format: Format | None = None) -> tuple[Format, bool]:  # noqa: A002
+def detect_format(url: str, format: Format | None = None) -> tuple[Format, bool]:
     """(format, gzip) for a shard URL; ``format`` overrides the name's extension."""
     implied, gz = format_from_name(url.split("?", 1)[0])
     return (format or implied), gz
@@ -34,59 +54,104 @@ def iter_stream_samples(
     stream: BinaryIO,
     *,
     url: str,
-    format: Format = "tar",  # noqa: A002
+    format: Format = "tar",
     handler: Handler = reraise,
     verify: bool = True,
+    max_member_size: int = MAX_MEMBER_SIZE,
 ) -> Iterator[dict[str, Any]]:
-    """Samples of one already-open, already-decompressed shard stream."""
+    """Samples of one already-open, already-decompressed shard stream.
+
+    ``max_member_size`` bounds a tar member or a TFRecord record (see
+    :func:`shardkit.formats.tar.iter_members`).
+    """
     if format == "tar":
         from .formats.tar import iter_samples
 
-        yield from iter_samples(stream, url=url, handler=handler)
+        yield from iter_samples(stream, url=url, handler=handler, max_member_size=max_member_size)
         return
     from .formats.example import decode_example, example_to_sample
     from .formats.tfrecord import iter_records
 
-    for index, (offset, record) in enumerate(iter_records(stream, url=url, verify=verify)):
+    records = iter_records(stream, url=url, verify=verify, max_record_length=max_member_size)
+    for index, (offset, record) in enumerate(records):
         try:
             features = decode_example(record, url=url, offset=offset)
+            sample = example_to_sample(features, key=f"{index:08d}", url=url)
         except DataError as exc:
             if not handler(exc):
                 return
             continue
-        sample = example_to_sample(features, key=f"{index:08d}", url=url)
         sample["__offset__"] = offset
         yield sample
+
+
+def iter_shard_samples(
+    stream: BinaryIO,
+    *,
+    url: str,
+    format: Format = "tar",
+    gzipped: bool | None = None,
+    handler: Handler = reraise,
+    verify: bool = True,
+    max_member_size: int = MAX_MEMBER_SIZE,
+) -> Iterator[dict[str, Any]]:
+    """Samples of one opened shard stream, as :func:`read_shard` yields them.
+
+    The stream is gunzipped when ``gzipped`` is True, or when it is None and the stream
+    starts with the gzip magic bytes (which needs ``peek``). Structural errors, corrupt
+    gzip data included, go to ``handler`` as :class:`FormatError`; whatever the handler
+    returns, nothing after them is read. ``verify`` checks TFRecord data CRCs and, after
+    the last sample, the gzip CRC (a corrupt gzip stream can inflate without an error;
+    that FormatError then comes after the samples). The caller closes ``stream``.
+    """
+    source: BinaryIO = stream
+    if gzipped or (gzipped is None and _peek_gzip(stream)):
+        source = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+    try:
+        yield from iter_stream_samples(
+            source,
+            url=url,
+            format=format,
+            handler=handler,
+            verify=verify,
+            max_member_size=max_member_size,
+        )
+        if verify and source is not stream:
+            _read_gzip_tail(source, url)
+    except _GZIP_ERRORS as exc:
+        handler(FormatError(f"corrupt gzip stream: {exc}", url=url))
+    except FormatError as exc:
+        handler(exc)
 
 
 def read_shard(
     url: str,
     *,
-    format: Format | None = None,  # noqa: A002
+    format: Format | None = None,
     handler: Handler = reraise,
     verify: bool = True,
     storage_options: dict[str, Any] | None = None,
+    max_member_size: int = MAX_MEMBER_SIZE,
 ) -> Iterator[dict[str, Any]]:
     """Open ``url`` and yield its samples; the stream is closed when iteration ends.
 
-    Structural errors (truncation, bad checksums) are passed to ``handler`` too: a handler
-    that returns True skips the rest of that shard (nothing after a broken record can be
-    trusted), one that raises propagates the error.
+    Structural errors (truncation, bad checksums, corrupt gzip data) are passed to
+    ``handler`` too: a handler that returns True skips the rest of that shard (nothing
+    after a broken record can be trusted), one that raises propagates the error. A tar
+    member or TFRecord record over ``max_member_size`` bytes is such an error.
     """
     kind, gz = detect_format(url, format)
     stream = storage.open_read(url, storage_options=storage_options)
     try:
-        source: BinaryIO = stream
-        if gz or _peek_gzip(stream):
-            source = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
-        try:
-            yield from iter_stream_samples(
-                source, url=url, format=kind, handler=handler, verify=verify
-            )
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            handler(FormatError(f"corrupt gzip stream: {exc}", url=url))
-        except FormatError as exc:
-            handler(exc)
+        yield from iter_shard_samples(
+            stream,
+            url=url,
+            format=kind,
+            gzipped=True if gz else None,
+            handler=handler,
+            verify=verify,
+            max_member_size=max_member_size,
+        )
     finally:
         stream.close()
 
@@ -99,3 +164,26 @@ def _peek_gzip(stream: BinaryIO) -> bool:
         return bytes(peek(2)[:2]) == _GZIP_MAGIC
     except (OSError, ValueError):
         return False
+
+
+def _read_gzip_tail(source: BinaryIO, url: str) -> None:
+    """Read the rest of a gzip stream after the last sample, so that its CRC is checked.
+
+    A tar archive ends before its gzip stream does (padding follows the end-of-archive
+    blocks), and a corrupt stream can inflate without error: only the CRC catches it.
+    Bytes that are not gzip after a complete member are ignored, as tar does; a stream
+    that goes on for more than 1 MiB after the archive is left unchecked.
+    """
+    left = _GZIP_TAIL
+    try:
+        while left > 0:
+            chunk = source.read(min(left, 1 << 16))
+            if not chunk:
+                return
+            left -= len(chunk)
+    except gzip.BadGzipFile as exc:
+        if str(exc).startswith("Not a gzipped file"):
+            logger.debug("%s: ignoring non-gzip bytes after the last gzip member", url)
+            return
+        raise
+    logger.debug("%s: over %d bytes after the archive; gzip CRC not checked", url, _GZIP_TAIL)

@@ -28,6 +28,13 @@ extension's encoder (:func:`encode_sample`). Decoding: :class:`Decoder`, whose i
 specs (:data:`IMAGE_SPECS`) are webdataset's. :func:`register` adds extensions to the
 process-wide registry; a :class:`Codecs` object is a separate registry.
 
+Untrusted fields: a :class:`Decoder` never unpickles without ``allow_pickle=True``
+(``torch.load`` runs with ``weights_only``); any field that does not decode raises
+:class:`~shardkit.errors.DecodeError`; what a field may expand to is bounded (``.gz``
+fields by ``max_gunzip_size``, npz and ``torch.save`` archives by
+:data:`MAX_EXPANDED_SIZE`, npy headers by the data that follows them, images by Pillow's
+``MAX_IMAGE_PIXELS``: a warning past it, a DecodeError past twice it).
+
 Importing this package loads none of numpy, PIL, torch, msgpack or cbor2; each is
 imported when a field first needs it.
 """
@@ -37,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ._builtin import MAX_EXPANDED_SIZE
 from ._decoder import Decoder, Handler, decode_sample
 from ._images import IMAGE_EXTENSIONS, encode_image, image_extension, normalize_image_extension
 from ._imagespecs import IMAGE_SPECS
@@ -50,6 +58,7 @@ __all__ = [
     "Handler",
     "IMAGE_EXTENSIONS",
     "IMAGE_SPECS",
+    "MAX_EXPANDED_SIZE",
     "decode_sample",
     "default_codecs",
     "encode_image",

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import operator
 import pickle
 from collections.abc import Mapping
-from typing import Any
+from typing import IO, Any
 
 __all__ = [
+    "MAX_EXPANDED_SIZE",
     "PICKLE_PROTOCOL",
+    "check_zip_size",
     "decode_cbor",
     "decode_int",
     "decode_json",
@@ -43,6 +46,12 @@ PICKLE_PROTOCOL = 4
 
 # Fixed zip member timestamp for npz (numpy's own savez stamps the current time).
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+_ZIP_MAGIC = b"PK\x03\x04"
+_NPY_MAGIC = b"\x93NUMPY"
+
+#: The most bytes a compressed field may expand to when decoded: a ``.gz`` field (see
+#: :class:`~shardkit.codecs.Decoder`), or the members of an npz or ``torch.save`` zip.
+MAX_EXPANDED_SIZE = 2 << 30
 
 
 # -- int, text, json ---------------------------------------------------------------
@@ -93,13 +102,41 @@ def decode_torch(data: bytes) -> Any:
     """``torch.load`` limited to tensors and plain containers (``weights_only=True``)."""
     import torch
 
+    check_zip_size(data)
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
 def decode_torch_trusted(data: bytes) -> Any:
     import torch
 
+    check_zip_size(data)
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+# -- archives that expand ------------------------------------------------------------
+
+
+def check_zip_size(data: bytes, limit: int = MAX_EXPANDED_SIZE) -> None:
+    """Refuse a zip archive (npz, torch.save) whose members declare over ``limit`` bytes.
+
+    Both numpy and torch allocate what a member declares, and a deflated member of zeros
+    declares 1000 times its size. Readers never return more than the declared size, so
+    checking the central directory bounds the memory. Data that is not a zip passes.
+    """
+    if not data.startswith(_ZIP_MAGIC):
+        return
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            total = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, EOFError, OSError):
+        return  # the decoder will say what is wrong with it
+    if total > limit:
+        raise ValueError(
+            f"zip archive members declare {total} bytes, over the {limit}-byte limit "
+            "(a decompression bomb?)"
+        )
 
 
 # -- numpy ---------------------------------------------------------------------------
@@ -122,10 +159,29 @@ def encode_npy(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _load_npy(data: bytes, allow_pickle: bool) -> Any:
+def _read_npy(stream: IO[bytes], size: int, allow_pickle: bool) -> Any:
+    """``read_array`` once the header's shape is known to fit in the ``size`` bytes.
+
+    ``read_array`` allocates the array the header describes before reading its data;
+    a few bytes claiming a shape of 10**12 must fail here, not there.
+    """
     import numpy as np
 
-    return np.lib.format.read_array(io.BytesIO(data), allow_pickle=allow_pickle)
+    fmt = np.lib.format
+    version = fmt.read_magic(stream)
+    if version in ((1, 0), (2, 0)):
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read_header(stream)
+        need = math.prod(shape) * dtype.itemsize
+        have = size - stream.tell()
+        if not dtype.hasobject and need > have:
+            raise ValueError(f"npy header claims {need} bytes of data but {have} follow")
+    stream.seek(0)
+    return fmt.read_array(stream, allow_pickle=allow_pickle)
+
+
+def _load_npy(data: bytes, allow_pickle: bool) -> Any:
+    return _read_npy(io.BytesIO(data), len(data), allow_pickle)
 
 
 def decode_npy(data: bytes) -> Any:
@@ -156,10 +212,21 @@ def encode_npz(value: Any) -> bytes:
 
 
 def _load_npz(data: bytes, allow_pickle: bool) -> dict[str, Any]:
-    import numpy as np
+    """What ``np.load`` gives for an npz, each member checked as :func:`_read_npy` does."""
+    import zipfile
 
-    with np.load(io.BytesIO(data), allow_pickle=allow_pickle) as archive:
-        return {name: archive[name] for name in archive.files}
+    check_zip_size(data)
+    out: dict[str, Any] = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                name = info.filename.removesuffix(".npy")
+                if member.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+                    out[name] = archive.read(info)  # not an array: its bytes, as numpy does
+                    continue
+                member.seek(0)
+                out[name] = _read_npy(member, info.file_size, allow_pickle)
+    return out
 
 
 def decode_npz(data: bytes) -> dict[str, Any]:

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import gzip
+import io
+import re
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError, DecodeError, UnsafeDataError
+from ._builtin import MAX_EXPANDED_SIZE
 from ._images import image_extension
 from ._imagespecs import check_spec, decode_image
 from ._registry import Codecs, Refused, default_codecs
 
 __all__ = ["Decoder", "Handler", "decode_sample"]
+
+# zlib gets at most _GUNZIP_IN bytes of input and gives at most _GUNZIP_OUT per call.
+_GUNZIP_IN = 1 << 16
+_GUNZIP_OUT = 1 << 22
+_NONZERO = re.compile(rb"[^\x00]")
 
 #: A custom decoder: ``handler(ext, data)`` returns the decoded value, or None to pass.
 Handler = Callable[[str, bytes], Any]
@@ -43,6 +51,10 @@ class Decoder:
     Fields ending in ``.gz`` are gunzipped first and decoded by the rest of their
     extension (``json.gz`` -> json), as webdataset does.
 
+    A ``.gz`` field may expand to at most ``max_gunzip_size`` bytes (2 GiB by default);
+    past that it is a :class:`DecodeError`, raised before more memory is taken. npz and
+    ``torch.save`` fields whose zip members declare more than 2 GiB are refused too.
+
     ``allow_pickle`` lets ``pyd``/``pickle``/``pkl`` fields (and object arrays in npy/npz,
     and arbitrary objects in ``pth``) decode; that runs code from the shard, so without it
     those fields raise :class:`UnsafeDataError`. ``only`` restricts decoding to fields
@@ -61,7 +73,12 @@ class Decoder:
         only: str | Sequence[str] | None = None,
         partial: bool = False,
         codecs: Codecs | None = None,
+        max_gunzip_size: int = MAX_EXPANDED_SIZE,
     ) -> None:
+        if isinstance(max_gunzip_size, bool) or not isinstance(max_gunzip_size, int):
+            raise TypeError(f"max_gunzip_size must be an int, not {max_gunzip_size!r}")
+        if max_gunzip_size < 0:
+            raise ConfigError(f"max_gunzip_size must be >= 0, not {max_gunzip_size}")
         specs = [check_spec(h) for h in handlers if isinstance(h, str)]
         if len(specs) > 1:
             raise ConfigError(f"give at most one image spec, not {specs}")
@@ -77,6 +94,7 @@ class Decoder:
         self.only = _parse_only(only)
         self.partial = bool(partial)
         self.codecs = codecs
+        self.max_gunzip_size = max_gunzip_size
 
     def __repr__(self) -> str:
         parts = [repr(x) for x in (self.spec, *self.handlers) if x is not None]
@@ -86,6 +104,8 @@ class Decoder:
             parts.append(f"only={['.'.join(name) for name in self.only]!r}")
         if self.partial:
             parts.append("partial=True")
+        if self.max_gunzip_size != MAX_EXPANDED_SIZE:
+            parts.append(f"max_gunzip_size={self.max_gunzip_size}")
         return f"Decoder({', '.join(parts)})"
 
     def _selected(self, field: str) -> bool:
@@ -128,7 +148,7 @@ class Decoder:
 
     def _decode_field(self, ext: str, data: bytes) -> Any:
         while ext.lower().endswith(".gz"):
-            ext, data = ext[:-3], gzip.decompress(data)
+            ext, data = ext[:-3], gunzip(data, self.max_gunzip_size)
         for handler in self.handlers:
             value = handler(ext, data)
             if value is not None:
@@ -154,9 +174,50 @@ def decode_sample(
     only: str | Sequence[str] | None = None,
     partial: bool = False,
     codecs: Codecs | None = None,
+    max_gunzip_size: int = MAX_EXPANDED_SIZE,
 ) -> dict[str, Any]:
     """Decode one sample: ``Decoder(*handlers, **options)(sample)``."""
     decoder = Decoder(
-        *handlers, allow_pickle=allow_pickle, only=only, partial=partial, codecs=codecs
+        *handlers,
+        allow_pickle=allow_pickle,
+        only=only,
+        partial=partial,
+        codecs=codecs,
+        max_gunzip_size=max_gunzip_size,
     )
     return decoder(sample)
+
+
+def gunzip(data: bytes, limit: int) -> bytes:
+    """Decompress gzip data (every member, as ``gzip.decompress``) to at most ``limit`` bytes.
+
+    Raises ValueError once the output would pass ``limit``, having held at most
+    ``limit + 1`` bytes of it (in one buffer: pieces go to a BytesIO, whose getvalue()
+    hands that buffer over); zlib checks each member's CRC and length. Input goes to
+    zlib in chunks, so that what is copied per member is bounded: a field of a million
+    empty members takes linear time, not quadratic (``gzip.decompress`` copies the rest
+    of the data after each member).
+    """
+    out = io.BytesIO()
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        inflater = zlib.decompressobj(wbits=31)
+        pending: bytes | memoryview = b""
+        step = 512  # doubles: what a member hands back is never more than it used
+        while not inflater.eof:
+            if not pending:
+                if pos >= len(view):
+                    raise EOFError("gzipped data ends before the end of its stream")
+                pending = view[pos : pos + step]
+                pos += len(pending)
+                step = min(2 * step, _GUNZIP_IN)
+            room = min(limit + 1 - out.tell(), _GUNZIP_OUT)
+            out.write(inflater.decompress(pending, room))
+            if out.tell() > limit:
+                raise ValueError(f"gzipped data expands past max_gunzip_size ({limit} bytes)")
+            pending = inflater.unconsumed_tail
+        pos -= len(inflater.unused_data)  # the bytes after this member go back
+        nonzero = _NONZERO.search(data, pos)  # like gzip.decompress, skip zero padding
+        pos = nonzero.start() if nonzero else len(view)
+    return out.getvalue()

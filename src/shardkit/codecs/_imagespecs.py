@@ -125,7 +125,8 @@ def _finish(arr: Any, to_float: bool, kind: _Kind) -> Any:
     import numpy as np
 
     if to_float:
-        arr = arr.astype(np.float32) / 255.0
+        arr = arr.astype(np.float32)
+        arr /= 255.0  # in place: one float copy of a large image, not two
     if kind == "numpy":
         return arr
     import torch
@@ -146,4 +147,5 @@ def decode_image(data: bytes, spec: str, ext: str) -> Any:
         if kind == "pil":
             return img
         arr = _writable(img)
+        del img  # let Pillow's copy go before the float conversion
     return _finish(arr, to_float, kind)

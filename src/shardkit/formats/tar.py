@@ -14,6 +14,13 @@ The reader only calls ``stream.read(n)``: no seeking, so pipes and HTTP bodies w
 understands ustar, GNU (long names, base-256 sizes) and PAX headers, so it reads what GNU
 tar, Python's tarfile and webdataset write.
 
+Untrusted archives are safe to read: every malformed input ends in a
+:class:`~shardkit.errors.FormatError`; a member is read whole only up to
+``max_member_size`` (refused from its header before anything is read), and in pieces, so
+a size that lies allocates nothing; the reader never touches the file system. Member
+names come back exactly as stored (``../x``, ``/etc/x``): code that turns them into paths
+uses :func:`safe_member_path`.
+
 The writer emits plain ustar: one 512-byte header per member (a GNU long-name header only
 for names over 255 bytes), fixed mtime, owner and mode, members in the sample's order. The
 same samples always give the same bytes.
@@ -21,20 +28,24 @@ same samples always give the same bytes.
 
 from __future__ import annotations
 
+import io
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO, NamedTuple
 
-from ..errors import EncodeError, FormatError, TruncatedShardError
+from ..errors import ConfigError, EncodeError, FormatError, TruncatedShardError
 from ..handlers import Handler, reraise
 
 __all__ = [
     "BLOCK",
     "END_OF_ARCHIVE",
+    "MAX_MEMBER_SIZE",
     "TarMember",
     "TarWriter",
     "encode_sample",
     "iter_members",
     "iter_samples",
+    "safe_member_path",
     "sample_size",
     "split_name",
 ]
@@ -43,9 +54,14 @@ BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 _ZERO_BLOCK = bytes(BLOCK)
 _REGULAR = frozenset(b"0\x007")
-# Upper bound on a header-declared size we are willing to act on (1 TiB).
-_MAX_MEMBER = 1 << 40
-_MAX_META = 1 << 20  # PAX / GNU long-name payloads
+_META = frozenset(b"LKxg")  # GNU long name / long link, PAX extended / global header
+_MAX_META = 1 << 20  # their payloads are read whole too
+_MAX_SKIPPED = 1 << 40  # other members are streamed past; only an absurd size is an error
+_CHUNK = 1 << 24  # members larger than this are read piece by piece
+_PIECE = 1 << 20
+
+MAX_MEMBER_SIZE = 2 << 30
+"""Default ``max_member_size``: the largest member read into memory (2 GiB)."""
 
 
 class TarMember(NamedTuple):
@@ -81,6 +97,24 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+def _read_large(stream: BinaryIO, n: int) -> bytes:
+    """Read up to ``n`` bytes in pieces: a lying size allocates nothing it does not fill.
+
+    ``read(n)`` allocates ``n`` bytes up front on many streams (and GzipFile holds a
+    second copy while it fills them). BytesIO hands back its own buffer from getvalue(),
+    so a member that is really there costs its size once, plus a 1 MiB piece.
+    """
+    buffer = io.BytesIO()
+    got = 0
+    while got < n:
+        chunk = stream.read(min(n - got, _PIECE))
+        if not chunk:
+            break
+        buffer.write(chunk)
+        got += len(chunk)
+    return buffer.getvalue()
 
 
 def _octal(field: bytes) -> int:
@@ -126,14 +160,42 @@ def _parse_pax(data: bytes, url: str | None, offset: int) -> dict[str, str]:
     return records
 
 
+def _member_size(header: bytes, pax: dict[str, str], url: str | None, offset: int) -> int:
+    """The data size of a member: its PAX ``size`` record if any, else its header field."""
+    try:
+        size = int(pax["size"]) if "size" in pax else _octal(header[124:136])
+    except ValueError:
+        raise FormatError("bad size field in tar header", url=url, offset=offset) from None
+    if size < 0:
+        raise FormatError(f"negative member size {size}", url=url, offset=offset)
+    return size
+
+
+def _size_error(size: int, typeflag: int, limit: int, url: str | None, offset: int) -> FormatError:
+    if typeflag in _REGULAR:
+        what = f"max_member_size ({limit} bytes): raise it to read this shard"
+    else:
+        what = f"the {limit}-byte limit for tar metadata (type {chr(typeflag)!r})"
+    return FormatError(f"member of {size} bytes is over {what}", url=url, offset=offset)
+
+
 def iter_members(
-    stream: BinaryIO, *, url: str | None = None, handler: Handler = reraise
+    stream: BinaryIO,
+    *,
+    url: str | None = None,
+    handler: Handler = reraise,
+    max_member_size: int = MAX_MEMBER_SIZE,
 ) -> Iterator[TarMember]:
     """Yield the regular members of a tar stream, in order.
 
     Structural errors (a bad header checksum, a truncated member) raise: the rest of the
-    stream cannot be trusted. Non-regular members go to ``handler``.
+    stream cannot be trusted. Non-regular members go to ``handler``. Members are read
+    whole into memory, so one whose header declares more than ``max_member_size`` bytes
+    raises :class:`FormatError` before anything is read (PAX and GNU long-name headers
+    are limited to 1 MiB); other members are streamed past, never held. Names are
+    returned as they are, ``../`` and all: see :func:`safe_member_path`.
     """
+    _check_limit(max_member_size)
     offset = 0
     long_name: str | None = None
     pax: dict[str, str] = {}
@@ -153,30 +215,24 @@ def iter_members(
             raise FormatError(
                 "bad tar header checksum (not a tar file, or corrupt)", url=url, offset=offset
             )
-        try:
-            size = _octal(header[124:136])
-        except ValueError:
-            raise FormatError("bad size field in tar header", url=url, offset=offset) from None
         typeflag = header[156]
-        if "size" in pax:
-            try:
-                size = int(pax["size"])
-            except ValueError:
-                raise FormatError("bad PAX size", url=url, offset=offset) from None
-        if size < 0 or size > _MAX_MEMBER:
-            raise FormatError(f"absurd member size {size}", url=url, offset=offset)
+        size = _member_size(header, pax, url, offset)
         is_regular = typeflag in _REGULAR
-        if not is_regular and typeflag in b"LKxg" and size > _MAX_META:
-            raise FormatError(f"absurd metadata size {size}", url=url, offset=offset)
-        if is_regular or typeflag in b"LKxg":
-            data = read(size)
-            if len(data) < size:
-                data += _read_exact(stream, size - len(data))
+        if is_regular or typeflag in _META:
+            limit = max_member_size if is_regular else _MAX_META
+            if size > limit:
+                raise _size_error(size, typeflag, limit, url, offset)
+            if size <= _CHUNK:
+                data = read(size)
                 if len(data) < size:
-                    raise TruncatedShardError(
-                        "shard ends inside a tar member", url=url, offset=offset
-                    )
+                    data += _read_exact(stream, size - len(data))
+            else:
+                data = _read_large(stream, size)
+            if len(data) < size:
+                raise TruncatedShardError("shard ends inside a tar member", url=url, offset=offset)
         else:
+            if size > _MAX_SKIPPED:
+                raise FormatError(f"absurd member size {size}", url=url, offset=offset)
             data = b""
             _skip(stream, size, url, offset)
         pad = -size % BLOCK
@@ -211,6 +267,13 @@ def iter_members(
                 return
 
 
+def _check_limit(max_member_size: int) -> None:
+    if isinstance(max_member_size, bool) or not isinstance(max_member_size, int):
+        raise TypeError(f"max_member_size must be an int, not {type(max_member_size).__name__}")
+    if max_member_size < 0:
+        raise ConfigError(f"max_member_size must be >= 0, not {max_member_size}")
+
+
 _KINDS = {
     0x31: "hard link",
     0x32: "symlink",
@@ -237,17 +300,22 @@ def _skip(stream: BinaryIO, size: int, url: str | None, offset: int) -> None:
 
 
 def iter_samples(
-    stream: BinaryIO, *, url: str | None = None, handler: Handler = reraise
+    stream: BinaryIO,
+    *,
+    url: str | None = None,
+    handler: Handler = reraise,
+    max_member_size: int = MAX_MEMBER_SIZE,
 ) -> Iterator[dict[str, Any]]:
     """Group the members of a tar stream into samples (dicts of extension -> bytes).
 
     Each sample has ``__key__``, ``__url__`` (when ``url`` is given) and ``__offset__``,
     the byte offset of its first member's header. Bad data goes to ``handler``; a handler
-    that returns False ends the shard.
+    that returns False ends the shard. ``max_member_size`` is as for :func:`iter_members`.
     """
     current: dict[str, Any] | None = None
     key: str | None = None
-    for name, data, offset in iter_members(stream, url=url, handler=handler):
+    members = iter_members(stream, url=url, handler=handler, max_member_size=max_member_size)
+    for name, data, offset in members:
         split = split_name(name)
         if split is None:
             if "/" not in name and name.startswith("__") and name.endswith("__"):
@@ -277,6 +345,52 @@ def iter_samples(
         current[ext] = data
     if current is not None:
         yield current
+
+
+def safe_member_path(name: str, root: str | None = None) -> str:
+    """``name`` (a member name or sample key) as a path that stays inside a folder.
+
+    The reader returns names as the archive has them; anything that turns them into file
+    paths must go through this. Raises :class:`FormatError` (a data error: ``handler``
+    policies apply) for an absolute path, a ``..`` component, an empty component
+    (``a//b``, a trailing ``/``), a NUL character, or a drive (on Windows). ``.``
+    components are dropped: ``./a/b.jpg`` gives ``a/b.jpg``. With ``root``, returns
+    ``root`` joined with that path, after checking that no symlink already inside
+    ``root`` leads the path out of it.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, not {type(name).__name__}")
+    slashed = name.replace(os.altsep, "/") if os.altsep else name
+    if os.sep != "/":
+        slashed = slashed.replace(os.sep, "/")
+    parts = [part for part in slashed.split("/") if part != "."]
+    problem = _path_problem(name, slashed, parts)
+    if problem is not None:
+        raise FormatError(f"unsafe member name {name!r}: {problem}", key=name)
+    path = "/".join(parts)
+    if root is None:
+        return path
+    base = os.path.realpath(root)
+    target = os.path.realpath(os.path.join(base, *parts))
+    if os.path.commonpath([base, target]) != base:
+        raise FormatError(
+            f"unsafe member name {name!r}: a symlink in {root!r} leads it outside", key=name
+        )
+    return os.path.join(root, *parts)
+
+
+def _path_problem(name: str, slashed: str, parts: list[str]) -> str | None:
+    if "\0" in name:
+        return "it contains NUL"
+    if slashed.startswith("/") or os.path.splitdrive(name)[0]:
+        return "it is absolute"
+    if ".." in parts:
+        return "it has a '..' component"
+    if not parts:
+        return "it is empty"
+    if "" in parts:
+        return "it has an empty component"
+    return None
 
 
 # --------------------------------------------------------------------------- writing

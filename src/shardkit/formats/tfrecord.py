@@ -19,13 +19,14 @@ trusted.
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from crc32c import crc32c as _crc32c
 
-from shardkit.errors import ChecksumError, FormatError, TruncatedShardError
+from shardkit.errors import ChecksumError, ConfigError, FormatError, TruncatedShardError
 
 __all__ = [
     "MAX_RECORD_LENGTH",
@@ -38,8 +39,9 @@ __all__ = [
 RECORD_OVERHEAD = 16
 """Bytes added around each record: 8 (length) + 4 (length CRC) + 4 (data CRC)."""
 
-MAX_RECORD_LENGTH = 1 << 36
-"""Largest record length accepted on read (64 GiB); anything larger is a FormatError."""
+MAX_RECORD_LENGTH = 2 << 30
+"""Default ``max_record_length`` (2 GiB, protobuf's own limit on a message): records are
+read whole into memory, so a longer one is a FormatError before anything is read."""
 
 _HEADER_SIZE = 12
 _MASK_DELTA = 0xA282EAD8
@@ -51,6 +53,7 @@ _HEADER = struct.Struct("<QI")
 # single read() call and sliced out; longer ones are read on their own to avoid the copy.
 _SMALL_RECORD = 1 << 14
 _MAX_READ = 1 << 24
+_PIECE = 1 << 20  # records over _MAX_READ are read in pieces of this size
 
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -68,7 +71,11 @@ def frame_record(data: bytes | bytearray | memoryview) -> bytes:
 
 
 def iter_records(
-    stream: BinaryIO, *, url: str | None = None, verify: bool = True
+    stream: BinaryIO,
+    *,
+    url: str | None = None,
+    verify: bool = True,
+    max_record_length: int = MAX_RECORD_LENGTH,
 ) -> Iterator[tuple[int, bytes]]:
     """Yield ``(offset, data)`` for each record of a TFRecord stream.
 
@@ -79,9 +86,13 @@ def iter_records(
 
     Raises :class:`TruncatedShardError` if the stream ends inside a record,
     :class:`ChecksumError` if a CRC does not match (the data CRC only when ``verify``) and
-    :class:`FormatError` for a length over :data:`MAX_RECORD_LENGTH`; each carries ``url``
+    :class:`FormatError` for a length over ``max_record_length``; each carries ``url``
     and the ``offset`` of the record where the problem is.
     """
+    if isinstance(max_record_length, bool) or not isinstance(max_record_length, int):
+        raise TypeError(f"max_record_length must be an int, not {max_record_length!r}")
+    if max_record_length < 0:
+        raise ConfigError(f"max_record_length must be >= 0, not {max_record_length}")
     read = stream.read
     unpack_header = _HEADER.unpack_from
     unpack_u32 = _U32.unpack_from
@@ -96,7 +107,7 @@ def iter_records(
                 offset=offset,
             )
         length, length_crc = unpack_header(header)
-        _check_header(header, length, length_crc, url, offset)
+        _check_header(header, length, length_crc, max_record_length, url, offset)
         if length <= _SMALL_RECORD:
             # Data, data CRC and the next header in one call.
             want = length + 4 + _HEADER_SIZE
@@ -125,13 +136,14 @@ def iter_records(
 
 
 def _check_header(
-    header: bytes, length: int, length_crc: int, url: str | None, offset: int
+    header: bytes, length: int, length_crc: int, limit: int, url: str | None, offset: int
 ) -> None:
     if masked_crc32c(header[:8]) != length_crc:
         raise ChecksumError("length CRC mismatch in record header", url=url, offset=offset)
-    if length > MAX_RECORD_LENGTH:
+    if length > limit:
         raise FormatError(
-            f"record length {length} exceeds the limit of {MAX_RECORD_LENGTH} bytes",
+            f"record length {length} exceeds the limit of {limit} bytes "
+            "(max_record_length: raise it to read this shard)",
             url=url,
             offset=offset,
         )
@@ -140,19 +152,22 @@ def _check_header(
 def _read_full(read: Callable[[int], bytes], size: int, first: bytes = b"") -> bytes:
     """Read until ``size`` bytes (counting ``first``) or end of stream.
 
-    Reads at most :data:`_MAX_READ` bytes per call: ``read(n)`` allocates ``n`` bytes up
-    front, and a length that passed its CRC may still be a lie (a crafted file).
+    Reads at most :data:`_MAX_READ` bytes in the first call and 1 MiB in later ones:
+    ``read(n)`` allocates ``n`` bytes up front, and a length that passed its CRC may still
+    be a lie (a crafted file). The pieces go to a BytesIO, whose getvalue() returns its
+    own buffer: no second copy.
     """
     if not first:
         first = read(min(size, _MAX_READ))
         if len(first) == size or not first:
             return first
-    parts = [first]
+    buffer = io.BytesIO()
+    buffer.write(first)
     got = len(first)
     while got < size:
-        chunk = read(min(size - got, _MAX_READ))
+        chunk = read(min(size - got, _PIECE))
         if not chunk:
             break
-        parts.append(chunk)
+        buffer.write(chunk)
         got += len(chunk)
-    return b"".join(parts)
+    return buffer.getvalue()
