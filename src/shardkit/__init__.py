@@ -8,6 +8,7 @@ cloud SDK; those load only when a feature that needs them is used.
 from __future__ import annotations
 
 from ._version import __version__
+from .build import BuildOptions, BuildProgress, BuildResult, build
 from .errors import (
     BuildError,
     ChecksumError,
@@ -22,10 +23,14 @@ from .errors import (
     UnsafeDataError,
 )
 from .formats.tar import TarWriter
+from .mapshards import ShardResult, map_shards
 from .writer import ShardInfo, ShardWriter
 
 __all__ = [
     "BuildError",
+    "BuildOptions",
+    "BuildProgress",
+    "BuildResult",
     "ChecksumError",
     "ConfigError",
     "DataError",
@@ -33,6 +38,7 @@ __all__ = [
     "EncodeError",
     "FormatError",
     "ShardInfo",
+    "ShardResult",
     "ShardWriter",
     "ShardkitError",
     "StorageError",
@@ -40,4 +46,6 @@ __all__ = [
     "TruncatedShardError",
     "UnsafeDataError",
     "__version__",
+    "build",
+    "map_shards",
 ]

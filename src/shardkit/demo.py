@@ -54,31 +54,26 @@ def pack_and_read(source: str, out: str) -> list[str]:
     import collections
     import time
 
+    from .build import BuildOptions, build
     from .formats.tar import iter_samples
-    from .writer import ShardWriter
 
-    classes = sorted(d for d in os.listdir(source) if not d.startswith("."))
-    os.makedirs(out, exist_ok=True)
     started = time.perf_counter()
-    with ShardWriter(os.path.join(out, "shard-%06d.tar"), max_count=200) as sink:
-        for label, name in enumerate(classes):
-            for file in sorted(os.listdir(os.path.join(source, name))):
-                with open(os.path.join(source, name, file), "rb") as f:
-                    data = f.read()
-                key = f"{name}/{os.path.splitext(file)[0]}"
-                sink.write({"__key__": key, "jpg": data, "cls": label})
+    result = build(source, out, options=BuildOptions(max_count=200, overwrite=True))
     packed = time.perf_counter() - started
+    classes = sorted(d for d in os.listdir(source) if not d.startswith("."))
     counts: collections.Counter[int] = collections.Counter()
-    total_bytes = sum(info.bytes for info in sink.shards)
-    for info in sink.shards:
-        with open(info.url, "rb") as f:
-            for sample in iter_samples(f, url=info.url):
+    for shard in result.shards:
+        path = os.path.join(out, shard.name)
+        with open(path, "rb") as f:
+            for sample in iter_samples(f, url=path):
                 counts[int(sample["cls"])] += 1
     lines = [
-        f"packed {sum(counts.values())} samples into {len(sink.shards)} shards "
-        f"({total_bytes / 1e6:.1f} MB) in {packed:.2f} s",
+        f"packed {sum(counts.values())} samples into {len(result.shards)} shards "
+        f"({result.bytes / 1e6:.1f} MB) in {packed:.2f} s",
     ]
     lines += [
         f"  class {label} ({classes[label]}): {counts[label]} samples" for label in sorted(counts)
     ]
+    if result.skipped:
+        lines.append(f"  skipped {len(result.skipped)} bad files (see manifest.json)")
     return lines

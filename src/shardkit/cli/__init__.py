@@ -16,6 +16,7 @@ __all__ = ["main", "run"]
 
 # name -> module under shardkit.cli; each module must stay light to import.
 COMMANDS: dict[str, str] = {
+    "build": "build",
     "demo": "demo",
     "cat": "cat",
     "split": "split",

@@ -37,6 +37,13 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--timeout", type=float, help="seconds per sample")
     parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
     parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
+    parser.add_argument(
+        "--engine",
+        choices=("local", "ray", "dask"),
+        default="local",
+        help="ray/dask: one cluster task per input shard, -o a pattern (docs/scaling.md)",
+    )
+    parser.add_argument("--address", help="the Ray or Dask cluster (HOST:PORT)")
     parser.set_defaults(func=run)
 
 
@@ -55,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         max_count=args.max_count,
         max_size=args.max_size,
+        engine=args.engine,
+        address=args.address,
     )
     skipped = f", skipped {result.skipped}" if result.skipped else ""
     print(

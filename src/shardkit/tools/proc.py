@@ -215,10 +215,35 @@ def proc(
     max_size: int | None = None,
     format: Format | None = None,
     storage_options: dict[str, Any] | None = None,
+    engine: Literal["local", "ray", "dask"] = "local",
+    address: str | None = None,
 ) -> ProcResult:
-    """Run ``command`` over every sample of ``inputs`` and write the results to ``output``."""
+    """Run ``command`` over every sample of ``inputs`` and write the results to ``output``.
+
+    ``engine="ray"|"dask"`` runs one task per input shard on that cluster (``address``),
+    writing one output shard per input (``output`` is then a pattern; see
+    :func:`shardkit.map_shards`)."""
     if names not in ("sample", "key"):
         raise ConfigError(f"names must be 'sample' or 'key', not {names!r}")
+    if engine != "local":
+        if max_count is not None or max_size is not None or format is not None:
+            raise ConfigError("with a cluster engine each input shard gives one output shard")
+        from ..mapshards import proc_shards
+
+        return ProcResult(
+            *proc_shards(
+                inputs,
+                command,
+                output,
+                engine=engine,
+                address=address,
+                workers=workers,
+                on_error=on_error,
+                names=names,
+                timeout=timeout,
+                storage_options=storage_options,
+            )
+        )
     refs = as_refs(inputs, storage_options=storage_options)
     counts = [0, 0, 0]
     out = Output(

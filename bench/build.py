@@ -1,0 +1,524 @@
+"""Build benchmark: `shardkit build` against the usual ways of packing an image folder.
+
+Run: ``.venv/bin/python bench/build.py [--quick] [--targets /dev/shm,/tmp] [--repeat R]``
+
+The corpus (default 20,000 JPEGs of 200-800 px in 100 classes, ~60 KB median, plus a few
+zero-byte, truncated and non-image files) is generated once and cached under
+``/dev/shm/shardkit-bench/``. ``--quick`` uses 3,000 images. Every contender runs in its
+own subprocess, one after the other, on the same corpus, writing to each target folder
+(tmpfs and disk): their figures come from one run on one machine state.
+
+Pass-through contenders: ``shardkit build`` (default validation); GNU ``tar cf``;
+webdataset's ``ShardWriter`` in one process; a ``multiprocessing.Pool`` whose workers send
+every sample to one manager-shared ``ShardWriter`` under a lock; one webdataset
+``ShardWriter`` per pool worker. Resize contenders (shorter side to 224, JPEG quality 90,
+TFRecord output): ``shardkit build --resize 224 --format tfrecord`` against pool workers
+that decode and resize with Pillow and feed one ``tf.io.TFRecordWriter`` through a queue.
+The peers are written the way such one-off scripts usually are: plain, no validation.
+
+Reported: images/s and MB/s over the corpus (time measured inside each process after its
+imports, so TensorFlow's and torch's import time is not counted against anyone), wall
+time, peak RSS of the largest process and the sum over the process tree (VmHWM sampled
+from /proc), and how many of the corpus's corrupt files ended up in the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+SHARD_SIZE = 100_000_000
+SHARD_COUNT = 10_000
+RESIZE = 224
+QUALITY = 90
+BAD = {"zero": 5, "truncated": 10, "text": 5}
+
+# --------------------------------------------------------------------------- corpus
+
+_canvases: list[Any] = []
+
+
+def _canvas(seed: int, side: int = 1024) -> Any:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, (side // 24, side // 24, 3), dtype=np.uint8)
+    smooth = np.asarray(Image.fromarray(small).resize((side, side), Image.Resampling.BICUBIC))
+    noisy = smooth.astype(np.int16) + rng.integers(-12, 13, (side, side, 3), dtype=np.int16)
+    return Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
+
+
+def _make_image(seed: int) -> bytes:
+    from PIL import ImageDraw
+
+    if not _canvases:
+        _canvases.extend(_canvas(s) for s in range(8))
+    rng = random.Random(seed)
+    w, h = rng.randint(200, 800), rng.randint(200, 800)
+    x, y = rng.randrange(1024 - w), rng.randrange(1024 - h)
+    image = _canvases[rng.randrange(8)].crop((x, y, x + w, y + h))
+    draw = ImageDraw.Draw(image)
+    for _ in range(rng.randint(1, 4)):
+        x0, y0 = rng.randrange(w), rng.randrange(h)
+        box = (x0, y0, x0 + rng.randint(10, w // 2), y0 + rng.randint(10, h // 2))
+        draw.ellipse(box, fill=tuple(rng.randrange(256) for _ in range(3)))
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=rng.randint(84, 94))
+    return out.getvalue()
+
+
+def _write_image(args: tuple[str, int]) -> int:
+    path, seed = args
+    data = _make_image(seed)
+    with open(path, "wb") as f:
+        f.write(data)
+    return len(data)
+
+
+def make_corpus(folder: str, count: int, classes: int) -> dict[str, Any]:
+    """Generate (or reuse) the corpus; returns its description."""
+    marker = os.path.join(folder, ".complete.json")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            return dict(json.load(f))
+    import multiprocessing
+
+    shutil.rmtree(folder, ignore_errors=True)
+    names = [f"class_{c:03d}" for c in range(classes)]
+    for name in names:
+        os.makedirs(os.path.join(folder, name))
+    jobs = [(os.path.join(folder, names[i % classes], f"img_{i:06d}.jpg"), i) for i in range(count)]
+    started = time.perf_counter()
+    with multiprocessing.Pool() as pool:
+        sizes = pool.map(_write_image, jobs, chunksize=64)
+    bad = _add_bad_files(folder, names)
+    info = {
+        "images": count,
+        "classes": classes,
+        "bytes": sum(sizes) + sum(os.path.getsize(os.path.join(folder, p)) for p in bad),
+        "median": sorted(sizes)[len(sizes) // 2],
+        "bad": bad,
+        "files": count + len(bad),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    with open(marker, "w") as f:
+        json.dump(info, f)
+    return info
+
+
+def _add_bad_files(folder: str, names: list[str]) -> list[str]:
+    bad = []
+    for kind, n in BAD.items():
+        for i in range(n):
+            rel = f"{names[i % len(names)]}/bad_{kind}_{i}.jpg"
+            if kind == "zero":
+                data = b""
+            elif kind == "truncated":
+                full = _make_image(10_000_000 + i)
+                data = full[: len(full) * (i % 4 + 3) // 8]
+            else:
+                data = b"<html>not an image</html>\n" * (i + 1)
+            with open(os.path.join(folder, rel), "wb") as f:
+                f.write(data)
+            bad.append(rel)
+    return bad
+
+
+def list_files(src: str) -> list[tuple[int, str]]:
+    """(label, relative path) of every file under the class folders, sorted."""
+    classes = sorted(d for d in os.listdir(src) if not d.startswith("."))
+    out = []
+    for label, name in enumerate(classes):
+        for file in sorted(os.listdir(os.path.join(src, name))):
+            out.append((label, f"{name}/{file}"))
+    return out
+
+
+def _key(rel: str) -> str:
+    return rel.rsplit(".", 1)[0].replace(".", "_")
+
+
+# --------------------------------------------------------------------------- contenders
+
+
+def c_shardkit(src: str, out: str, workers: int) -> dict[str, Any]:
+    from shardkit import BuildOptions, build
+
+    options = BuildOptions(workers=workers, max_size=SHARD_SIZE, max_count=SHARD_COUNT)
+    result = build(src, out, options=options)
+    return {"samples": result.samples}
+
+
+def c_shardkit_1worker(src: str, out: str, workers: int) -> dict[str, Any]:
+    return c_shardkit(src, out, 1)
+
+
+def c_gnu_tar(src: str, out: str, workers: int) -> dict[str, Any]:
+    subprocess.run(["tar", "cf", os.path.join(out, "all.tar"), "-C", src, "."], check=True)
+    return {}
+
+
+def c_wds_single(src: str, out: str, workers: int) -> dict[str, Any]:
+    import webdataset as wds
+
+    files = list_files(src)
+    pattern = os.path.join(out, "wds-%06d.tar")
+    with wds.ShardWriter(pattern, maxcount=SHARD_COUNT, maxsize=SHARD_SIZE, verbose=0) as sink:
+        for label, rel in files:
+            with open(os.path.join(src, rel), "rb") as f:
+                data = f.read()
+            sink.write({"__key__": _key(rel), "jpg": data, "cls": label})
+    return {"samples": len(files)}
+
+
+_shared: Any = None
+
+
+def _shared_init(writer: Any, lock: Any, src: str) -> None:
+    global _shared
+    _shared = (writer, lock, src)
+
+
+def _shared_write(item: tuple[int, str]) -> None:
+    writer, lock, src = _shared
+    label, rel = item
+    with open(os.path.join(src, rel), "rb") as f:
+        data = f.read()
+    with lock:
+        writer.write({"__key__": _key(rel), "jpg": data, "cls": label})
+
+
+def c_wds_manager(src: str, out: str, workers: int) -> dict[str, Any]:
+    import multiprocessing
+    from multiprocessing.managers import BaseManager
+
+    import webdataset as wds
+
+    class Manager(BaseManager):
+        pass
+
+    Manager.register("ShardWriter", wds.ShardWriter)
+    files = list_files(src)
+    with Manager() as manager:
+        pattern = os.path.join(out, "mgr-%06d.tar")
+        writer = manager.ShardWriter(  # type: ignore[attr-defined]
+            pattern, maxcount=SHARD_COUNT, maxsize=SHARD_SIZE, verbose=0
+        )
+        lock = multiprocessing.Lock()
+        with multiprocessing.Pool(workers, _shared_init, (writer, lock, src)) as pool:
+            pool.map(_shared_write, files, chunksize=64)
+        writer.close()
+    return {"samples": len(files)}
+
+
+def _own_writer(args: tuple[int, str, str, list[tuple[int, str]]]) -> int:
+    import webdataset as wds
+
+    index, src, out, files = args
+    pattern = os.path.join(out, f"w{index}-%06d.tar")
+    with wds.ShardWriter(pattern, maxcount=SHARD_COUNT, maxsize=SHARD_SIZE, verbose=0) as sink:
+        for label, rel in files:
+            with open(os.path.join(src, rel), "rb") as f:
+                data = f.read()
+            sink.write({"__key__": _key(rel), "jpg": data, "cls": label})
+    return len(files)
+
+
+def c_wds_per_worker(src: str, out: str, workers: int) -> dict[str, Any]:
+    import multiprocessing
+
+    files = list_files(src)
+    jobs = [(i, src, out, files[i::workers]) for i in range(workers)]
+    with multiprocessing.Pool(workers) as pool:
+        counts = pool.map(_own_writer, jobs)
+    return {"samples": sum(counts)}
+
+
+def c_shardkit_resize(src: str, out: str, workers: int) -> dict[str, Any]:
+    from shardkit import BuildOptions, build
+
+    options = BuildOptions(
+        workers=workers,
+        max_size=SHARD_SIZE,
+        max_count=SHARD_COUNT,
+        resize=RESIZE,
+        quality=QUALITY,
+        format="tfrecord",
+    )
+    result = build(src, out, options=options)
+    return {"samples": result.samples}
+
+
+def _resize_producer(src: str, files: list[tuple[int, str]], queue: Any) -> None:
+    from PIL import Image
+
+    for label, rel in files:
+        try:
+            with Image.open(os.path.join(src, rel)) as image:
+                image = image.convert("RGB")
+                w, h = image.size
+                scale = RESIZE / min(w, h)
+                size = (max(1, round(w * scale)), max(1, round(h * scale)))
+                image = image.resize(size, Image.Resampling.BICUBIC)
+            buffer = io.BytesIO()
+            image.save(buffer, format="JPEG", quality=QUALITY)
+            queue.put((buffer.getvalue(), label, size[1], size[0], rel))
+        except Exception:
+            continue
+    queue.put(None)
+
+
+def c_tf_queue(src: str, out: str, workers: int) -> dict[str, Any]:
+    import multiprocessing
+
+    import tensorflow as tf
+
+    files = list_files(src)
+    queue: Any = multiprocessing.Queue(maxsize=256)
+    procs = [
+        multiprocessing.Process(target=_resize_producer, args=(src, files[i::workers], queue))
+        for i in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+
+    def feature(value: Any, kind: str) -> Any:
+        if kind == "bytes":
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    done, written, shard = 0, 0, 0
+    writer = tf.io.TFRecordWriter(os.path.join(out, f"tf-{shard:06d}.tfrecord"))
+    while done < workers:
+        item = queue.get()
+        if item is None:
+            done += 1
+            continue
+        data, label, height, width, rel = item
+        example = tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    "image/encoded": feature(data, "bytes"),
+                    "image/format": feature(b"jpeg", "bytes"),
+                    "image/class/label": feature(label, "int"),
+                    "image/height": feature(height, "int"),
+                    "image/width": feature(width, "int"),
+                    "image/filename": feature(rel.encode(), "bytes"),
+                }
+            )
+        )
+        writer.write(example.SerializeToString())
+        written += 1
+        if written % SHARD_COUNT == 0:
+            writer.close()
+            shard += 1
+            writer = tf.io.TFRecordWriter(os.path.join(out, f"tf-{shard:06d}.tfrecord"))
+    writer.close()
+    for proc in procs:
+        proc.join()
+    return {"samples": written}
+
+
+CONTENDERS: dict[str, tuple[str, Callable[[str, str, int], dict[str, Any]]]] = {
+    "shardkit": ("pass", c_shardkit),
+    "shardkit-1-worker": ("pass", c_shardkit_1worker),
+    "gnu-tar": ("pass", c_gnu_tar),
+    "wds-single": ("pass", c_wds_single),
+    "wds-manager-lock": ("pass", c_wds_manager),
+    "wds-per-worker": ("pass", c_wds_per_worker),
+    "shardkit-resize": ("resize", c_shardkit_resize),
+    "tf-queue-resize": ("resize", c_tf_queue),
+}
+_IMPORTS = {
+    "wds-single": "webdataset",
+    "wds-manager-lock": "webdataset",
+    "wds-per-worker": "webdataset",
+    "tf-queue-resize": "tensorflow",
+    "shardkit": "shardkit",
+    "shardkit-1-worker": "shardkit",
+    "shardkit-resize": "shardkit",
+}
+
+
+def run_contender(name: str, src: str, out: str, workers: int) -> None:
+    """Subprocess entry: import, time the work, print one JSON line."""
+    if name in _IMPORTS:
+        __import__(_IMPORTS[name])
+    started = time.perf_counter()
+    info = CONTENDERS[name][1](src, out, workers)
+    info["seconds"] = time.perf_counter() - started
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the children it waited for
+    info["cpu"] = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    print(json.dumps(info))
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_hwm(root: int, peaks: dict[int, int], cpu: dict[int, float]) -> None:
+    """Record VmHWM (KiB) and CPU seconds of every process in ``root``'s session."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[3]) != root:  # session id
+                continue
+            cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmHWM:"):
+                        peaks[int(pid)] = max(peaks.get(int(pid), 0), int(line.split()[1]))
+        except (OSError, IndexError, ValueError):
+            continue
+
+
+def measure(name: str, src: str, out: str, workers: int) -> dict[str, Any]:
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    cmd = [sys.executable, os.path.abspath(__file__), "--contender", name]
+    cmd += ["--src", src, "--out", out, "--workers", str(workers)]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True)
+    peaks: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.2):
+            _tree_hwm(proc.pid, peaks, cpu)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    stdout, _ = proc.communicate()
+    stop.set()
+    thread.join()
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} failed with status {proc.returncode}")
+    info: dict[str, Any] = json.loads(stdout.decode().strip().splitlines()[-1])
+    info["wall"] = wall
+    info["rss_max"] = max(peaks.values(), default=0) / 1024
+    info["rss_sum"] = sum(peaks.values()) / 1024
+    info["cpu"] = max(sum(cpu.values()), info.get("cpu", 0.0))
+    info["bad_packed"] = count_bad(out)
+    shutil.rmtree(out, ignore_errors=True)
+    return info
+
+
+def count_bad(out: str) -> int:
+    """Images in the output that fail shardkit's header validation (truncated, empty...)."""
+    from shardkit.build.validate import check_image
+    from shardkit.errors import DataError
+
+    bad = 0
+    for data in _output_images(out):
+        try:
+            check_image(data, "jpg")
+        except DataError:
+            bad += 1
+    return bad
+
+
+def _output_images(out: str) -> Any:
+    from shardkit.formats.example import decode_example
+    from shardkit.formats.tar import iter_members
+    from shardkit.formats.tfrecord import iter_records
+
+    for name in sorted(os.listdir(out)):
+        path = os.path.join(out, name)
+        if name.endswith(".tar"):
+            with open(path, "rb") as f:
+                for member in iter_members(f):
+                    if member.name.lower().endswith((".jpg", ".jpeg")):
+                        yield member.data
+        elif name.endswith(".tfrecord"):
+            with open(path, "rb") as f:
+                for _, record in iter_records(f):
+                    yield decode_example(record)["image/encoded"][0]
+
+
+# --------------------------------------------------------------------------- report
+
+
+def report(rows: list[tuple[str, str, dict[str, Any]]], corpus: dict[str, Any]) -> None:
+    files, megabytes = corpus["files"], corpus["bytes"] / 1e6
+    print(
+        f"\ncorpus: {corpus['images']} JPEGs + {len(corpus['bad'])} corrupt files, "
+        f"{corpus['classes']} classes, {megabytes:.0f} MB, median {corpus['median'] / 1e3:.0f} kB"
+    )
+    head = "| target | contender | images/s | MB/s | time s | wall s | CPU s | RSS max MB |"
+    print("\n" + head + " RSS sum MB | corrupt packed | shardkit speed-up |")
+    print("|" + "---|" * 11)
+    best: dict[tuple[str, str], float] = {}
+    for target, name, info in rows:
+        kind = CONTENDERS[name][0]
+        if name in ("shardkit", "shardkit-resize"):
+            best[(target, kind)] = files / info["seconds"]
+    for target, name, info in rows:
+        rate = files / info["seconds"]
+        ours = best.get((target, CONTENDERS[name][0]))
+        ratio = "" if name.startswith("shardkit") or ours is None else f"{ours / rate:.2f}x"
+        print(
+            f"| {target} | {name} | {rate:,.0f} | {megabytes / info['seconds']:,.0f} | "
+            f"{info['seconds']:.2f} | {info['wall']:.2f} | {info['cpu']:.1f} | "
+            f"{info['rss_max']:.0f} | {info['rss_sum']:.0f} | {info['bad_packed']} | {ratio} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3,000 images instead of 20,000")
+    parser.add_argument("--images", type=int, default=None)
+    parser.add_argument("--classes", type=int, default=100)
+    parser.add_argument("--cache", default="/dev/shm/shardkit-bench")
+    parser.add_argument("--targets", default="/dev/shm,/tmp")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeat", type=int, default=1, help="best of R rounds per contender")
+    parser.add_argument("--only", default="", help="comma-separated contender names")
+    parser.add_argument("--contender", help=argparse.SUPPRESS)
+    parser.add_argument("--src", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.contender:
+        run_contender(args.contender, args.src, args.out, args.workers)
+        return
+    count = args.images or (3_000 if args.quick else 20_000)
+    src = os.path.join(args.cache, f"corpus-{count}-{args.classes}")
+    corpus = make_corpus(src, count, args.classes)
+    names = [n for n in args.only.split(",") if n] or list(CONTENDERS)
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for round_ in range(args.repeat):  # rounds interleave contenders: fairer on a busy machine
+        for target in args.targets.split(","):
+            out = os.path.join(target, f"shardkit-bench-out-{os.getpid()}")
+            for name in names:
+                info = measure(name, src, out, args.workers)
+                key = (target, name)
+                if key not in best or info["seconds"] < best[key]["seconds"]:
+                    best[key] = info
+                print(f"[{round_ + 1}] {target} {name}: {info['seconds']:.2f} s", file=sys.stderr)
+    rows = [(target, name, info) for (target, name), info in best.items()]
+    report(rows, corpus)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""``shardkit build``: pack image folders, file lists, Python datasets and existing shards
+into shards, in parallel, deterministically and resumably.
+
+::
+
+    sources -> plan (fixed order, cut into tasks) -> executor (local processes)
+            -> workers write parts -> driver commits shards in plan order
+            -> manifest.json last
+
+Importing this package is light; the machinery loads when :func:`build` runs. See
+``docs/build.md`` for the design.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .options import BuildOptions
+from .results import BuildProgress, BuildResult, ProgressFn, ShardRecord
+
+__all__ = ["BuildOptions", "BuildProgress", "BuildResult", "ShardRecord", "build"]
+
+
+def build(
+    source: Any,
+    out: str | os.PathLike[str],
+    *,
+    options: BuildOptions | None = None,
+    to_sample: Any = None,
+    progress: ProgressFn | None = None,
+) -> BuildResult:
+    """Pack ``source`` into shards plus ``manifest.json`` in the folder ``out``.
+
+    ``source`` is an image folder (``SRC/<class>/**/<image>``), a ``.csv``/``.jsonl`` list,
+    shard URLs (``data/shard-{000000..000099}.tar``), or a Python map-style dataset
+    (``__len__`` and ``__getitem__``; pickled to the workers) or iterable (packed in this
+    process, in order). ``to_sample`` turns one dataset item into a sample dict; by default
+    a dict is used as is and an ``(image, label)`` pair becomes ``{"png": image, "cls":
+    label}``. ``progress`` receives a :class:`BuildProgress` a few times a second and
+    whenever a shard is committed.
+
+    Rerunning an interrupted build with the same arguments resumes it; the output is the
+    same bytes whatever the number of workers and however often it was interrupted.
+    Worker processes use the ``forkserver`` start method: a script that calls this must
+    guard its entry point with ``if __name__ == "__main__":``.
+    """
+    from .api import build as run
+
+    return run(source, out, options=options, to_sample=to_sample, progress=progress)

@@ -1,0 +1,100 @@
+"""``shardkit.build(source, out, ...)``: the one entry point of the build package."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .. import config
+from ..errors import BuildError, ConfigError
+from .executor import warm_up
+from .options import BuildOptions
+from .results import BuildResult, ProgressFn
+from .run import run_build
+from .sources import Listing, list_image_folder
+
+__all__ = ["build", "list_source"]
+
+_TABLE_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".ndjson")
+_SHARD_EXTENSIONS = (".tar", ".tar.gz", ".tgz", ".tfrecord", ".tfrecords", ".tfrecord.gz")
+
+
+def build(
+    source: Any,
+    out: str | os.PathLike[str],
+    *,
+    options: BuildOptions | None = None,
+    to_sample: Any = None,
+    progress: ProgressFn | None = None,
+) -> BuildResult:
+    """See :func:`shardkit.build` (this is its implementation)."""
+    if options is None:
+        options = BuildOptions()
+    if not isinstance(options, BuildOptions):
+        raise ConfigError(f"options must be a BuildOptions, not {type(options).__name__}")
+    out_path = os.fspath(out)
+    if (options.workers or config.default_workers()) > 1:
+        warm_up()  # the worker server boots while the source is listed
+    if "://" in out_path and not out_path.startswith("file:"):  # s3://, gs://: see remote.py
+        from .remote import build_remote
+
+        return build_remote(source, out_path, options, to_sample, progress)
+    listing = list_source(source, out_path, options, to_sample)
+    _make_folder(out_path)
+    return run_build(out_path, options, listing, progress)
+
+
+def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = None) -> Listing:
+    """List any supported source (checks that ``out`` is not inside a source folder)."""
+    if not isinstance(source, (str, os.PathLike)):
+        from .pysources import list_python
+
+        return list_python(source, to_sample)
+    path = os.fspath(source)
+    if to_sample is not None:
+        raise ConfigError("to_sample applies to Python datasets, not to a path source")
+    if "{" in path or "://" in path or path.lower().endswith(_SHARD_EXTENSIONS):
+        from .. import storage
+        from .shards import list_shards
+
+        for url in storage.expand_urls(path):
+            if storage.is_local(url):
+                folder = os.path.dirname(os.path.abspath(storage.local_path(url)))
+                if os.path.realpath(folder) == os.path.realpath(out):
+                    raise BuildError("the output folder holds the input shards", url=url)
+        return list_shards(path, options.format)
+    if os.path.isdir(path):
+        _check_not_inside(out, path)
+        return list_image_folder(path)
+    if not os.path.exists(path):
+        raise BuildError("no such file or folder", url=path)
+    if path.lower().endswith(_TABLE_EXTENSIONS):
+        from .tables import list_table
+
+        return list_table(path, options)
+    raise BuildError(
+        "not a source shardkit can build from: expected an image folder, a .csv/.jsonl list "
+        "or shards (.tar, .tfrecord)",
+        url=path,
+    )
+
+
+def _check_not_inside(out: str, source: str) -> None:
+    src = os.path.realpath(source)
+    dst = os.path.realpath(out)
+    if dst == src or dst.startswith(src.rstrip(os.sep) + os.sep):
+        raise BuildError(
+            f"the output folder {out!r} is inside the source folder: pick one outside it",
+            url=source,
+        )
+
+
+def _make_folder(out: str) -> None:
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise BuildError("the output exists and is not a folder", url=out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(
+            f"cannot create the output folder: {exc.strerror or exc}", url=out
+        ) from exc

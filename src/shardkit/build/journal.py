@@ -1,0 +1,165 @@
+"""The output folder's lock and the build journal (what makes a build resumable).
+
+Lock: ``OUT/.shardkit-build.lock``, held with ``flock`` for the whole build. A second
+build into the same folder fails at once; the kernel drops the lock of a process that
+dies, so a killed build never leaves a stale lock.
+
+Journal: ``OUT/.shardkit-build.journal``, JSON lines. The first line identifies the build
+(options that shape the output, seed, input fingerprint, number of tasks); every further
+line records one finished task (its part files with size and sha256, what it skipped,
+per-class counts, sample sizes), appended right after the task's parts are complete and
+before any of them is renamed or copied, or one shard the Assembler committed (with the
+position in the plan where it ends). A rerun of the same build reads it back, checks
+every recorded file (size and sha256) and only runs the tasks that are missing. A torn
+last line (the process died mid-write) is ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import BuildError
+from .worker import PartInfo, TaskResult
+
+__all__ = ["JOURNAL_NAME", "LOCK_NAME", "Journal", "output_lock"]
+
+LOCK_NAME = ".shardkit-build.lock"
+JOURNAL_NAME = ".shardkit-build.journal"
+
+
+@contextlib.contextmanager
+def output_lock(out: str) -> Iterator[None]:
+    """Hold the build lock of ``out``; raises BuildError at once if another build has it."""
+    path = os.path.join(out, LOCK_NAME)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise BuildError(f"cannot write to the output folder: {exc.strerror}", url=out) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise BuildError(
+                "another build is writing to this folder (it holds the lock "
+                f"{LOCK_NAME}); wait for it to finish",
+                url=out,
+            ) from None
+        # The lock file may have been removed (by a build that finished) between our open
+        # and flock: then we hold a lock nobody else can see; retry on the new file.
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        # Removed while still held: a build that opened the old file sees a different
+        # inode above and retries, so two builds never both believe they hold the lock.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.close(fd)
+
+
+class Journal:
+    """Append-only record of finished tasks for one build identity."""
+
+    def __init__(self, out: str, header: dict[str, Any]) -> None:
+        self.path = os.path.join(out, JOURNAL_NAME)
+        self.header = header
+        self.done: dict[int, TaskResult] = {}
+        self.shards: list[dict[str, Any]] = []  # shards committed by the Assembler, in order
+        self._stream: Any = None
+
+    def load(self) -> bool:
+        """Read an existing journal; False when there is none. Raises if it differs."""
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                lines = f.read().split("\n")
+        except FileNotFoundError:
+            return False
+        try:
+            header = json.loads(lines[0])
+        except ValueError:
+            return False  # torn before the header was complete: nothing was recorded
+        if header != self.header:
+            raise BuildError(
+                "the output folder holds an interrupted build with different options or "
+                "inputs; rerun with the same ones to resume, or use --overwrite",
+                url=os.path.dirname(self.path),
+            )
+        for line in lines[1:]:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                record = json.loads(line)
+                if "shard" in record:
+                    self.shards.append(record["shard"])
+                    continue
+                result = _decode(record)
+                self.done[result.index] = result
+        return True
+
+    def start(self, fresh: bool) -> None:
+        """Open for appending, writing the header first when ``fresh``."""
+        self._stream = open(self.path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115
+        if fresh:
+            self._write(self.header)
+        elif self._stream.tell() and not _ends_with_newline(self.path):
+            self._stream.write("\n")  # end a torn line so the next record parses
+
+    def record(self, result: TaskResult) -> None:
+        self.done[result.index] = result
+        self._write(_encode(result))
+
+    def record_shard(self, shard: dict[str, Any]) -> None:
+        self.shards.append(shard)
+        self._write({"shard": shard})
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        self._stream.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def remove(self) -> None:
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+def _ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def _encode(result: TaskResult) -> dict[str, Any]:
+    return {
+        "task": result.index,
+        "parts": [[p.name, p.samples, p.bytes, p.sha256] for p in result.parts],
+        "skipped": result.skipped,
+        "classes": [[k, v] for k, v in sorted(result.class_counts.items())],
+        "input_bytes": result.input_bytes,
+        "sizes": result.sizes,
+    }
+
+
+def _decode(obj: dict[str, Any]) -> TaskResult:
+    return TaskResult(
+        index=int(obj["task"]),
+        parts=[PartInfo(str(n), int(s), int(b), str(h)) for n, s, b, h in obj["parts"]],
+        skipped=[(str(p), str(r)) for p, r in obj["skipped"]],
+        class_counts={int(k): int(v) for k, v in obj["classes"]},
+        input_bytes=int(obj["input_bytes"]),
+        sizes=[int(n) for n in obj["sizes"]],
+    )

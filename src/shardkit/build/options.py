@@ -1,0 +1,117 @@
+"""Build options: one frozen dataclass, validated eagerly."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import ConfigError
+from ..units import parse_size
+
+__all__ = ["BuildOptions", "OnError", "OutputFormat", "ValidateMode"]
+
+OutputFormat = Literal["tar", "tfrecord"]
+ValidateMode = Literal["none", "header", "full"]
+OnError = Literal["skip", "fail"]
+
+# Options that do not change the output bytes: they are left out of the stored fingerprint.
+_RUN_ONLY = frozenset({"workers", "overwrite", "engine", "address"})
+_PREFIX_FORBIDDEN = frozenset("/\\\0")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How :func:`shardkit.build` packs a dataset (the CLI's options, same names).
+
+    ``max_size`` accepts an int or a size string (``"100MB"``, ``"1GiB"``). ``workers``
+    ``None`` means every usable core. ``resize`` scales the shorter side to that many
+    pixels; ``max_side`` shrinks images whose longer side is larger; both re-encode in
+    the workers (``quality`` applies to JPEG and WebP). ``path_column`` and
+    ``label_column`` name the columns of a CSV/JSONL list.
+    """
+
+    format: OutputFormat = "tar"
+    max_count: int = 10_000
+    max_size: int | str = 250_000_000
+    workers: int | None = None
+    shuffle: bool = True
+    seed: int = 0
+    prefix: str = "shard"
+    validate: ValidateMode = "header"
+    resize: int | None = None
+    max_side: int | None = None
+    quality: int = 90
+    on_error: OnError = "skip"
+    overwrite: bool = False
+    path_column: str = "path"
+    label_column: str | None = "label"
+    engine: Literal["local", "ray", "dask"] = "local"  # where tasks run (docs/scaling.md)
+    address: str | None = None  # the Ray/Dask cluster (None: start a local one)
+
+    def __post_init__(self) -> None:
+        size = parse_size(self.max_size, name="max_size")
+        object.__setattr__(self, "max_size", size)
+        _choice("format", self.format, ("tar", "tfrecord"))
+        _choice("validate", self.validate, ("none", "header", "full"))
+        _choice("on_error", self.on_error, ("skip", "fail"))
+        _positive_int("max_count", self.max_count)
+        if self.workers is not None:
+            _positive_int("workers", self.workers)
+        for name in ("resize", "max_side"):
+            value = getattr(self, name)
+            if value is not None:
+                _positive_int(name, value)
+        if isinstance(self.quality, bool) or not isinstance(self.quality, int):
+            raise ConfigError(f"quality must be an int from 1 to 100, not {self.quality!r}")
+        if not 1 <= self.quality <= 100:
+            raise ConfigError(f"quality must be from 1 to 100, not {self.quality}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an int, not {self.seed!r}")
+        _check_prefix(self.prefix)
+        from ..engines import check_engine
+
+        check_engine(self.engine, self.address)
+        if not isinstance(self.shuffle, bool):
+            raise ConfigError(f"shuffle must be True or False, not {self.shuffle!r}")
+
+    @property
+    def size_limit(self) -> int:
+        """``max_size`` in bytes."""
+        return int(self.max_size)
+
+    @property
+    def transforms(self) -> bool:
+        """Whether images are decoded and re-encoded (``resize`` or ``max_side``)."""
+        return self.resize is not None or self.max_side is not None
+
+    @property
+    def extension(self) -> str:
+        return "tar" if self.format == "tar" else "tfrecord"
+
+    def output_options(self) -> dict[str, Any]:
+        """The options that determine the output bytes (stored in journal and manifest)."""
+        return {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.name not in _RUN_ONLY
+        }
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an int, not {value!r}")
+    if value < 1:
+        raise ConfigError(f"{name} must be at least 1, not {value}")
+
+
+def _check_prefix(prefix: object) -> None:
+    if not isinstance(prefix, str) or not prefix:
+        raise ConfigError(f"prefix must be a non-empty string, not {prefix!r}")
+    if prefix.startswith(".") or _PREFIX_FORBIDDEN & set(prefix):
+        raise ConfigError(f"prefix {prefix!r} must not start with '.' or contain '/', '\\'")

@@ -1,0 +1,142 @@
+"""The plan: a fixed order of items cut into shard tasks, decided before any work starts.
+
+Everything the output depends on is decided here, from the listing, the options and the
+seed alone: the order (sorted listing, then a seeded shuffle) and the cut into tasks.
+Workers then only execute tasks, so the number of workers, their speed and
+interruptions cannot change a byte.
+
+Where output sizes are known in advance (listed files packed as they are) a task is one
+shard: at most ``max_count`` items and ``max_size`` bytes. A pass-through tar member is
+exactly its file plus headers and padding, so the estimate is exact (unless a file turns
+out to be another format than its name says; the task writer then rotates to a new part
+rather than pass ``max_size``). Where sizes are not known (resized images, samples from
+Python, URLs), tasks are chunks of :data:`CHUNK` items and the driver cuts shards from
+their output exactly (:class:`~shardkit.build.commit.Assembler`).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from ..formats import tar
+from .options import BuildOptions
+from .sources import Item, folder_json
+
+__all__ = ["CHUNK", "Task", "chunk_items", "chunk_stream", "cut_tasks", "estimator", "order_items"]
+
+CHUNK = 256
+"""Most items per task when shards are assembled from chunks (sizes not known up front);
+fewer when ``max_count`` is smaller."""
+
+_BLOCK = tar.BLOCK
+_TFRECORD_OVERHEAD = 16 + 160  # record framing + Example field names and tags
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: the items of one or more consecutive output shards."""
+
+    index: int
+    items: list[Item]
+
+
+def order_items(items: list[Item], options: BuildOptions) -> list[Item]:
+    """The listing's order, shuffled with ``options.seed`` when ``options.shuffle``."""
+    ordered = list(items)
+    if options.shuffle:
+        random.Random(options.seed).shuffle(ordered)
+    return ordered
+
+
+def _padded(size: int) -> int:
+    return -(-size // _BLOCK) * _BLOCK
+
+
+def _member(key: str, ext: str, size: int) -> int:
+    name = len(key.encode("utf-8", "surrogateescape")) + 1 + len(ext)
+    head = _BLOCK if name <= 100 else len(tar.encode_sample({"__key__": key, ext: b""}))
+    return head + _padded(size)
+
+
+def _json_size(item: Item, classes: list[str]) -> int:
+    """Bytes of the ``json`` field the worker will write for ``item``."""
+    if item.meta:
+        return len(item.meta.encode("utf-8", "surrogateescape"))
+    if item.label < 0:
+        return 0
+    name = classes[item.label]
+    if 48 + 6 * (len(str(item.ref)) + len(name)) <= _BLOCK:
+        return _BLOCK  # certainly one block: the exact length does not matter
+    return len(folder_json(str(item.ref), name, item.label))
+
+
+def _tar_estimate(item: Item, classes: list[str]) -> int:
+    if len(item.key) <= 23 and not item.meta and item.label >= 0:
+        # The common case, fast: every member name fits one header (4 bytes per character
+        # at most, plus ".json"), and cls and json each take one block.
+        name = classes[item.label]
+        if 48 + 6 * (len(str(item.ref)) + len(name)) <= _BLOCK:
+            return 5 * _BLOCK + _padded(item.size)  # 3 headers, cls and json blocks
+    size = _member(item.key, item.ext, item.size)
+    if item.label >= 0:
+        size += _member(item.key, "cls", len(str(item.label)))
+    meta = _json_size(item, classes)
+    if meta:
+        size += _member(item.key, "json", meta)
+    return size
+
+
+def _tfrecord_estimate(item: Item, classes: list[str]) -> int:
+    return item.size + len(item.key) + 2 * len(str(item.ref)) + _TFRECORD_OVERHEAD
+
+
+def estimator(options: BuildOptions, classes: list[str]) -> Callable[[Item], int]:
+    """The output size of one listed file packed as it is."""
+    estimate = _tar_estimate if options.format == "tar" else _tfrecord_estimate
+    return functools.partial(estimate, classes=classes)
+
+
+def cut_tasks(
+    items: Iterable[Item], options: BuildOptions, estimate: Callable[[Item], int] | None
+) -> list[Task]:
+    """Cut ordered items into shard tasks by ``max_count`` and ``max_size``."""
+    tasks: list[Task] = []
+    trailer = len(tar.END_OF_ARCHIVE) if options.format == "tar" else 0
+    limit = options.size_limit - trailer
+    current: list[Item] = []
+    size = 0
+    for item in items:
+        grow = estimate(item) if estimate is not None else 0
+        if current and (len(current) >= options.max_count or size + grow > limit):
+            tasks.append(Task(len(tasks), current))
+            current, size = [], 0
+        current.append(item)
+        size += grow
+    if current:
+        tasks.append(Task(len(tasks), current))
+    return tasks
+
+
+def chunk_items(items: list[Item], size: int) -> list[Task]:
+    """Tasks of ``size`` consecutive items (the Assembler cuts the shards)."""
+    return [
+        Task(i, items[start : start + size]) for i, start in enumerate(range(0, len(items), size))
+    ]
+
+
+def chunk_stream(items: Iterator[Item], size: int) -> Iterator[Task]:
+    """Tasks of ``size`` items from a one-pass stream, made as they are needed."""
+    index = 0
+    while True:
+        chunk: list[Item] = []
+        for item in items:
+            chunk.append(item)
+            if len(chunk) >= size:
+                break
+        if not chunk:
+            return
+        yield Task(index, chunk)
+        index += 1

@@ -1,0 +1,50 @@
+"""What a build reports: progress snapshots, the result, the shards (no heavy imports)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["BuildProgress", "BuildResult", "ProgressFn", "ShardRecord"]
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """One final shard: its file name, sample count, size and sha256."""
+
+    name: str
+    samples: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """A progress snapshot, passed to the ``progress`` callback a few times a second."""
+
+    samples: int  # samples written (including those of resumed tasks)
+    skipped: int  # items skipped so far
+    total: int | None  # items to process (None for a one-pass iterable)
+    bytes: int  # input bytes processed
+    shards: int  # final shards committed
+    elapsed: float  # seconds since the build started
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What :func:`shardkit.build` produced."""
+
+    out: str
+    manifest: str
+    shards: list[ShardRecord]
+    samples: int
+    skipped: list[tuple[str, str]]
+    resumed_tasks: int
+    seconds: float
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+
+ProgressFn = Callable[[BuildProgress], None]

@@ -1,0 +1,301 @@
+"""The driver: lock, journal, plan, run tasks, commit shards in order, write the manifest.
+
+Commit protocol (what makes a build crash-safe and deterministic):
+
+1. Workers write each task's parts under hidden names (``.shard-task000012-part000.tar``),
+   each itself written under a temporary name and renamed when complete.
+2. When a task finishes, the driver appends it to the journal, then hands finished tasks
+   to the committer strictly in plan order (:mod:`.commit`): task *t* is committed only
+   once tasks 0..t-1 are, so final names ``{prefix}-{index:06d}.{ext}`` are contiguous and
+   do not depend on which worker finished first. A task whose items were all skipped
+   contributes no shard.
+3. ``manifest.json`` is written last, atomically; then the journal and lock go away.
+
+A killed build leaves complete files (final or part names), the journal and no manifest;
+rerunning verifies what the journal records and runs only the missing tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from .. import config
+from ..errors import BuildError
+from .commit import Assembler, Renamer
+from .executor import Executor, InlineExecutor, ProcessExecutor
+from .folder import OutputFolder
+from .journal import Journal, output_lock
+from .manifest import MANIFEST_NAME, ShardRecord, make_manifest, write_manifest
+from .options import BuildOptions
+from .plan import CHUNK, Task, chunk_items, chunk_stream, cut_tasks, estimator, order_items
+from .results import BuildProgress, BuildResult, ProgressFn
+from .sources import Listing
+from .worker import TaskResult, WorkerContext, init_worker, run_task
+
+__all__ = ["run_build"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Driver:
+    def __init__(
+        self, out: str, options: BuildOptions, listing: Listing, progress: ProgressFn | None
+    ) -> None:
+        self.out = out
+        self.options = options
+        self.listing = listing
+        self.progress_fn = progress
+        self.identity = {
+            "options": options.output_options(),
+            "source": {
+                "kind": listing.kind,
+                "fingerprint": listing.fingerprint,
+                "items": len(listing.items) if listing.items is not None else None,
+            },
+        }
+        self.journal = Journal(out, {"shardkit_journal": 1, **self.identity})
+        self.folder = OutputFolder(out, options, self.journal)
+        self.assemble = options.transforms or not listing.sizes_known
+        self.chunk = min(CHUNK, options.max_count)  # items per task when assembling
+        self.committer: Renamer | Assembler = (
+            Assembler(out, self.journal, self.folder.final_name, options)
+            if self.assemble
+            else Renamer(out, self.journal, self.folder.final_name)
+        )
+        self.started = time.perf_counter()
+        self.next_task = 0
+        self.counts = [0, 0, len(listing.skipped)]  # samples, bytes, skipped
+        self.last_report = 0.0
+        self.resumed = 0
+
+    # -- start
+    def prepare(self) -> BuildResult | None:
+        """Clear, check or resume the folder; returns a result if it is already built."""
+        manifest = self.folder.check(self.identity)
+        if manifest is not None:
+            shards, skipped = self.folder.already_built(manifest)
+            return self._result(shards, skipped, resumed=-1)
+        resumed = self.journal.load()
+        if resumed:
+            for task in self.committer.resume():
+                logger.warning("task %d: files missing or changed, running it again", task)
+                del self.journal.done[task]
+            self.resumed = len(self.journal.done)
+        self.folder.remove_strays()
+        self.journal.start(fresh=not resumed)
+        return None
+
+    # -- run
+    def run(self) -> BuildResult:
+        for result in self.journal.done.values():
+            self._count(result)
+        self.next_task = self.committer.start
+        self._commit_ready()
+        self._report(force=True)
+        tasks, count = self._pending_tasks()
+        self._execute(tasks, count)
+        self._commit_ready()
+        self.committer.finish()
+        return self._finish()
+
+    def _pending_tasks(self) -> tuple[Iterator[Task], int | None]:
+        listing, options, done = self.listing, self.options, self.journal.done
+        first = self.committer.start
+
+        def wanted(task: Task) -> bool:
+            return task.index >= first and task.index not in done
+
+        if listing.items is None:
+            if listing.stream is None:
+                raise BuildError("a one-pass source has no items to read")
+            return filter(wanted, chunk_stream(listing.stream, self.chunk)), None
+        ordered = order_items(listing.items, options)
+        if self.assemble:
+            tasks = chunk_items(ordered, self.chunk)
+        else:
+            tasks = cut_tasks(ordered, options, estimator(options, listing.classes))
+        pending = [t for t in tasks if wanted(t)]
+        return iter(pending), len(pending)
+
+    def _executor(self, pending: int | None) -> Executor:
+        context = WorkerContext(
+            self.out, self.options, self.listing.source, tuple(self.listing.classes), self.assemble
+        )
+        if self.options.engine != "local":  # a Ray or Dask cluster (docs/scaling.md)
+            return _cluster_executor(self.options, self.listing, context)
+        workers = self.options.workers or config.default_workers()
+        if pending is not None:
+            workers = min(workers, pending)
+        if workers <= 1 or not self.listing.splittable or not _picklable(context):
+            return InlineExecutor(context)
+        return ProcessExecutor(context, workers)
+
+    def _execute(self, tasks: Iterator[Task], count: int | None) -> None:
+        if count == 0:
+            return
+        executor = self._executor(count)
+        inflight: dict[Future[TaskResult], int] = {}
+        try:
+            while True:
+                while len(inflight) < 2 * executor.workers:
+                    task = next(tasks, None)
+                    if task is None:
+                        break
+                    inflight[executor.submit(run_task, task)] = task.index
+                if not inflight:
+                    break
+                done, _ = wait(inflight, timeout=0.1, return_when=FIRST_COMPLETED)
+                self._progress(executor.progress())
+                for future in sorted(done, key=inflight.__getitem__):
+                    del inflight[future]
+                    self._finished(_result_of(future))
+        except BaseException:
+            executor.close(cancel=True)
+            if isinstance(self.committer, Assembler):
+                self.committer.abort()
+            raise
+        executor.close()
+
+    def _finished(self, result: TaskResult) -> None:
+        self.journal.record(result)
+        self._commit_ready()
+
+    def _commit_ready(self) -> None:
+        """Hand finished tasks to the committer in plan order (reports new shards)."""
+        shards = len(self.committer.shards)
+        while self.next_task in self.journal.done:
+            self.committer.add(self.journal.done[self.next_task])
+            self.next_task += 1
+            if len(self.committer.shards) != shards:
+                shards = len(self.committer.shards)
+                self._report(force=True)
+
+    # -- progress
+    def _count(self, result: TaskResult) -> None:
+        """Add a resumed task (live tasks are counted through progress reports)."""
+        self.counts[0] += sum(p.samples for p in result.parts)
+        self.counts[1] += result.input_bytes
+        self.counts[2] += len(result.skipped)
+
+    def _progress(self, deltas: list[tuple[int, int, int]]) -> None:
+        for samples, nbytes, skipped in deltas:
+            self.counts[0] += samples
+            self.counts[1] += nbytes
+            self.counts[2] += skipped
+        self._report()
+
+    def _report(self, force: bool = False) -> None:
+        if self.progress_fn is None:
+            return
+        now = time.perf_counter()
+        if not force and now - self.last_report < 0.1:
+            return
+        self.last_report = now
+        items = self.listing.items
+        total = len(items) + len(self.listing.skipped) if items is not None else None
+        samples, nbytes, skipped = self.counts
+        shards = len(self.committer.shards)
+        self.progress_fn(BuildProgress(samples, skipped, total, nbytes, shards, now - self.started))
+
+    # -- finish
+    def _finish(self) -> BuildResult:
+        results = [self.journal.done[i] for i in sorted(self.journal.done)]
+        self.counts = [0, 0, len(self.listing.skipped)]
+        for result in results:
+            self._count(result)
+        self._report(force=True)
+        skipped = sorted([*self.listing.skipped, *(s for r in results for s in r.skipped)])
+        counts: dict[int, int] = {}
+        for result in results:
+            for label, n in result.class_counts.items():
+                counts[label] = counts.get(label, 0) + n
+        timing = {
+            "seconds": round(time.perf_counter() - self.started, 3),
+            "workers": self.options.workers or config.default_workers(),
+            "resumed_tasks": self.resumed,
+        }
+        shards = self.committer.shards
+        manifest = make_manifest(
+            identity=self.identity,
+            shards=shards,
+            classes=self.listing.classes,
+            class_counts=counts,
+            skipped=skipped,
+            timing=timing,
+        )
+        manifest["source"] = {**manifest["source"], "path": self.listing.path}
+        write_manifest(self.out, manifest)
+        self.journal.remove()
+        self.folder.remove_strays()
+        return self._result(shards, skipped, resumed=self.resumed)
+
+    def _result(
+        self, shards: list[ShardRecord], skipped: list[tuple[str, str]], resumed: int
+    ) -> BuildResult:
+        return BuildResult(
+            out=self.out,
+            manifest=os.path.join(self.out, MANIFEST_NAME),
+            shards=shards,
+            samples=sum(s.samples for s in shards),
+            skipped=skipped,
+            resumed_tasks=resumed,
+            seconds=time.perf_counter() - self.started,
+        )
+
+
+def _result_of(future: Future[TaskResult]) -> TaskResult:
+    try:
+        return future.result()
+    except BrokenProcessPool as exc:
+        raise BuildError(
+            "a worker process died unexpectedly (killed, or out of memory?); "
+            "rerun the same command to resume"
+        ) from exc
+
+
+def _cluster_executor(options: BuildOptions, listing: Listing, ctx: WorkerContext) -> Executor:
+    from dataclasses import replace
+
+    from ..engines import make_executor
+
+    if not listing.splittable or not _picklable(ctx):
+        raise BuildError(f"engine={options.engine!r} needs a source that pickles and splits")
+    ctx = replace(ctx, out=os.path.abspath(ctx.out))  # cluster workers have their own cwd
+    executor: Executor = make_executor(
+        options.engine, options.address, init=init_worker, context=ctx
+    )
+    return executor
+
+
+def _picklable(context: WorkerContext) -> bool:
+    import pickle
+
+    try:
+        pickle.dump(context, _NullWriter())
+    except Exception as exc:  # pickle raises many types: PicklingError, TypeError, ...
+        logger.warning("the source does not pickle (%s): building in this process", exc)
+        return False
+    return True
+
+
+class _NullWriter:
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+def run_build(
+    out: str, options: BuildOptions, listing: Listing, progress: ProgressFn | None
+) -> BuildResult:
+    """Build ``listing`` into ``out`` (which exists); holds the lock throughout."""
+    with output_lock(out):
+        driver = _Driver(out, options, listing, progress)
+        try:
+            done = driver.prepare()
+            return done if done is not None else driver.run()
+        finally:
+            driver.journal.close()

@@ -1,0 +1,169 @@
+"""Existing shards as a source: re-shard, reshuffle, change format.
+
+The driver reads every input shard once to list its samples (key, byte offset, size);
+workers then read each sample back by seeking to its offset, so the plan can put any
+sample anywhere. That needs local, uncompressed shards (gzip and remote shards cannot
+seek cheaply: decompress or download them first).
+
+Samples keep their keys and fields. Between formats, the conventional image fields are
+translated: a tar sample's image (``jpg``, ``png``, ...), ``cls`` and ``json`` become
+``image/encoded``, ``image/format``, ``image/class/label``, ``image/filename`` (plus
+``image/height`` and ``image/width`` from the image header) in a ``tf.train.Example``, and
+back. Other fields pass through under their own names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from .. import storage
+from ..codecs import image_extension, normalize_image_extension
+from ..errors import BuildError, DataError
+from ..reader import detect_format, iter_stream_samples, read_shard
+from .sources import Item, Listing
+
+__all__ = ["ShardSource", "list_shards"]
+
+_TF_FORMAT = {"jpg": "jpeg", "tif": "tiff"}
+_FROM_TF_FORMAT = {"jpeg": "jpg", "jpg": "jpg", "tiff": "tif"}
+_open: dict[str, BinaryIO] = {}  # per worker process: the last few shards read
+
+
+def list_shards(spec: str, output_format: str) -> Listing:
+    """List every sample of the shards ``spec`` names (a brace pattern or one path)."""
+    urls = storage.expand_urls(spec)
+    for url in urls:
+        if not storage.is_local(url) or detect_format(url)[1]:
+            raise BuildError(
+                "only local, uncompressed shards can be re-sharded (samples are read by "
+                "seeking): decompress or download them first",
+                url=url,
+            )
+        if not os.path.exists(storage.local_path(url)):
+            raise BuildError("no such file", url=url)
+    items: list[Item] = []
+    digest = hashlib.sha256()
+    for index, url in enumerate(urls):
+        info = os.stat(storage.local_path(url))
+        digest.update(f"{url}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+        for sample in read_shard(url):
+            size = sum(len(v) for k, v in sample.items() if isinstance(v, bytes))
+            items.append(Item((index, sample["__offset__"]), sample["__key__"], -1, "", size, ""))
+    if not items:
+        raise BuildError("the shards hold no samples", url=spec)
+    if len({item.key for item in items}) < len(items):  # e.g. TFRecords without __key__
+        items = [item._replace(key=f"{item.ref[0]:06d}/{item.key}") for item in items]
+    return Listing(
+        kind="shards",
+        path=spec,
+        source=ShardSource(tuple(urls), output_format),
+        items=items,
+        classes=[],
+        fingerprint=digest.hexdigest(),
+        sizes_known=False,
+    )
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """Reads one sample back from an input shard by its byte offset."""
+
+    urls: tuple[str, ...]
+    output_format: str
+    kind: str = "shards"
+
+    def load(self, item: Item) -> Mapping[str, Any]:
+        index, offset = item.ref
+        url = self.urls[index]
+        stream = _stream(url)
+        stream.seek(offset)
+        fmt = detect_format(url)[0]
+        for sample in iter_stream_samples(stream, url=url, format=fmt):
+            sample.pop("__url__", None)
+            sample.pop("__offset__", None)
+            sample["__key__"] = item.key
+            if fmt == "tar" and self.output_format == "tfrecord":
+                return _to_example(sample)
+            if fmt == "tfrecord" and self.output_format == "tar":
+                return _from_example(sample)
+            return sample
+        raise DataError("sample not found at its offset (the shard changed?)", url=url)
+
+    def describe(self, item: Item) -> str:
+        return f"{self.urls[item.ref[0]]}@{item.ref[1]}"
+
+    def json_text(self, item: Item, classes: tuple[str, ...]) -> str:
+        return ""
+
+
+def _stream(url: str) -> BinaryIO:
+    stream = _open.get(url)
+    if stream is None:
+        if len(_open) >= 8:
+            _open.pop(next(iter(_open))).close()
+        stream = _open[url] = open(storage.local_path(url), "rb")  # noqa: SIM115
+    return stream
+
+
+def _to_example(sample: dict[str, Any]) -> dict[str, Any]:
+    image = next((k for k in sample if image_extension(k) and "." not in k), None)
+    if image is None:
+        return sample
+    from .transform import image_size
+
+    data = sample.pop(image)
+    ext = normalize_image_extension(image)
+    width, height = image_size(data)
+    out = {"__key__": sample.pop("__key__"), "image/encoded": data}
+    out.update({"image/format": _TF_FORMAT.get(ext, ext), "image/height": height})
+    out["image/width"] = width
+    if "cls" in sample:
+        out["image/class/label"] = int(sample.pop("cls"))
+    meta = _json(sample.get("json"))
+    if "path" in meta:
+        out["image/filename"] = str(meta["path"])
+    if "class" in meta:
+        out["image/class/text"] = str(meta["class"])
+    out.update(sample)
+    return out
+
+
+def _from_example(sample: dict[str, Any]) -> dict[str, Any]:
+    if "image/encoded" not in sample:
+        return {k: v for k, v in sample.items() if "/" not in k}
+    fmt = sample.pop("image/format", b"jpeg")
+    fmt = fmt.decode() if isinstance(fmt, bytes) else str(fmt)
+    out: dict[str, Any] = {"__key__": sample.pop("__key__")}
+    out[_FROM_TF_FORMAT.get(fmt.lower(), fmt.lower())] = sample.pop("image/encoded")
+    if "image/class/label" in sample:
+        out["cls"] = int(sample.pop("image/class/label"))
+    meta: dict[str, Any] = {}
+    for name in ("image/filename", "image/class/text"):
+        if name in sample:
+            value = sample.pop(name)
+            meta["path" if name.endswith("filename") else "class"] = (
+                value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            )
+    for name in ("image/height", "image/width"):
+        if name in sample:
+            meta[name.rsplit("/", 1)[1]] = sample.pop(name)
+    if "cls" in out:
+        meta["label"] = out["cls"]
+    out["json"] = meta
+    out.update({k: v for k, v in sample.items() if "/" not in k})
+    return out
+
+
+def _json(value: Any) -> dict[str, Any]:
+    if not isinstance(value, (bytes, str)):
+        return {}
+    try:
+        meta = json.loads(value)
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}

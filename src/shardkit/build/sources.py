@@ -1,0 +1,231 @@
+"""Build sources: what to pack, listed up front as :class:`Item` records.
+
+A source lists its items in a fixed order (the plan shuffles them with the seed) and
+knows how to load one item in a worker. Listing happens once, in the driver; loading
+happens in the workers, so a source object must pickle small (a root folder, a dataset).
+
+* an image folder (``root/<class>/**/<image>``, torchvision's ImageFolder layout);
+* a CSV/JSONL list (:mod:`.tables`);
+* a Python map-style dataset or one-pass iterable (:mod:`.pysources`);
+* existing shards (:mod:`.shards`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from ..codecs import normalize_image_extension
+from ..errors import BuildError, DataError
+from .keys import make_keys
+
+__all__ = [
+    "FOLDER_EXTENSIONS",
+    "FileSource",
+    "Item",
+    "Listing",
+    "Source",
+    "folder_json",
+    "list_image_folder",
+    "read_file",
+]
+
+#: Image file extensions an image folder recognises (case-insensitively).
+FOLDER_EXTENSIONS = frozenset(
+    {"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm"}
+)
+
+
+class Item(NamedTuple):
+    """One input sample as listed: small, picklable, loaded later by a worker."""
+
+    ref: Any  # path (relative to the source root, absolute, or a URL), index, or raw item
+    key: str
+    label: int  # -1 when the source has no labels
+    ext: str  # field extension of the image ("jpg"); "" for samples from Python
+    size: int  # input bytes as listed (0 when unknown)
+    meta: str  # JSON text of the sample's ``json`` field ("" for none)
+
+
+class Source(Protocol):
+    """Loads one item in a worker: file bytes, or a ready sample dict."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def load(self, item: Item) -> bytes | Mapping[str, Any]: ...
+
+    def describe(self, item: Item) -> str: ...
+
+    def json_text(self, item: Item, classes: tuple[str, ...]) -> str: ...
+
+
+@dataclass
+class Listing:
+    """Everything the driver knows about a source before planning."""
+
+    kind: str
+    path: str
+    source: Source
+    items: list[Item] | None  # None for a one-pass iterable
+    classes: list[str]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    fingerprint: str = ""
+    stream: Iterator[Item] | None = None  # the items of a one-pass iterable
+    sizes_known: bool = True  # item.size is the exact input size of every item
+
+    @property
+    def splittable(self) -> bool:
+        return self.items is not None
+
+
+def read_file(path: str, size: int) -> bytes:
+    """The bytes of a local file that was listed with ``size`` bytes (one read call)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise DataError(f"cannot read: {exc.strerror or exc}", url=path) from exc
+    try:
+        data = os.read(fd, size + 1) if size < 0x7FFFF000 else _read_all(fd)
+    except OSError as exc:
+        raise DataError(f"cannot read: {exc.strerror or exc}", url=path) from exc
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise DataError(f"file changed during the build ({size} -> {len(data)} bytes)", url=path)
+    return data
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    while chunk := os.read(fd, 1 << 26):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """Loads files by path: relative to ``root``, absolute, or any URL storage opens."""
+
+    root: str
+    kind: str = "image_folder"
+
+    def load(self, item: Item) -> bytes:
+        ref = str(item.ref)
+        if "://" in ref:
+            from .. import storage
+
+            try:
+                with storage.open_read(ref) as stream:
+                    return stream.read()
+            except OSError as exc:
+                raise DataError(f"cannot read: {exc}", url=ref) from exc
+        return read_file(os.path.join(self.root, ref), item.size)
+
+    def describe(self, item: Item) -> str:
+        return str(item.ref)
+
+    def json_text(self, item: Item, classes: tuple[str, ...]) -> str:
+        """The ``json`` field: listed metadata, or path, class name and label."""
+        if item.meta or item.label < 0:
+            return item.meta
+        return folder_json(str(item.ref), classes[item.label], item.label)
+
+
+def folder_json(path: str, name: str, label: int) -> str:
+    """The ``json`` field of an image-folder sample (exactly what json.dumps writes)."""
+    if _plain(path) and _plain(name):  # the common case, without json.dumps's overhead
+        return f'{{"path": "{path}", "class": "{name}", "label": {label}}}'
+    return json.dumps({"path": path, "class": name, "label": label})
+
+
+def _plain(text: str) -> bool:
+    """Whether JSON writes ``text`` as it is between quotes."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+# --------------------------------------------------------------------------- image folder
+
+
+def list_image_folder(root: str) -> Listing:
+    """List ``root/<class>/**/<image>``; classes are the sorted subfolder names."""
+    if not os.path.isdir(root):
+        raise BuildError("no such folder", url=root)
+    with os.scandir(root) as scan:
+        top = [entry for entry in scan if not entry.name.startswith(".")]
+    classes = sorted(entry.name for entry in top if entry.is_dir())
+    if not classes:
+        raise BuildError(
+            "no class subfolders: expected SRC/<class>/<image> (ImageFolder layout)", url=root
+        )
+    skipped = [(entry.name, "not inside a class folder") for entry in top if not entry.is_dir()]
+    found: list[tuple[int, str, int, int]] = []  # label, relative path, size, mtime_ns
+    for label, name in enumerate(classes):
+        for rel, info in _walk(os.path.join(root, name), name, skipped):
+            found.append((label, rel, info.st_size, info.st_mtime_ns))
+    if not found:
+        raise BuildError("no images found in the class folders", url=root)
+    found.sort(key=lambda f: (f[0], f[1]))
+    skipped.sort()
+    return Listing(
+        kind="image_folder",
+        path=root,
+        source=FileSource(os.path.abspath(root)),
+        items=_folder_items(found, classes),
+        classes=classes,
+        skipped=skipped,
+        fingerprint=_fingerprint(classes, ((rel, size, mtime) for _, rel, size, mtime in found)),
+    )
+
+
+def _walk(
+    folder: str, rel: str, skipped: list[tuple[str, str]], seen: set[tuple[int, int]] | None = None
+) -> Iterator[tuple[str, os.stat_result]]:
+    seen = set() if seen is None else seen
+    info = os.stat(folder)
+    if (info.st_dev, info.st_ino) in seen:
+        return  # a symlink loop
+    seen.add((info.st_dev, info.st_ino))
+    with os.scandir(folder) as scan:
+        entries = list(scan)
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        path = f"{rel}/{entry.name}"
+        if entry.is_dir():
+            yield from _walk(entry.path, path, skipped, seen)
+            continue
+        ext = entry.name.rpartition(".")[2].lower() if "." in entry.name else ""
+        if ext not in FOLDER_EXTENSIONS:
+            skipped.append((path, f"not an image file (extension {ext or 'none'!r})"))
+            continue
+        try:
+            st = entry.stat()
+        except OSError as exc:
+            skipped.append((path, f"cannot stat: {exc.strerror or exc}"))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            skipped.append((path, "not a regular file"))
+            continue
+        yield path, st
+
+
+def _folder_items(found: list[tuple[int, str, int, int]], classes: list[str]) -> list[Item]:
+    keys = make_keys([rel for _, rel, _, _ in found])
+    normal = {ext: normalize_image_extension(ext) for ext in FOLDER_EXTENSIONS}
+    return [
+        Item(rel, key, label, normal[rel.rpartition(".")[2].lower()], size, "")
+        for (label, rel, size, _), key in zip(found, keys, strict=True)
+    ]
+
+
+def _fingerprint(classes: list[str], entries: Iterator[tuple[str, int, int]]) -> str:
+    digest = hashlib.sha256(json.dumps(classes).encode())
+    for rel, size, mtime in entries:
+        digest.update(f"{rel}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()

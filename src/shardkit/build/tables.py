@@ -1,0 +1,146 @@
+"""CSV / TSV / JSONL lists: one row per sample, a path column and a label column.
+
+Paths are relative to the list's folder, absolute, or URLs (read with
+:func:`shardkit.storage.open_read`). Labels are integers (used as they are) or class names
+(numbered in sorted order, like an image folder's classes). Every other column goes into
+the sample's ``json`` together with the path, class and label. Rows whose file is missing
+or not an image file are skipped and reported; the same path twice is an error of the list.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from ..codecs import normalize_image_extension
+from ..errors import BuildError
+from .keys import make_keys
+from .options import BuildOptions
+from .sources import FOLDER_EXTENSIONS, FileSource, Item, Listing
+
+__all__ = ["list_table"]
+
+
+def list_table(path: str, options: BuildOptions) -> Listing:
+    """List the rows of a .csv, .tsv, .jsonl or .ndjson file."""
+    rows = list(_rows(path))
+    if not rows:
+        raise BuildError("the list has no rows", url=path)
+    column, label_column = options.path_column, options.label_column
+    if column not in rows[0]:
+        raise BuildError(
+            f"no {column!r} column (columns: {', '.join(map(str, rows[0]))}); "
+            "name the path column with --path-column",
+            url=path,
+        )
+    if label_column is not None and label_column not in rows[0]:
+        label_column = None
+    classes, labels = _labels([row.get(label_column) for row in rows] if label_column else [])
+    root = os.path.dirname(os.path.abspath(path))
+    found, skipped = _files(rows, root, column, path)
+    keys = make_keys([rel for _, rel, _, _ in found])
+    items, digest = [], hashlib.sha256(json.dumps(classes).encode())
+    for (row_index, rel, size, mtime), key in zip(found, keys, strict=True):
+        row = rows[row_index]
+        label = labels[row_index] if labels else -1
+        meta: dict[str, Any] = {"path": rel}
+        if label >= 0:
+            meta.update({"class": classes[label], "label": label})
+        meta.update({k: v for k, v in row.items() if k not in (column, label_column)})
+        text = json.dumps(meta)
+        ext = normalize_image_extension(rel.rpartition(".")[2].lower())
+        items.append(Item(rel, key, label, ext, size, text))
+        digest.update(f"{text}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
+    if not items:
+        raise BuildError("no image files found from the list", url=path)
+    return Listing(
+        kind="table",
+        path=path,
+        source=FileSource(root, kind="table"),
+        items=items,
+        classes=classes,
+        skipped=skipped,
+        fingerprint=digest.hexdigest(),
+        sizes_known=all(item.size > 0 or "://" not in item.ref for item in items),
+    )
+
+
+def _rows(path: str) -> Iterator[dict[str, Any]]:
+    lower = path.lower()
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            if lower.endswith((".jsonl", ".ndjson")):
+                yield from _json_lines(f, path)
+            else:
+                yield from csv.DictReader(f, delimiter="\t" if lower.endswith(".tsv") else ",")
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise BuildError(f"cannot read the list: {exc}", url=path) from exc
+
+
+def _json_lines(lines: Iterator[str], path: str) -> Iterator[dict[str, Any]]:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise BuildError(f"line {number} is not JSON: {exc}", url=path) from None
+        if not isinstance(row, dict):
+            raise BuildError(f"line {number} is not a JSON object", url=path)
+        yield row
+
+
+def _labels(values: list[Any]) -> tuple[list[str], list[int]]:
+    """(class names, label per row) from a label column; ints are kept as they are."""
+    if not values:
+        return [], []
+    texts = [str(v).strip() for v in values]
+    if all(_is_int(v) for v in values):
+        labels = [int(t) for t in texts]
+        if min(labels) < 0:
+            raise BuildError("labels must not be negative")
+        return [str(i) for i in range(max(labels) + 1)], labels
+    classes = sorted(set(texts))
+    index = {name: i for i, name in enumerate(classes)}
+    return classes, [index[t] for t in texts]
+
+
+def _is_int(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, str) and value.strip().lstrip("-").isdigit()
+
+
+def _files(
+    rows: list[dict[str, Any]], root: str, column: str, path: str
+) -> tuple[list[tuple[int, str, int, int]], list[tuple[str, str]]]:
+    """(row, path, size, mtime_ns) of every usable row, and the skipped ones."""
+    found: list[tuple[int, str, int, int]] = []
+    skipped: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        rel = str(row.get(column) or "")
+        if not rel:
+            raise BuildError(f"row {index + 1} has an empty {column!r}", url=path)
+        if rel in seen:
+            raise BuildError(f"{rel!r} is listed twice", url=path)
+        seen.add(rel)
+        ext = rel.rpartition(".")[2].lower() if "." in rel else ""
+        if ext not in FOLDER_EXTENSIONS:
+            skipped.append((rel, f"not an image file (extension {ext or 'none'!r})"))
+        elif "://" in rel:
+            found.append((index, rel, 0, 0))
+        else:
+            try:
+                info = os.stat(os.path.join(root, rel))
+            except OSError as exc:
+                skipped.append((rel, f"cannot read: {exc.strerror or exc}"))
+                continue
+            found.append((index, rel, info.st_size, info.st_mtime_ns))
+    return found, skipped

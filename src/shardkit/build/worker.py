@@ -1,0 +1,237 @@
+"""Run one shard task: load, validate, transform and write items into part files.
+
+This runs in a worker process (or in the driver for one-pass iterables and single-worker
+builds). Nothing per sample leaves the process: the driver gets one small
+:class:`TaskResult` per task and, a few times a second, progress counts through the
+reporter installed by :func:`init_worker`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DataError
+from ..formats.tar import END_OF_ARCHIVE
+from .options import BuildOptions
+from .partwriter import PartWriter, tar_chunks
+from .plan import Task
+from .sources import Item, Source
+from .validate import check_image
+
+__all__ = [
+    "PartInfo",
+    "Reporter",
+    "TaskResult",
+    "WorkerContext",
+    "init_worker",
+    "encode_item",
+    "part_name",
+    "run_task",
+]
+
+Reporter = Callable[[int, int, int], None]  # (samples, input bytes, skipped) since last call
+
+_TF_FORMAT = {"jpg": "jpeg", "tif": "tiff"}
+_FEATURE_TYPES = (bytes, bytearray, memoryview, str, int, float, list, tuple)
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What every task of one build needs; sent to each worker once."""
+
+    out: str
+    options: BuildOptions
+    source: Source
+    classes: tuple[str, ...]
+    assemble: bool = False  # chunk parts for the Assembler instead of whole shards
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    """One complete part file written by a task (under its temporary part name)."""
+
+    name: str
+    samples: int
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class TaskResult:
+    """What a task sends back: its parts, what it skipped, per-class counts."""
+
+    index: int
+    parts: list[PartInfo]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    class_counts: dict[int, int] = field(default_factory=dict)
+    input_bytes: int = 0
+    sizes: list[int] = field(default_factory=list)  # per sample, for the Assembler
+
+
+_context: WorkerContext | None = None
+_reporter: Reporter | None = None
+
+
+def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> None:
+    """Install the build context and progress reporter in this process."""
+    global _context, _reporter
+    _context, _reporter = context, reporter
+
+
+def part_name(options: BuildOptions, task: int) -> str:
+    """The hidden name pattern of a task's part files (``%03d`` numbers the parts)."""
+    return f".{options.prefix}-task{task:06d}-part%03d.{options.extension}"
+
+
+class _Progress:
+    """Counts since the last report; reports at most every ``interval`` seconds."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.samples = self.bytes = self.skipped = 0
+        self._interval = interval
+        self._last = time.monotonic()
+
+    def add(self, samples: int, nbytes: int, skipped: int) -> None:
+        self.samples += samples
+        self.bytes += nbytes
+        self.skipped += skipped
+        now = time.monotonic()
+        if now - self._last >= self._interval:
+            self.flush()
+            self._last = now
+
+    def flush(self) -> None:
+        if _reporter is not None and (self.samples or self.skipped):
+            _reporter(self.samples, self.bytes, self.skipped)
+        self.samples = self.bytes = self.skipped = 0
+
+
+def run_task(task: Task) -> TaskResult:
+    """Write ``task`` into part files in the output folder; returns what was written."""
+    context = _context
+    if context is None:
+        raise RuntimeError("run_task() called before init_worker()")
+    options = context.options
+    pattern = os.path.join(context.out, part_name(options, task.index))
+    if context.assemble:  # one part, samples back to back; the driver cuts the shards
+        writer = PartWriter(pattern, max_size=1 << 62, keep_sizes=True)
+    else:
+        trailer = END_OF_ARCHIVE if options.format == "tar" else b""
+        writer = PartWriter(pattern, max_size=options.size_limit, trailer=trailer)
+    result = TaskResult(task.index, [])
+    progress = _Progress()
+    try:
+        for item in task.items:
+            try:
+                chunks, size, label = encode_item(context, item)
+                writer.add(item.key, chunks, size)
+            except DataError as exc:
+                if options.on_error == "fail":
+                    raise type(exc)(
+                        exc.message, url=context.source.describe(item), key=item.key
+                    ) from exc
+                result.skipped.append((context.source.describe(item), exc.message))
+                progress.add(0, item.size, 1)
+                continue
+            result.class_counts[label] = result.class_counts.get(label, 0) + 1
+            result.input_bytes += item.size
+            progress.add(1, item.size, 0)
+    except BaseException:
+        writer.abort()
+        raise
+    progress.flush()
+    result.parts = [PartInfo(*part) for part in writer.close()]
+    result.sizes = writer.sizes
+    return result
+
+
+def encode_item(context: WorkerContext, item: Item) -> tuple[list[bytes], int, int]:
+    """One item's output bytes (as chunks), their size and its label.
+
+    Raises :class:`~shardkit.errors.DataError` for bad data (the item is then skipped).
+    """
+    loaded = context.source.load(item)
+    if isinstance(loaded, Mapping):
+        return _encode_python(context, item, loaded)
+    options = context.options
+    ext = check_image(loaded, item.ext, options.validate)
+    size: tuple[int, int] | None = None
+    if options.transforms:
+        from .transform import transform_image
+
+        loaded, ext, size = transform_image(
+            loaded, ext, resize=options.resize, max_side=options.max_side, quality=options.quality
+        )
+    if options.format == "tfrecord":
+        record = _record(_example(context, item, loaded, ext, size))
+        return [record], len(record), item.label
+    fields = [(ext, loaded)]
+    if item.label >= 0:
+        fields.append(("cls", str(item.label).encode()))
+    meta = context.source.json_text(item, context.classes)
+    if meta:
+        fields.append(("json", meta.encode("utf-8", "surrogateescape")))
+    chunks, total = tar_chunks(item.key, fields)
+    return chunks, total, item.label
+
+
+def _record(sample: Mapping[str, Any]) -> bytes:
+    from ..formats.example import sample_to_example
+    from ..formats.tfrecord import frame_record
+
+    return frame_record(sample_to_example(sample))
+
+
+def _example(
+    context: WorkerContext, item: Item, data: bytes, ext: str, size: tuple[int, int] | None
+) -> dict[str, Any]:
+    if size is None:
+        from .transform import image_size
+
+        size = image_size(data)
+    sample: dict[str, Any] = {
+        "__key__": item.key,
+        "image/encoded": data,
+        "image/format": _TF_FORMAT.get(ext, ext),
+        "image/height": size[1],
+        "image/width": size[0],
+        "image/filename": context.source.describe(item),
+    }
+    if item.label >= 0:
+        sample["image/class/label"] = item.label
+        if item.label < len(context.classes):
+            sample["image/class/text"] = context.classes[item.label]
+    return sample
+
+
+def _encode_python(
+    context: WorkerContext, item: Item, sample: Mapping[str, Any]
+) -> tuple[list[bytes], int, int]:
+    from ..codecs import encode_sample
+    from ..formats.tar import encode_sample as tar_sample
+
+    out = dict(sample)
+    out.setdefault("__key__", item.key)
+    label = _label_of(out, item.label)
+    if context.options.format == "tfrecord":
+        # Numbers and strings become Example features as they are; anything else (an
+        # image, an array) goes through the codec of its field's extension first.
+        other = {k: v for k, v in out.items() if not isinstance(v, _FEATURE_TYPES)}
+        if other:
+            out.update(encode_sample({"__key__": item.key, **other}))
+        data = _record(out)
+    else:
+        data = tar_sample(encode_sample(out))
+    return [data], len(data), label
+
+
+def _label_of(sample: Mapping[str, Any], default: int) -> int:
+    """The integer class label of a sample from Python or shards, or ``default``."""
+    value = sample.get("cls", sample.get("image/class/label", default))
+    if isinstance(value, bytes) and value.strip().isdigit():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1

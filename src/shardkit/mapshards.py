@@ -1,0 +1,297 @@
+"""``map_shards``: one task maps one input shard to one output shard, anywhere.
+
+The ``process_shard`` pattern of large dataset jobs: a thousand input shards become a
+thousand independent tasks, each reading its shard, transforming every sample and
+writing one output shard. Tasks run in local processes, on a Ray cluster or on a Dask
+cluster (``engine=``); each output is written atomically (under a temporary name, or as a
+direct upload to s3/gs that is discarded on failure), so an output that exists is
+complete, and a rerun skips it (resume). The transform sees raw samples (bytes fields plus
+``__key__``/``__url__``); what it returns is encoded with :mod:`shardkit.codecs`, so it may
+hold str, int, dicts, arrays or images.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+from typing import Any, BinaryIO, cast
+
+from . import storage
+from .engines import Engine, check_engine
+from .errors import ConfigError, ShardkitError
+
+__all__ = ["ShardResult", "map_shards"]
+
+Sample = dict[str, Any]
+SampleFn = Callable[[Sample], Mapping[str, Any] | None]
+Transform = Callable[[Iterator[Sample]], Iterable[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """One output shard: its input, samples read and written, size and sha256.
+
+    ``resumed`` outputs existed already and were left alone (their counts are ``None``).
+    """
+
+    input: str
+    output: str
+    samples_in: int | None
+    samples_out: int | None
+    bytes: int
+    sha256: str | None
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class _Task:
+    transform: Transform
+    input: str
+    output: str
+    storage_options: dict[str, Any] | None
+
+
+class _Hashing:
+    """A write-only stream that counts and hashes what passes through."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        self.size += len(data)
+        return self.stream.write(data)
+
+
+def _each(fn: SampleFn, samples: Iterator[Sample]) -> Iterator[Mapping[str, Any]]:
+    for sample in samples:
+        out = fn(sample)
+        if out is not None:
+            yield out
+
+
+def _counted(samples: Iterator[Sample], count: list[int]) -> Iterator[Sample]:
+    for sample in samples:
+        count[0] += 1
+        yield sample
+
+
+def run_shard(task: _Task) -> ShardResult:
+    """Read ``task.input``, transform, write ``task.output`` atomically (a worker task)."""
+    from .reader import read_shard
+    from .writer import format_from_name
+
+    kind, gz = format_from_name(task.output)
+    read, written = [0], 0
+    key: str | None = None
+    with storage.atomic_write(task.output, storage_options=task.storage_options) as raw:
+        out = _Hashing(raw)
+        sink: Any = gzip.GzipFile("", "wb", fileobj=cast(Any, out), mtime=0) if gz else out
+        samples = _counted(read_shard(task.input, storage_options=task.storage_options), read)
+        try:
+            encode = _encoder(kind)
+            for sample in task.transform(samples):
+                key = str(sample.get("__key__"))
+                sink.write(encode(sample))
+                written += 1
+            if kind == "tar":
+                from .formats.tar import END_OF_ARCHIVE
+
+                sink.write(END_OF_ARCHIVE)
+            if sink is not out:
+                sink.close()
+        except Exception as exc:
+            raise _located(exc, task.input, key) from None
+    return ShardResult(task.input, task.output, read[0], written, out.size, out.hash.hexdigest())
+
+
+def _encoder(kind: str) -> Callable[[Mapping[str, Any]], bytes]:
+    from .codecs import encode_sample
+
+    if kind == "tar":
+        from .formats.tar import encode_sample as tar_sample
+
+        return lambda sample: tar_sample(encode_sample(sample))
+    from .formats.example import sample_to_example
+    from .formats.tfrecord import frame_record
+
+    return lambda sample: frame_record(sample_to_example(encode_sample(sample)))
+
+
+def _located(exc: Exception, url: str, key: str | None) -> Exception:
+    """The same exception, saying which shard (and last sample) it came from."""
+    if isinstance(exc, ShardkitError):
+        exc.url = exc.url or url
+        exc.key = exc.key or key
+    else:
+        exc.add_note(f"in shard {url}" + (f", after sample {key!r}" if key else ""))
+    return exc
+
+
+def map_shards(
+    fn: SampleFn,
+    inputs: str | Sequence[str],
+    outputs: str | Sequence[str],
+    *,
+    engine: Engine = "local",
+    address: str | None = None,
+    workers: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    progress: Callable[[ShardResult], None] | None = None,
+) -> list[ShardResult]:
+    """Apply ``fn`` to every sample of every input shard; input *i* -> output *i*.
+
+    ``inputs`` is a list of URLs or a brace pattern (``in-{000000..000999}.tar``);
+    ``outputs`` a list of the same length or a pattern (``out/s-%06d.tar``, filled with the
+    input's position). ``fn`` returns the output sample, or None to drop it; it must
+    pickle (a module-level function). ``engine`` ``"local"`` uses ``workers`` processes;
+    ``"ray"``/``"dask"`` use the cluster at ``address``. Outputs that already exist are
+    complete (writes are atomic) and are skipped. Returns one result per input, in order.
+    """
+    return map_shard_streams(
+        functools.partial(_each, fn),
+        inputs,
+        outputs,
+        engine=engine,
+        address=address,
+        workers=workers,
+        storage_options=storage_options,
+        progress=progress,
+    )
+
+
+def map_shard_streams(
+    transform: Transform,
+    inputs: str | Sequence[str],
+    outputs: str | Sequence[str],
+    *,
+    engine: Engine = "local",
+    address: str | None = None,
+    workers: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    progress: Callable[[ShardResult], None] | None = None,
+) -> list[ShardResult]:
+    """:func:`map_shards` with a transform of a whole shard's sample stream."""
+    check_engine(engine, address)
+    sources = storage.expand_urls(inputs)
+    targets = _outputs(outputs, len(sources))
+    results: dict[int, ShardResult] = {}
+    pending: list[tuple[int, _Task]] = []
+    for i, (src, dst) in enumerate(zip(sources, targets, strict=True)):
+        if storage.url_exists(dst, storage_options):
+            results[i] = ShardResult(src, dst, None, None, _size(dst, storage_options), None, True)
+        else:
+            pending.append((i, _Task(transform, src, dst, storage_options)))
+    if pending:
+        _run_all(pending, results, engine, address, workers, progress)
+    return [results[i] for i in range(len(sources))]
+
+
+def _outputs(outputs: str | Sequence[str], count: int) -> list[str]:
+    if isinstance(outputs, str):
+        from .writer import shard_name
+
+        return [shard_name(outputs, i) for i in range(count)]
+    targets = list(outputs)
+    if len(targets) != count:
+        raise ConfigError(f"{count} inputs but {len(targets)} outputs: give one output per input")
+    if len(set(targets)) != count:
+        raise ConfigError("two inputs map to the same output")
+    return targets
+
+
+def _size(url: str, storage_options: dict[str, Any] | None) -> int:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    return int(fs.size(path))
+
+
+def _run_all(
+    pending: list[tuple[int, _Task]],
+    results: dict[int, ShardResult],
+    engine: Engine,
+    address: str | None,
+    workers: int | None,
+    progress: Callable[[ShardResult], None] | None,
+) -> None:
+    executor = _executor(engine, address, workers, len(pending))
+    inflight: dict[Future[ShardResult], int] = {}
+    todo = iter(pending)
+    try:
+        while True:
+            while len(inflight) < 2 * executor.workers and (item := next(todo, None)):
+                inflight[executor.submit(run_shard, item[1])] = item[0]
+            if not inflight:
+                break
+            done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            for future in done:
+                results[inflight.pop(future)] = result = future.result()
+                if progress is not None:
+                    progress(result)
+    except BaseException:
+        executor.close(cancel=True)
+        raise
+    executor.close()
+
+
+def _executor(engine: Engine, address: str | None, workers: int | None, tasks: int) -> Any:
+    if engine != "local":
+        from .engines import make_executor
+
+        return make_executor(engine, address)
+    from . import config
+    from .build.executor import InlineExecutor, ProcessExecutor
+
+    count = min(workers or config.default_workers(), tasks)
+    return ProcessExecutor(None, count) if count > 1 else InlineExecutor(None)  # type: ignore[arg-type]
+
+
+def proc_shards(
+    inputs: Any,
+    command: str,
+    output: str,
+    *,
+    engine: Engine,
+    address: str | None,
+    workers: int,
+    on_error: Any,
+    names: Any,
+    timeout: float | None,
+    storage_options: dict[str, Any] | None,
+) -> tuple[int, int, int]:
+    """``shardkit proc --engine ray|dask``: one task per input shard, ``workers`` commands at
+    a time inside each task; ``output`` is a pattern (one output shard per input).
+    Returns (samples in, out, skipped), counting only the shards processed this run."""
+    from .tools.proc import run_on_samples
+
+    urls = [inputs] if isinstance(inputs, str) else list(inputs)
+    if not all(isinstance(url, str) and url != "-" for url in urls):
+        raise ConfigError("with a cluster engine the inputs are shard URLs (not '-' or streams)")
+
+    transform = functools.partial(
+        run_on_samples,
+        command=command,
+        workers=workers,
+        on_error=on_error,
+        names=names,
+        timeout=timeout,
+    )
+    results = map_shard_streams(
+        transform,
+        urls,
+        output,
+        engine=engine,
+        address=address,
+        storage_options=storage_options,
+    )
+    done = [r for r in results if not r.resumed]
+    read = sum(r.samples_in or 0 for r in done)
+    written = sum(r.samples_out or 0 for r in done)
+    return read, written, read - written

@@ -1,0 +1,175 @@
+"""Crash safety, resume and the one-build-per-folder lock, against real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest_build import make_corpus, run_cli, snapshot
+
+import shardkit
+from shardkit import BuildOptions
+from shardkit.errors import BuildError
+
+ARGS = ["--max-count", "10", "--validate", "full", "--seed", "5", "--workers", "2", "-q"]
+FINAL = re.compile(r"shard-\d{6}\.tar")
+LOCK = ".shardkit-build.lock"
+
+
+def _wait_for(path: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and proc.poll() is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never appeared")
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize(
+    ("extra", "trials"),
+    [([], 4), (["--resize", "24", "--max-size", "40kB"], 3)],
+    ids=["pass-through", "resize-assembled"],
+)
+def test_kill_9_at_a_random_moment_then_rerun_is_identical(
+    tmp_path: Path, extra: list[str], trials: int
+) -> None:
+    src = make_corpus(str(tmp_path / "src"), count=400)
+    args = [*ARGS, *extra]
+    reference = str(tmp_path / "reference")
+    assert run_cli(src, reference, *args).returncode == 0
+    expected = snapshot(reference)
+    rng = random.Random()
+    interrupted = 0
+    for trial in range(trials):
+        out = str(tmp_path / f"killed{trial}")
+        delay = rng.uniform(0.0, 0.35)
+        cmd = [sys.executable, "-m", "shardkit", "build", src, out, *args]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_for(os.path.join(out, LOCK), proc)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        names = os.listdir(out)
+        if "manifest.json" in names:  # only ever written once every shard is complete
+            visible = {n: v for n, v in snapshot(out).items() if not n.startswith(".")}
+            assert visible == expected, f"manifest before completion (delay {delay:.3f})"
+        else:
+            interrupted += 1
+        inodes = {}
+        for name in names:
+            if FINAL.fullmatch(name):  # never a partial file under a final name
+                path = os.path.join(out, name)
+                with open(path, "rb") as f:
+                    assert f.read() == expected[name], f"{name} differs (delay {delay:.3f})"
+                inodes[name] = os.stat(path).st_ino
+        rerun = run_cli(src, out, *args)
+        assert rerun.returncode == 0, rerun.stderr
+        assert snapshot(out) == expected, f"resumed output differs (delay {delay:.3f})"
+        for name, inode in inodes.items():  # finished shards were not written again
+            assert os.stat(os.path.join(out, name)).st_ino == inode
+    assert interrupted >= 1
+
+
+def test_journal_resumes_only_missing_tasks(tmp_path: Path) -> None:
+    src = make_corpus(str(tmp_path / "src"), count=60, bad=False)
+    out = str(tmp_path / "out")
+    options = BuildOptions(max_count=10, workers=1)
+    calls = []
+
+    def stop_after_three(progress: shardkit.BuildProgress) -> None:
+        calls.append(progress.shards)
+        if progress.shards >= 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        shardkit.build(src, out, options=options, progress=stop_after_three)
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    result = shardkit.build(src, out, options=options)
+    assert result.resumed_tasks >= 3 and result.samples == 60
+    fresh = str(tmp_path / "fresh")
+    shardkit.build(src, fresh, options=options)
+    assert snapshot(out) == snapshot(fresh)
+
+
+def test_resume_with_other_options_is_refused(tmp_path: Path) -> None:
+    src = make_corpus(str(tmp_path / "src"), count=30, bad=False)
+    out = str(tmp_path / "out")
+
+    def stop(progress: shardkit.BuildProgress) -> None:
+        if progress.shards >= 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        shardkit.build(src, out, options=BuildOptions(max_count=5, workers=1), progress=stop)
+    with pytest.raises(BuildError, match="interrupted build with different options"):
+        shardkit.build(src, out, options=BuildOptions(max_count=6, workers=1))
+    result = shardkit.build(src, out, options=BuildOptions(max_count=6, overwrite=True))
+    assert result.samples == 30 and result.resumed_tasks == 0
+
+
+def test_damaged_finished_shard_is_rebuilt_on_resume(tmp_path: Path) -> None:
+    src = make_corpus(str(tmp_path / "src"), count=40, bad=False)
+    out = str(tmp_path / "out")
+    options = BuildOptions(max_count=10, workers=1)
+
+    def stop(progress: shardkit.BuildProgress) -> None:
+        if progress.shards >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        shardkit.build(src, out, options=options, progress=stop)
+    with open(os.path.join(out, "shard-000000.tar"), "r+b") as f:
+        f.write(b"garbage")
+    shardkit.build(src, out, options=options)
+    fresh = str(tmp_path / "fresh")
+    shardkit.build(src, fresh, options=options)
+    assert snapshot(out) == snapshot(fresh)
+
+
+_SLOW_BUILD = """
+import os, sys
+import shardkit
+
+class Slow:
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        while not os.path.exists(sys.argv[2]):
+            pass
+        return {"txt": f"item {i}"}
+
+if __name__ == "__main__":
+    shardkit.build(Slow(), sys.argv[1], options=shardkit.BuildOptions(workers=1, max_count=2))
+"""
+
+
+def test_second_concurrent_build_fails_fast(tmp_path: Path) -> None:
+    src = make_corpus(str(tmp_path / "src"), count=6, bad=False)
+    out = str(tmp_path / "out")
+    release = str(tmp_path / "release")
+    script = tmp_path / "slow.py"
+    script.write_text(textwrap.dedent(_SLOW_BUILD))
+    first = subprocess.Popen([sys.executable, str(script), out, release])
+    try:
+        _wait_for(os.path.join(out, LOCK), first)
+        assert first.poll() is None
+        started = time.monotonic()
+        second = run_cli(src, out, "-q")
+        assert time.monotonic() - started < 10
+        assert second.returncode == 2
+        assert second.stderr.startswith("Error: ") and len(second.stderr.splitlines()) == 1
+        assert "another build" in second.stderr
+        with pytest.raises(BuildError, match="another build"):
+            shardkit.build(src, out)
+    finally:
+        Path(release).touch()
+        assert first.wait(timeout=60) == 0
+    assert sorted(os.listdir(out)) == ["manifest.json", "shard-000000.tar", "shard-000001.tar"]

@@ -1,0 +1,207 @@
+"""Other sources: CSV/JSONL lists, Python datasets and iterables, existing shards."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest_build import make_corpus, make_png, read_samples, run_cli, snapshot
+
+import shardkit
+from shardkit import BuildOptions
+from shardkit.errors import BuildError
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return make_corpus(str(tmp_path_factory.mktemp("sources") / "src"), count=24, bad=False)
+
+
+def _images(corpus: str) -> list[str]:
+    return sorted(
+        f"{c}/{f}" for c in sorted(os.listdir(corpus)) for f in os.listdir(os.path.join(corpus, c))
+    )
+
+
+def test_csv_list_with_class_names_and_extra_columns(corpus: str, tmp_path: Path) -> None:
+    rows = ["path,label,source"]
+    for i, rel in enumerate(_images(corpus)[:12]):
+        rows.append(f"{os.path.join(corpus, rel)},{'cat' if i % 2 else 'dog'},web{i}")
+    rows += ["missing.jpg,cat,x", "notes.txt,dog,y"]
+    listing = tmp_path / "list.csv"
+    listing.write_text("\n".join(rows) + "\n")
+    out = str(tmp_path / "out")
+    result = shardkit.build(str(listing), out, options=BuildOptions(workers=2, max_count=5))
+    assert result.samples == 12
+    assert {p for p, _ in result.skipped} == {"missing.jpg", "notes.txt"}
+    with open(os.path.join(out, "manifest.json")) as f:
+        manifest = json.load(f)
+    assert manifest["class_to_idx"] == {"cat": 0, "dog": 1}
+    assert manifest["class_counts"] == {"cat": 6, "dog": 6}
+    for sample in read_samples(out):
+        meta = json.loads(sample["json"])
+        assert meta["source"].startswith("web") and meta["class"] in ("cat", "dog")
+        assert int(sample["cls"]) == meta["label"] == ("cat", "dog").index(meta["class"])
+        with open(meta["path"], "rb") as f:
+            assert f.read() == sample["jpg"]
+
+
+def test_jsonl_list_with_relative_paths_and_int_labels(corpus: str, tmp_path: Path) -> None:
+    listing = Path(corpus).parent / "list.jsonl"
+    rels = [f"src/{rel}" for rel in _images(corpus)]
+    lines = [json.dumps({"file": rel, "y": i % 4, "w": 0.5}) for i, rel in enumerate(rels)]
+    listing.write_text("\n".join(lines) + "\n\n")
+    out = str(tmp_path / "out")
+    options = BuildOptions(path_column="file", label_column="y", workers=1, shuffle=False)
+    result = shardkit.build(str(listing), out, options=options)
+    assert result.samples == 24
+    samples = read_samples(out)
+    assert [json.loads(s["json"])["path"] for s in samples] == rels
+    assert [int(s["cls"]) for s in samples] == [i % 4 for i in range(24)]
+    assert all(json.loads(s["json"])["w"] == 0.5 for s in samples)
+
+
+def test_list_errors_are_one_line(corpus: str, tmp_path: Path) -> None:
+    listing = tmp_path / "list.csv"
+    listing.write_text("image,label\na.jpg,1\n")
+    result = run_cli(str(listing), str(tmp_path / "out"))
+    assert result.returncode == 2 and "no 'path' column" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert not os.path.exists(tmp_path / "out")
+    listing.write_text("path\n")
+    with pytest.raises(BuildError, match="no rows"):
+        shardkit.build(str(listing), str(tmp_path / "o"))
+
+
+class Squares:
+    """A map-style dataset (picklable: defined at module level)."""
+
+    classes = ("even", "odd")
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        from PIL import Image
+
+        return Image.new("L", (8 + i % 5, 8), color=i * 5), i % 2
+
+
+def to_sample(item: tuple[Any, int]) -> dict[str, Any]:
+    image, label = item
+    return {"png": image, "cls": label, "txt": f"square of size {image.size}"}
+
+
+def test_map_style_dataset_is_the_same_for_1_and_2_workers(tmp_path: Path) -> None:
+    snaps = []
+    for workers in (1, 2):
+        out = str(tmp_path / f"w{workers}")
+        options = BuildOptions(workers=workers, max_count=7, seed=3)
+        result = shardkit.build(Squares(), out, options=options, to_sample=to_sample)
+        assert result.samples == 40 and len(result.shards) == 6
+        snaps.append(snapshot(out))
+    assert snaps[0] == snaps[1]
+    samples = read_samples(str(tmp_path / "w1"))
+    assert sorted(s["__key__"] for s in samples) == [f"{i:08d}" for i in range(40)]
+    with open(tmp_path / "w1" / "manifest.json") as f:
+        manifest = json.load(f)
+    assert manifest["class_to_idx"] == {"even": 0, "odd": 1}
+    assert manifest["class_counts"] == {"even": 20, "odd": 20}
+
+
+def test_default_to_sample_and_unpicklable_functions(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plain = shardkit.build(Squares(), str(tmp_path / "plain"), options=BuildOptions(workers=1))
+    sample = read_samples(str(tmp_path / "plain"))[0]
+    assert set(sample) >= {"png", "cls"} and plain.samples == 40
+    with caplog.at_level(logging.WARNING):
+        shardkit.build(
+            Squares(),
+            str(tmp_path / "lambda"),
+            options=BuildOptions(workers=2, max_count=5),
+            to_sample=lambda item: {"png": item[0], "cls": item[1]},
+        )
+    assert "does not pickle" in caplog.text
+    assert snapshot(str(tmp_path / "lambda"))["manifest.json"]["samples"] == 40
+
+
+def test_generator_is_packed_in_order(tmp_path: Path) -> None:
+    def samples() -> Any:
+        for i in range(25):
+            yield {"__key__": f"gen/{i:03d}", "txt": f"text {i}", "cls": i % 3}
+
+    out = str(tmp_path / "out")
+    result = shardkit.build(samples(), out, options=BuildOptions(max_count=10))
+    assert [s.samples for s in result.shards] == [10, 10, 5]
+    assert [s["__key__"] for s in read_samples(out)] == [f"gen/{i:03d}" for i in range(25)]
+
+
+def test_bad_python_samples_are_skipped_or_fail(tmp_path: Path) -> None:
+    items = [{"txt": "ok"}, {"weird": object()}, {"__key__": "a.b", "txt": "dot"}, {"txt": "ok"}]
+    result = shardkit.build(items, str(tmp_path / "skip"), options=BuildOptions(shuffle=False))
+    assert result.samples == 2 and [p for p, _ in result.skipped] == ["item 1", "item 2"]
+    from shardkit.errors import DataError
+
+    with pytest.raises(DataError):
+        shardkit.build(items, str(tmp_path / "fail"), options=BuildOptions(on_error="fail"))
+
+
+def test_reshard_reshuffle_and_change_format(corpus: str, tmp_path: Path) -> None:
+    from shardkit.formats.example import decode_example
+    from shardkit.formats.tfrecord import iter_records
+
+    first = str(tmp_path / "first")
+    shardkit.build(corpus, first, options=BuildOptions(max_count=5, workers=2))
+    pattern = os.path.join(first, "shard-{000000..000004}.tar")
+    again = str(tmp_path / "again")
+    shardkit.build(pattern, again, options=BuildOptions(max_count=9, seed=4, workers=2))
+    before = {s["__key__"]: s for s in read_samples(first)}
+    after = read_samples(again)
+    assert len(after) == 24 and [s["__key__"] for s in after] != list(before)
+    for sample in after:
+        assert sample["jpg"] == before[sample["__key__"]]["jpg"]
+        assert sample["json"] == before[sample["__key__"]]["json"]
+    tf_out = str(tmp_path / "tf")
+    shardkit.build(pattern, tf_out, options=BuildOptions(format="tfrecord", workers=1))
+    names = sorted(n for n in os.listdir(tf_out) if n.endswith(".tfrecord"))
+    with open(os.path.join(tf_out, names[0]), "rb") as f:
+        features = decode_example(next(iter_records(f))[1])
+    assert features["image/format"] == [b"jpeg"] and features["image/height"][0] > 0
+    back = str(tmp_path / "back")
+    shardkit.build(os.path.join(tf_out, names[0]), back, options=BuildOptions(shuffle=False))
+    for sample in read_samples(back):
+        original = before[sample["__key__"]]
+        assert sample["jpg"] == original["jpg"] and sample["cls"] == original["cls"]
+        assert json.loads(sample["json"])["path"] == json.loads(original["json"])["path"]
+
+
+def test_png_list_items_from_urls_are_not_supported_offline(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    (folder / "a.png").write_bytes(make_png(1))
+    listing = tmp_path / "list.csv"
+    listing.write_text("path,label\nimgs/a.png,0\n")
+    result = shardkit.build(str(listing), str(tmp_path / "out"), options=BuildOptions())
+    assert result.samples == 1 and read_samples(str(tmp_path / "out"))[0]["png"] == make_png(1)
+
+
+def test_python_samples_to_tfrecord_encode_images_and_keep_numbers(tmp_path: Path) -> None:
+    from shardkit.formats.example import decode_example
+    from shardkit.formats.tfrecord import iter_records
+
+    out = str(tmp_path / "out")
+    options = BuildOptions(format="tfrecord", workers=2, max_count=16, shuffle=False)
+    result = shardkit.build(Squares(), out, options=options, to_sample=to_sample)
+    assert result.samples == 40
+    features = []
+    for shard in result.shards:
+        with open(os.path.join(out, shard.name), "rb") as f:
+            features += [decode_example(record) for _, record in iter_records(f)]
+    assert [f["cls"][0] for f in features] == [i % 2 for i in range(40)]
+    assert all(f["png"][0].startswith(b"\x89PNG") for f in features)
+    assert features[3]["__key__"] == [b"00000003"]

@@ -1,0 +1,87 @@
+"""Failures on a cluster: a dying worker is retried, errors come back with their type, an
+interrupted build to S3 leaves no manifest and resumes to the same bytes."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from conftest_build import BAD_FILES, make_corpus
+from conftest_scale import address_of, s3_bucket, snapshot_local, snapshot_s3, text_samples
+
+import shardkit
+from shardkit import BuildOptions, BuildProgress
+from shardkit.engines.testing import CrashOnce
+from shardkit.errors import DataError
+
+__all__ = ["s3_bucket"]
+
+ENGINES = ["ray", "dask"]
+PYTHON = {"max_count": 8, "seed": 5}
+
+
+def options(engine: str, **kwargs: Any) -> BuildOptions:
+    return BuildOptions(engine=engine, address=address_of(engine), **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_killed_worker_is_retried_and_output_identical(engine: str, tmp_path: Any) -> None:
+    samples = text_samples(40)
+    done = tmp_path / "crashed-before"
+    done.write_text("")  # the local reference build does not crash
+    shardkit.build(
+        CrashOnce(samples, 21, str(done)), tmp_path / "local", options=BuildOptions(**PYTHON)
+    )
+    marker = tmp_path / "crashed"
+    shardkit.build(
+        CrashOnce(samples, 21, str(marker)), tmp_path / "cluster", options=options(engine, **PYTHON)
+    )
+    assert marker.exists(), "the worker never crashed: the test proves nothing"
+    assert int(marker.read_text()) != os.getpid()  # it was a cluster worker, not us
+    assert snapshot_local(str(tmp_path / "cluster")) == snapshot_local(str(tmp_path / "local"))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_task_error_reraises_with_type_url_and_key(engine: str, tmp_path: Any) -> None:
+    corpus = make_corpus(str(tmp_path / "images"), count=30)
+    with pytest.raises(DataError) as local:
+        shardkit.build(corpus, tmp_path / "local", options=BuildOptions(on_error="fail", seed=1))
+    out = tmp_path / "cluster"
+    with pytest.raises(DataError) as remote:
+        shardkit.build(corpus, out, options=options(engine, on_error="fail", seed=1))
+    error = remote.value
+    assert type(error) is type(local.value)
+    assert error.url in BAD_FILES and local.value.url in BAD_FILES
+    assert error.key is not None and error.key in str(error)
+    assert not (out / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("engine", ["ray"])
+def test_interrupted_s3_build_resumes_to_identical_bytes(
+    engine: str, s3_bucket: str, tmp_path: Any
+) -> None:
+    samples = text_samples(80)
+    shardkit.build(samples, tmp_path / "local", options=BuildOptions(**PYTHON))
+    url = f"s3://{s3_bucket}/resume"
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_three_shards(progress: BuildProgress) -> None:
+        if progress.shards >= 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        shardkit.build(
+            samples, url, options=options(engine, **PYTHON), progress=stop_after_three_shards
+        )
+    partial = snapshot_s3(url)
+    assert "manifest.json" not in partial and ".shardkit-build.json" in partial
+    assert any(name.startswith("shard-") for name in partial)
+
+    result = shardkit.build(samples, url, options=options(engine, **PYTHON))
+    assert result.resumed_tasks > 0
+    assert snapshot_s3(url) == snapshot_local(str(tmp_path / "local"))
+    again = shardkit.build(samples, url, options=options(engine, **PYTHON))
+    assert again.resumed_tasks == -1 and again.shards == result.shards
