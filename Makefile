@@ -31,7 +31,7 @@ typecheck: $(VENV)/.test-stamp
 	$(BIN)/mypy
 
 unit: $(VENV)/.test-stamp
-	scripts/test-services $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	scripts/test-services scripts/cluster-services $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

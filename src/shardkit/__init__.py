@@ -24,6 +24,7 @@ from .errors import (
 )
 from .formats.tar import TarWriter
 from .mapshards import ShardResult, map_shards
+from .pipeline import Dataset
 from .writer import ShardInfo, ShardWriter
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "ChecksumError",
     "ConfigError",
     "DataError",
+    "Dataset",
     "DecodeError",
     "EncodeError",
     "FormatError",

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from typing import IO, Any, BinaryIO, cast
 
@@ -24,13 +26,17 @@ from .errors import ConfigError, StorageError
 __all__ = [
     "atomic_write",
     "basename",
+    "cache_path",
     "expand_urls",
     "is_local",
+    "is_transient",
     "join",
     "local_path",
     "open_read",
     "url_exists",
 ]
+
+logger = logging.getLogger(__name__)
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _RANGE = re.compile(r"\{(-?\d+)\.\.(-?\d+)\}")
@@ -161,9 +167,22 @@ class _PipeReader(io.RawIOBase):
 
 
 def open_read(
-    url: str, *, storage_options: dict[str, Any] | None = None, buffer_size: int = 1 << 20
+    url: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    buffer_size: int = 1 << 20,
+    cache_dir: str | None = None,
+    retries: int = 5,
 ) -> BinaryIO:
-    """Open a URL for streaming reads; the caller closes the stream."""
+    """Open a URL for streaming reads; the caller closes the stream.
+
+    Remote URLs stream: the first bytes arrive before the whole object has been read.
+    A transient failure (connection reset, timeout, HTTP 5xx) is retried up to
+    ``retries`` times with backoff, resuming at the byte offset reached (a Range request).
+    With ``cache_dir``, a remote object is read from its cached copy when there is one;
+    otherwise it streams as usual while a copy is written beside it, which takes its
+    final name only once the whole object has been read (so it is never partial).
+    """
     try:
         if url == "-":
             return cast(BinaryIO, sys.stdin.buffer)
@@ -173,14 +192,237 @@ def open_read(
             return io.BufferedReader(_PipeReader(url[5:]), buffer_size)
         if is_local(url):
             return open(local_path(url), "rb", buffering=buffer_size)
+        if cache_dir is not None:
+            cached = cache_path(url, cache_dir)
+            if os.path.exists(cached):
+                return open(cached, "rb", buffering=buffer_size)
         fs, path = _fs(url, storage_options)
-        return cast(BinaryIO, fs.open(path, "rb"))
+        raw: io.RawIOBase = _ResumableReader(fs, path, url, retries=retries)
+        if cache_dir is not None:
+            raw = _CachingReader(raw, cache_path(url, cache_dir))
+        return io.BufferedReader(raw, buffer_size)
     except StorageError:
         raise
     except FileNotFoundError as exc:
         raise StorageError("no such file", url=url) from exc
     except OSError as exc:
         raise StorageError(f"cannot open for reading: {exc.strerror or exc}", url=url) from exc
+
+
+def cache_path(url: str, cache_dir: str) -> str:
+    """Where ``open_read(url, cache_dir=...)`` keeps its copy of ``url``."""
+    import hashlib
+
+    digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", basename(url))[-80:]
+    return os.path.join(cache_dir, f"{digest}-{name}")
+
+
+# --------------------------------------------------------------------------- remote reads
+
+_BLOCK_SIZE = 8 << 20  # ranged reads of seekable object stores (s3, gs)
+_BACKOFF_S = 0.2
+_BACKOFF_MAX_S = 5.0
+_DRAIN_LIMIT = 16 << 20  # bytes read on close to complete a cached copy
+_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a read error is worth retrying: resets, timeouts, 5xx (not 404 or 403)."""
+    if isinstance(exc, _PERMANENT):
+        return False
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return status >= 500 or status in (408, 429)
+    if isinstance(exc, (OSError, TimeoutError, EOFError)):
+        return True
+    roots = {klass.__module__.partition(".")[0] for klass in type(exc).__mro__}
+    return bool(roots & {"aiohttp", "botocore", "urllib3", "requests"})
+
+
+class _ResumableReader(io.RawIOBase):
+    """A remote object read front to back; transient failures reopen it at the offset reached.
+
+    HTTP(S) is one streaming GET (a Range request when resuming), so the first bytes come
+    before the rest have been sent; other fsspec protocols read ranged blocks.
+    """
+
+    def __init__(self, fs: Any, path: str, url: str, *, retries: int) -> None:
+        self._fs, self._path, self._url, self._retries = fs, path, url, retries
+        self._pos = 0
+        self._end: int | None = None
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self._http = protocol in ("http", "https")
+        self._stream: Any = None
+        self._with_retries(None)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move to ``offset``; the next read reopens the object there (a Range request)."""
+        if whence == io.SEEK_CUR:
+            offset += self._pos
+        elif whence == io.SEEK_END:
+            if self._end is None:
+                raise io.UnsupportedOperation("the size of this object is unknown")
+            offset += self._end
+        elif whence != io.SEEK_SET:
+            raise ValueError(f"bad whence {whence}")
+        if offset < 0:
+            raise ValueError(f"negative seek position {offset}")
+        if offset != self._pos:
+            self._close_stream()
+            self._pos = offset
+        return offset
+
+    def readinto(self, buffer: Any) -> int:
+        if self._end is not None and self._pos >= self._end:
+            return 0
+        data = self._with_retries(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self._pos += n
+        return n
+
+    def _with_retries(self, size: int | None) -> bytes:
+        """Read up to ``size`` bytes (None: only open), reopening after transient errors."""
+        attempt = 0
+        while True:
+            try:
+                if self._stream is None:
+                    self._reopen()
+                return b"" if size is None else self._read(size)
+            except Exception as exc:
+                self._close_stream()
+                if not is_transient(exc) or attempt >= self._retries:
+                    raise self._error(exc, attempt) from exc
+                attempt += 1
+                delay = min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** (attempt - 1))
+                logger.warning(
+                    "%s: %s at byte %d; retry %d of %d in %.1f s",
+                    self._url,
+                    type(exc).__name__,
+                    self._pos,
+                    attempt,
+                    self._retries,
+                    delay,
+                )
+                time.sleep(delay)
+
+    def _error(self, exc: Exception, attempts: int) -> StorageError:
+        if isinstance(exc, FileNotFoundError):
+            return StorageError("no such file", url=self._url)
+        tried = f" (gave up after {attempts} retries)" if attempts else ""
+        return StorageError(
+            f"read failed: {type(exc).__name__}: {exc}{tried}", url=self._url, offset=self._pos
+        )
+
+    def _read(self, size: int) -> bytes:
+        data = bytes(self._stream.read(size))
+        if not data and self._end is not None and self._pos < self._end:
+            raise ConnectionResetError(f"the body ended at byte {self._pos} of {self._end}")
+        return data
+
+    def _reopen(self) -> None:
+        self._close_stream()
+        if self._http:
+            self._stream = self._open_http(self._pos)
+        else:
+            stream = self._fs.open(self._path, "rb", block_size=_BLOCK_SIZE, cache_type="readahead")
+            self._stream = stream
+            if self._pos:
+                stream.seek(self._pos)
+            self._end = getattr(stream, "size", None)
+
+    def _open_http(self, offset: int) -> Any:
+        headers = dict(getattr(self._fs, "kwargs", {}).get("headers") or {})
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        # A stream needs no size; giving one skips fsspec's HEAD request, a round trip per
+        # shard whose failures (a 503 included) fsspec reports as FileNotFoundError.
+        stream = self._fs.open(self._path, "rb", block_size=0, size=1, headers=headers)
+        response = getattr(stream, "r", None)
+        length = getattr(response, "content_length", None)
+        if offset and getattr(response, "status", 206) == 200:
+            # The server ignored the Range header: read up to the offset again.
+            left = offset
+            while left > 0:
+                chunk = stream.read(min(left, 1 << 20))
+                if not chunk:
+                    raise ConnectionResetError("the body ended before the resume offset")
+                left -= len(chunk)
+            self._end = length
+        else:
+            self._end = None if length is None else offset + length
+        return stream
+
+    def _close_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+    def close(self) -> None:
+        self._close_stream()
+        super().close()
+
+
+class _CachingReader(io.RawIOBase):
+    """Pass a stream through while copying it to ``path``, committed only when complete."""
+
+    def __init__(self, raw: io.RawIOBase, path: str) -> None:
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        self._raw = raw
+        self._path = path
+        self._tmp = f"{path}.tmp-{os.getpid()}-{id(self):x}"
+        self._out: BinaryIO | None = open(self._tmp, "wb")  # noqa: SIM115
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._raw.readinto(buffer) or 0
+        if self._out is not None:
+            if n:
+                self._out.write(memoryview(buffer)[:n])
+            else:
+                self._commit()
+        return n
+
+    def _commit(self) -> None:
+        out, self._out = self._out, None
+        if out is not None:
+            out.close()
+            os.replace(self._tmp, self._path)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self._out is not None:
+                self._drain()
+        finally:
+            if self._out is not None:
+                self._out.close()
+                self._out = None
+                with contextlib.suppress(OSError):
+                    os.unlink(self._tmp)
+            self._raw.close()
+            super().close()
+
+    def _drain(self) -> None:
+        """Read what little is left (a tar's last zero block) so the copy can commit."""
+        buffer = bytearray(1 << 20)
+        left = _DRAIN_LIMIT
+        with contextlib.suppress(Exception):
+            while left > 0 and self._out is not None:
+                left -= self.readinto(buffer)
 
 
 # --------------------------------------------------------------------------- writing

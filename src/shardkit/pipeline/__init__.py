@@ -1,0 +1,14 @@
+"""The reading pipeline: shard list -> split -> shuffle -> samples -> decode -> batches.
+
+:class:`Dataset` is the entry point; the modules hold its parts: :mod:`.urls` (sources),
+:mod:`.epochs` (who reads what each epoch), :mod:`.source` (raw samples), :mod:`.stages`
+(per-sample transforms), :mod:`.collate`, :mod:`.state` (mid-epoch resume) and
+:mod:`.context` (seed, epoch, rank, worker).
+"""
+
+from __future__ import annotations
+
+from .dataset import Dataset
+from .urls import ShardList, resolve_source
+
+__all__ = ["Dataset", "ShardList", "resolve_source"]

@@ -1,0 +1,252 @@
+"""Which samples each (rank, worker) stream reads in an epoch: the epoch plan.
+
+Every stream computes the same global picture and takes its part of it, so no process
+talks to another:
+
+1. The shard order of an epoch: the canonical order, or a shuffle of it seeded from
+   ``(seed, epoch)`` with a local :class:`random.Random` (the same on every rank).
+2. The split. Three modes:
+
+   * ``"shards"`` (no sample counts): whole shards are dealt out, ``order[rank::world]``
+     to each rank, then ``[worker::workers]`` to each worker. Streams differ in length.
+   * ``"pad"`` / ``"drop"`` (counts known, from a manifest): the shuffled shards form one
+     sequence of N samples; rank r takes a contiguous, balanced slice of it, so every
+     rank yields exactly ``ceil(N / world)`` (pad: a rank one short repeats its first
+     sample) or ``floor(N / world)`` (drop: at most ``world - 1`` samples are left out)
+     samples. Its workers then split that slice by :func:`split_counts`, the same way on
+     every rank, so worker w of every rank yields the same number of samples. Shards are
+     cut at sample boundaries where slices meet.
+   * ``"cycle"`` (``with_epoch(n)``): each rank yields exactly n samples; a worker reads its
+     whole shards (as in ``"shards"``) pass after pass, each pass freshly shuffled, until it
+     has its share.
+
+A rank's count never depends on the number of DataLoader workers, so ``len()`` is exact
+in the main process, where that number is unknown.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import ConfigError
+from .context import Context
+from .urls import ShardList
+
+__all__ = [
+    "EpochPlan",
+    "Segment",
+    "SplitMode",
+    "drop_front",
+    "plan_stream",
+    "rank_samples",
+    "shard_order",
+    "split_counts",
+    "split_mode",
+]
+
+logger = logging.getLogger(__name__)
+
+SplitMode = Literal["shards", "pad", "drop", "cycle"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Read shard ``shard`` (an index into the shard list): skip ``skip`` samples, then
+    yield ``take`` samples (None: to the end of the shard)."""
+
+    shard: int
+    skip: int = 0
+    take: int | None = None
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What one stream reads in one epoch (or, for ``"cycle"``, in one pass)."""
+
+    segments: tuple[Segment, ...]
+    target: int | None  # exact number of samples the stream yields, if known
+    cycle: bool = False  # read further passes until ``target`` samples
+
+
+def split_mode(
+    shards: ShardList, equalize: Literal["pad", "drop"] | None, epoch_size: int | None
+) -> SplitMode:
+    """The split mode for these options (see the module docs)."""
+    if epoch_size is not None:
+        return "cycle"
+    if equalize is None:
+        return "pad" if shards.counts is not None else "shards"
+    if shards.counts is None:
+        raise ConfigError(
+            f"equalize={equalize!r} needs the sample count of every shard: read a "
+            "manifest.json (or a folder holding one) instead of a URL list"
+        )
+    return equalize
+
+
+def shard_order(
+    count: int, *, seed: int, epoch: int, shuffle: bool, pass_index: int = 0
+) -> list[int]:
+    """Shard indices in reading order for an epoch (and pass); the same on every rank."""
+    order = list(range(count))
+    if shuffle:
+        random.Random(f"shardkit-shards:{seed}:{epoch}:{pass_index}").shuffle(order)
+    return order
+
+
+def split_counts(total: int, parts: int, granularity: int = 1) -> list[int]:
+    """Split ``total`` items into ``parts`` balanced parts, in whole units of ``granularity``.
+
+    Full units are dealt out as evenly as possible; a last partial unit goes to the part
+    next in line. So the number of units (batches) over all parts is always
+    ``ceil(total / granularity)``, whatever ``parts`` is.
+    """
+    if parts < 1 or granularity < 1 or total < 0:
+        raise ValueError(f"bad split: {total} items, {parts} parts, unit {granularity}")
+    units, rest = divmod(total, granularity)
+    base, extra = divmod(units, parts)
+    sizes = [(base + (i < extra)) * granularity for i in range(parts)]
+    sizes[extra % parts] += rest
+    return sizes
+
+
+def rank_samples(total: int, world: int, mode: SplitMode) -> int:
+    """Samples each rank yields per epoch in the ``pad`` / ``drop`` modes."""
+    return -(-total // world) if mode == "pad" else total // world
+
+
+def plan_stream(
+    shards: ShardList,
+    ctx: Context,
+    *,
+    mode: SplitMode,
+    shuffle: bool,
+    granularity: int = 1,
+    epoch_size: int | None = None,
+    pass_index: int = 0,
+) -> EpochPlan:
+    """The plan of stream (ctx.rank, ctx.worker) for ``ctx.epoch`` (see the module docs);
+    ``granularity``: split workers' shares in whole batches of this size."""
+    rank, world, worker, workers = ctx.rank, ctx.world, ctx.worker, ctx.workers
+    if not (0 <= rank < world and 0 <= worker < workers):
+        raise ConfigError(f"bad stream: rank {rank} of {world}, worker {worker} of {workers}")
+    order = shard_order(
+        len(shards.urls), seed=ctx.seed, epoch=ctx.epoch, shuffle=shuffle, pass_index=pass_index
+    )
+    if mode in ("shards", "cycle"):
+        return _plan_whole_shards(
+            order, mode, rank, world, worker, workers, granularity, epoch_size
+        )
+    counts = shards.counts
+    if counts is None:  # split_mode() rules this out
+        raise ConfigError(f"split mode {mode!r} needs sample counts")
+    return _plan_slices(counts, order, mode, rank, world, worker, workers, granularity)
+
+
+def _plan_whole_shards(
+    order: list[int],
+    mode: SplitMode,
+    rank: int,
+    world: int,
+    worker: int,
+    workers: int,
+    granularity: int,
+    epoch_size: int | None,
+) -> EpochPlan:
+    streams = world * workers
+    mine = order[rank::world][worker::workers]
+    if not mine and mode == "cycle":
+        mine = [order[(rank * workers + worker) % len(order)]]  # share a shard, never idle
+    elif len(order) < streams:
+        logger.warning(
+            "%d shards for %d streams (ranks x workers): some streams get no data; "
+            "use more shards or a manifest with sample counts",
+            len(order),
+            streams,
+        )
+    segments = tuple(Segment(index) for index in mine)
+    if mode == "cycle":
+        if epoch_size is None:
+            raise ConfigError("cycle mode needs an epoch size")
+        target = split_counts(epoch_size, workers, granularity)[worker]
+        return EpochPlan(segments, target, cycle=True)
+    return EpochPlan(segments, None)
+
+
+def _plan_slices(
+    counts: tuple[int, ...],
+    order: list[int],
+    mode: SplitMode,
+    rank: int,
+    world: int,
+    worker: int,
+    workers: int,
+    granularity: int,
+) -> EpochPlan:
+    total = sum(counts)
+    if total == 0:
+        raise ConfigError("the manifest says the dataset holds no samples")
+    base, extra = divmod(total, world)
+    start = rank * base + min(rank, extra)
+    own = base + (rank < extra)
+    quota = rank_samples(total, world, mode)
+    sizes = split_counts(quota, workers, granularity)
+    lo = sum(sizes[:worker])
+    hi = lo + sizes[worker]
+    ranges = []
+    if lo < min(hi, own):
+        ranges.append((start + lo, start + min(hi, own)))
+    for i in range(max(lo, own), hi):  # padding: at most one sample per rank
+        position = start + (i - own) % own if own else i % total
+        ranges.append((position, position + 1))
+    ordered = [counts[i] for i in order]
+    bounds = list(itertools.accumulate(ordered, initial=0))
+    segments = [s for a, b in ranges for s in _segments(order, ordered, bounds, a, b)]
+    return EpochPlan(tuple(segments), hi - lo)
+
+
+def _segments(
+    order: list[int], ordered: list[int], bounds: list[int], start: int, stop: int
+) -> list[Segment]:
+    """Segments covering global positions [start, stop) of the ordered sample sequence."""
+    out = []
+    k = bisect.bisect_right(bounds, start) - 1
+    while start < stop:
+        while ordered[k] == 0 or bounds[k + 1] <= start:
+            k += 1
+        skip = start - bounds[k]
+        take = min(stop, bounds[k + 1]) - start
+        out.append(Segment(order[k], skip, take))
+        start += take
+    return out
+
+
+def drop_front(
+    segments: tuple[Segment, ...], n: int, counts: tuple[int, ...] | None
+) -> tuple[tuple[Segment, ...], int]:
+    """Remove the first ``n`` samples from a plan without reading, where counts allow.
+
+    Returns the remaining segments and the number of samples still to skip by reading
+    (non-zero only when a segment's length is unknown).
+    """
+    out = list(segments)
+    while n and out:
+        first = out[0]
+        length = first.take
+        if length is None:
+            if counts is None:
+                break
+            length = counts[first.shard] - first.skip
+        if n < length:
+            out[0] = Segment(
+                first.shard, first.skip + n, None if first.take is None else length - n
+            )
+            return tuple(out), 0
+        n -= length
+        out.pop(0)
+    return tuple(out), n

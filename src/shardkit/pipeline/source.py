@@ -1,0 +1,168 @@
+"""The raw sample stream of one (rank, worker) in one epoch, following its epoch plan.
+
+Where the plan promises an exact number of samples (``pad``/``drop``/``cycle``), the
+stream yields exactly that many: a shard that ends early (bad data skipped by the
+handler, or a manifest count that is too high) is reported to the handler, and the
+shortfall is made up by repeating samples from the start of the stream, so ranks stay
+equal even then.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import logging
+import zlib
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from .. import reader, storage
+from ..errors import FormatError
+from ..handlers import Handler, reraise
+from ..writer import Format
+from .epochs import EpochPlan, Segment, drop_front
+from .urls import ShardList
+
+__all__ = ["ReadOptions", "open_samples", "stream_samples"]
+
+logger = logging.getLogger(__name__)
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How shards are opened and parsed."""
+
+    format: Format | None = None
+    handler: Handler = reraise
+    verify: bool = True
+    storage_options: dict[str, Any] | None = None
+    cache_dir: str | None = None
+
+
+def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], None, None]:
+    """The raw samples of one shard (what :func:`shardkit.reader.read_shard` yields, with
+    the local cache of ``options.cache_dir``)."""
+    kind, gz = reader.detect_format(url, options.format)
+    handler = options.handler
+    stream = storage.open_read(
+        url, storage_options=options.storage_options, cache_dir=options.cache_dir
+    )
+    try:
+        source: BinaryIO = stream
+        if gz or bytes(getattr(stream, "peek", lambda n: b"")(2)[:2]) == _GZIP_MAGIC:
+            source = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+        try:
+            yield from reader.iter_stream_samples(
+                source, url=url, format=kind, handler=handler, verify=options.verify
+            )
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            handler(FormatError(f"corrupt gzip stream: {exc}", url=url))
+        except FormatError as exc:
+            handler(exc)
+    finally:
+        stream.close()
+
+
+def _read_segment(urls: tuple[str, ...], segment: Segment, options: ReadOptions) -> Iterator[Any]:
+    samples = open_samples(urls[segment.shard], options)
+    try:
+        if segment.skip:
+            next(itertools.islice(samples, segment.skip, segment.skip), None)
+        if segment.take is None:
+            yield from samples
+        else:
+            yield from itertools.islice(samples, segment.take)
+    finally:
+        samples.close()
+
+
+def stream_samples(
+    shards: ShardList,
+    plan_for: Callable[[int], EpochPlan],
+    options: ReadOptions,
+    skip: int = 0,
+) -> Iterator[dict[str, Any]]:
+    """The stream's samples, less the first ``skip`` (a resumed epoch).
+
+    Skipped samples are not read where the shard counts allow: whole segments are
+    dropped from the plan. That is exact only when no bad data can have shortened a
+    segment, so it is done under the default ``raise`` handler only.
+    """
+    plan = plan_for(0)
+    if plan.cycle:
+        items = _cycle(shards.urls, plan_for, options)
+    else:
+        start = 0
+        segments = plan.segments
+        if skip and options.handler is reraise and shards.counts is not None:
+            segments, rest = drop_front(segments, skip, shards.counts)
+            start, skip = skip - rest, rest
+        items = _exact(shards.urls, plan, segments, start, options)
+    if skip:
+        items = itertools.islice(items, skip, None)
+    return items
+
+
+def _exact(
+    urls: tuple[str, ...],
+    plan: EpochPlan,
+    segments: tuple[Segment, ...],
+    produced: int,
+    options: ReadOptions,
+) -> Iterator[dict[str, Any]]:
+    for segment in segments:
+        count = 0
+        for sample in _read_segment(urls, segment, options):
+            count += 1
+            yield sample
+        if segment.take is not None and count < segment.take:
+            options.handler(
+                FormatError(
+                    f"shard ended after {segment.skip + count} samples; the manifest "
+                    f"promised at least {segment.skip + segment.take}",
+                    url=urls[segment.shard],
+                )
+            )
+        produced += count
+    if plan.target is not None and produced < plan.target:
+        yield from _refill(urls, plan.segments, plan.target - produced, options)
+
+
+def _refill(
+    urls: tuple[str, ...], segments: tuple[Segment, ...], missing: int, options: ReadOptions
+) -> Iterator[dict[str, Any]]:
+    logger.warning("repeating %d samples to keep the epoch length", missing)
+    while missing:
+        before = missing
+        for segment in segments:
+            for sample in _read_segment(urls, segment, options):
+                yield sample
+                missing -= 1
+                if not missing:
+                    return
+        if missing == before:
+            logger.warning("no readable samples to repeat: the epoch is %d short", missing)
+            return
+
+
+def _cycle(
+    urls: tuple[str, ...], plan_for: Callable[[int], EpochPlan], options: ReadOptions
+) -> Iterator[dict[str, Any]]:
+    target = plan_for(0).target or 0
+    produced = 0
+    for pass_index in itertools.count():
+        if produced == target:
+            return
+        before = produced
+        for segment in plan_for(pass_index).segments:
+            for sample in _read_segment(urls, segment, options):
+                produced += 1
+                yield sample
+                if produced == target:
+                    return
+        if produced == before:
+            logger.warning("no readable samples in this stream's shards: epoch ends early")
+            return

@@ -1,0 +1,107 @@
+"""Mid-epoch resume: the position of an iteration, and how to return to it.
+
+The item stream of one (seed, epoch, rank, worker) is deterministic, so a position is
+just ``(epoch, consumed)``: how many items have passed the *resume point*, which sits
+right after the last stage that holds items back (the last ``.shuffle()``; the source if
+there is none). Every stage after it pulls exactly the items it needs for its next
+output, so when an output has been handed out nothing is in flight below that point.
+
+Restoring replays the stream up to the resume point and drops ``consumed`` items there,
+before any later stage (decode, map, batching) sees them. With no shuffle buffer before
+the point the source drops them itself, skipping whole shards when the counts are known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+from .context import Context
+
+__all__ = ["STATE_VERSION", "Position", "Progress", "check_state", "counted", "finished"]
+
+STATE_VERSION = 1
+
+
+@dataclass
+class Progress:
+    """The live position of one iteration, updated as items pass the resume point.
+
+    A stage after that point that works ahead (parallel decoding) registers a
+    ``lookahead()`` callable: items it has pulled but not yet handed on are not consumed.
+    """
+
+    epoch: int
+    consumed: int
+    done: bool = False
+    lookahead: list[Callable[[], int]] = field(default_factory=list)
+
+    def position(self) -> int:
+        """Items handed on (or dropped) past the resume point."""
+        return self.consumed - sum(ahead() for ahead in self.lookahead)
+
+
+@dataclass(frozen=True)
+class Position:
+    """A saved position: resume epoch ``epoch`` after ``consumed`` items (``done``: the
+    epoch had ended, nothing of it is left)."""
+
+    epoch: int
+    consumed: int
+    done: bool
+    seed: int
+    world: int
+    workers: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "consumed": self.consumed,
+            "done": self.done,
+            "seed": self.seed,
+            "world": self.world,
+            "workers": self.workers,
+        }
+
+    def check(self, ctx: Context) -> None:
+        """Refuse to resume into a differently split or seeded iteration."""
+        saved = (self.seed, self.world, self.workers)
+        now = (ctx.seed, ctx.world, ctx.workers)
+        if saved != now:
+            raise ConfigError(
+                "cannot resume: the state was saved with (seed, world size, workers) = "
+                f"{saved}, this iteration has {now}; the saved position would mean other samples"
+            )
+
+
+def check_state(state: Mapping[str, Any]) -> Position:
+    """Validate a dict from ``state_dict()``."""
+    if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
+        raise ConfigError(f"not a shardkit Dataset state (version {STATE_VERSION}): {state!r}")
+    try:
+        epoch, consumed, seed, world, workers = (
+            int(state[k]) for k in ("epoch", "consumed", "seed", "world", "workers")
+        )
+        done = bool(state["done"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"malformed Dataset state {dict(state)!r}: {exc}") from exc
+    position = Position(epoch, consumed, done, seed, world, workers)
+    if position.epoch < 0 or position.consumed < 0 or position.world < 1 or position.workers < 1:
+        raise ConfigError(f"malformed Dataset state {dict(state)!r}")
+    return position
+
+
+def counted(items: Iterator[Any], progress: Progress) -> Iterator[Any]:
+    """Pass items through, counting them into ``progress``."""
+    for item in items:
+        progress.consumed += 1
+        yield item
+
+
+def finished(items: Iterator[Any], progress: Progress) -> Iterator[Any]:
+    """Pass items through and mark ``progress`` done when they run out."""
+    yield from items
+    progress.done = True

@@ -1,0 +1,206 @@
+"""Helpers for the remote-storage tests: the servers scripts/test-services starts, and
+small loopback HTTP servers that misbehave on purpose."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+
+HOW = "run the tests through scripts/test-services (as `make test` and .ci/run do)"
+
+
+def http_service() -> tuple[str, str]:
+    """(folder nginx serves, its base URL); fails the test when nginx is not running."""
+    root, url = os.environ.get("SHARDKIT_TEST_HTTP_ROOT"), os.environ.get("SHARDKIT_TEST_HTTP_URL")
+    if not root or not url:
+        pytest.fail(f"no nginx: SHARDKIT_TEST_HTTP_ROOT/URL are not set; {HOW}", pytrace=False)
+    folder = os.path.join(root, uuid.uuid4().hex[:12])
+    os.makedirs(folder)
+    os.chmod(folder, 0o755)
+    return folder, f"{url}/{os.path.basename(folder)}"
+
+
+def s3_options() -> dict[str, str]:
+    """fsspec storage options for the SeaweedFS server; fails the test when it is not up."""
+    endpoint = os.environ.get("SHARDKIT_TEST_S3_ENDPOINT")
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not endpoint or not key or not secret:
+        pytest.fail(f"no S3 server: SHARDKIT_TEST_S3_ENDPOINT is not set; {HOW}", pytrace=False)
+    return {"endpoint_url": endpoint, "key": key, "secret": secret}
+
+
+# --------------------------------------------------------------------------- a faulty server
+
+
+@dataclass
+class Faults:
+    """What the server does to the requests it gets, in order."""
+
+    cut_after: list[int] = field(default_factory=list)  # close after n body bytes
+    statuses: list[int] = field(default_factory=list)  # answer with this status instead
+    hold_after: int | None = None  # pause the body after n bytes until `release` is set
+    release: threading.Event = field(default_factory=threading.Event)
+    requests: list[dict[str, str]] = field(default_factory=list)
+
+
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+
+
+def _handle(conn: socket.socket, files: dict[str, bytes], faults: Faults) -> None:
+    with conn:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            request += chunk
+        lines = request.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+        faults.requests.append({"method": method, "path": path, **headers})
+        data = files.get(path)
+        if data is None:
+            conn.sendall(
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            return
+        if faults.statuses:
+            code = faults.statuses.pop(0)
+            conn.sendall(
+                b"HTTP/1.1 %d Oops\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" % code
+            )
+            return
+        start, status = 0, "200 OK"
+        match = _RANGE.fullmatch(headers.get("range", ""))
+        extra = ""
+        if match:
+            start, status = int(match.group(1)), "206 Partial Content"
+            extra = f"Content-Range: bytes {start}-{len(data) - 1}/{len(data)}\r\n"
+        body = data[start:]
+        head = (
+            f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\nAccept-Ranges: bytes\r\n"
+            f"{extra}Connection: close\r\n\r\n"
+        )
+        conn.sendall(head.encode())
+        if method == "HEAD":
+            return
+        if method == "GET" and faults.cut_after:
+            conn.sendall(body[: faults.cut_after.pop(0)])
+            return  # closing mid-body: the client sees a reset / incomplete payload
+        if faults.hold_after is not None:
+            conn.sendall(body[: faults.hold_after])
+            faults.release.wait(30)
+            body = body[faults.hold_after :]
+        conn.sendall(body)
+
+
+@contextmanager
+def faulty_server(files: dict[str, bytes], faults: Faults) -> Iterator[str]:
+    """Serve ``files`` (path -> bytes) on loopback, misbehaving as ``faults`` says."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=_handle, args=(conn, files, faults), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        faults.release.set()
+        thread.join(5)
+        listener.close()
+
+
+@contextmanager
+def cutting_proxy(upstream: str, cut_after: list[int], requests: list[str]) -> Iterator[str]:
+    """A loopback TCP proxy to ``upstream`` (``http://host:port``) that closes the
+    connection of the first GETs after ``cut_after[i]`` response bytes; every request
+    line and Range header seen is appended to ``requests``."""
+    host, port = upstream.removeprefix("http://").split(":")
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def pipe(client: socket.socket) -> None:
+        server = socket.create_connection((host, int(port)))
+        budget: list[int | None] = [None]
+
+        def upstream_to_client() -> None:
+            while True:
+                try:
+                    data = server.recv(65536)
+                except OSError:
+                    break
+                if not data:
+                    break
+                if budget[0] is not None:
+                    data = data[: budget[0]]
+                    budget[0] -= len(data)
+                try:
+                    client.sendall(data)
+                except OSError:
+                    break
+                if budget[0] == 0:
+                    break
+            for sock in (client, server):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # wakes the other thread's recv()
+                sock.close()
+
+        threading.Thread(target=upstream_to_client, daemon=True).start()
+        while True:
+            try:
+                data = client.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            text = data.decode("latin-1")
+            for line in text.split("\r\n"):
+                if line.startswith(("GET ", "HEAD ")) or line.lower().startswith("range:"):
+                    requests.append(line)
+            if text.startswith("GET ") and cut_after and budget[0] is None:
+                budget[0] = cut_after.pop(0)
+            try:
+                server.sendall(data)
+            except OSError:
+                break
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=pipe, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()

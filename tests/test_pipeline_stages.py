@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tarfile
+
+import numpy as np
+import pytest
+from conftest_pipeline import keys, tiny_jpeg, write_shards
+
+from shardkit import DataError, Dataset, DecodeError, FormatError, TarWriter
+
+
+@pytest.fixture
+def jpeg_shards(tmp_path: os.PathLike[str]) -> str:
+    folder = str(tmp_path)
+    write_shards(folder, [5, 5], jpeg=True)
+    return folder
+
+
+def test_decode_rgb8_to_tuple_and_batches(jpeg_shards: str) -> None:
+    items = list(Dataset(jpeg_shards).decode("rgb8").to_tuple("jpg;png", "cls"))
+    assert len(items) == 10
+    image, label = items[3]
+    assert image.shape == (16, 24, 3) and image.dtype == np.uint8 and label == 3
+    batches = list(Dataset(jpeg_shards).decode("rgb8").to_tuple("jpg", "cls").batched(4))
+    assert [b[0].shape for b in batches] == [(4, 16, 24, 3)] * 2 + [(2, 16, 24, 3)]
+    assert batches[0][1].tolist() == [0, 1, 2, 3]
+    full = Dataset(jpeg_shards).decode("rgb8").to_tuple("jpg", "cls").batched(4, partial=False)
+    assert len(list(full)) == 2 == len(full)
+
+
+def test_torch_collation_and_dicts(jpeg_shards: str) -> None:
+    import torch
+
+    ds = Dataset(jpeg_shards).decode("torchrgb8").to_tuple("jpg", "cls", "txt")
+    images, labels, texts = next(iter(ds.batched(3, collate="torch")))
+    assert isinstance(images, torch.Tensor) and images.shape == (3, 3, 16, 24)
+    assert labels.tolist() == [0, 1, 2] and texts == ["text 0", "text 1", "text 2"]
+    numpy_batch = next(
+        iter(Dataset(jpeg_shards).decode().to_tuple("cls").batched(2, collate="torch"))
+    )
+    assert numpy_batch[0].dtype == torch.int64
+    dict_batch = next(iter(Dataset(jpeg_shards).decode().batched(2)))
+    assert dict_batch["__key__"] == ["s00000", "s00001"] and dict_batch["cls"].tolist() == [0, 1]
+    lists = next(iter(Dataset(jpeg_shards).batched(2, collate=None)))
+    assert keys(lists) == ["s00000", "s00001"]
+
+
+def test_ragged_arrays_do_not_stack(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "ragged.tar")
+    with open(path, "wb") as f, TarWriter(f) as sink:
+        sink.write({"__key__": "a", "jpg": tiny_jpeg(1, (8, 8))})
+        sink.write({"__key__": "b", "jpg": tiny_jpeg(2, (9, 8))})
+    with pytest.raises(ValueError, match="cannot stack column '0'"):
+        list(Dataset(path).decode("rgb8").to_tuple("jpg").batched(2))
+
+
+def test_map_map_dict_map_tuple_select(jpeg_shards: str) -> None:
+    ds = Dataset(jpeg_shards).decode()
+    assert [s["cls"] for s in ds.map_dict(cls=lambda c: c * 10)][:3] == [0, 10, 20]
+    assert list(ds.select(lambda s: s["cls"] % 4 == 0).map(lambda s: s["cls"])) == [0, 4, 8]
+    pairs = list(ds.to_tuple("cls", "txt").map_tuple(lambda c: -c, None))
+    assert pairs[2] == (-2, "text 2")
+    assert list(ds.to_tuple("cls txt"))[1] == (1, "text 1")  # webdataset's space form
+    renamed = next(iter(ds.rename(label="cls", image="png;jpg")))
+    assert renamed["label"] == 0 and renamed["image"][:2] == b"\xff\xd8" and "jpg" not in renamed
+    assert sorted(k for k in renamed if not k.startswith("__")) == ["image", "label", "txt"]
+    only = next(iter(ds.rename(label="cls", keep=False)))
+    assert sorted(only) == ["__key__", "__offset__", "__url__", "label"]
+
+
+def test_user_errors_propagate_data_errors_go_to_the_handler(jpeg_shards: str) -> None:
+    def boom(sample: dict[str, object]) -> object:
+        raise KeyError("a bug in user code")
+
+    with pytest.raises(KeyError):
+        list(Dataset(jpeg_shards, handler="ignore").map(boom))
+
+    def bad_data(sample: dict[str, object]) -> object:
+        if sample["__key__"] == "s00001":
+            raise DataError("bad sample")
+        return sample["__key__"]
+
+    assert list(Dataset(jpeg_shards, handler="ignore").map(bad_data))[:2] == ["s00000", "s00002"]
+
+
+def test_missing_field(jpeg_shards: str) -> None:
+    with pytest.raises(DataError, match="no field 'png;gif'") as info:
+        list(Dataset(jpeg_shards).to_tuple("png;gif"))
+    assert info.value.key == "s00000" and info.value.url is not None
+    assert list(Dataset(jpeg_shards).to_tuple("png", handler="ignore")) == []
+
+
+def _shard_with_bad_json(path: str) -> None:
+    with open(path, "wb") as f, TarWriter(f) as sink:
+        for i in range(4):
+            sink.write({"__key__": f"k{i}", "json": b"{oops" if i == 2 else b"[1]"})
+
+
+def test_decode_error_names_url_key_and_offset(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "bad.tar")
+    _shard_with_bad_json(path)
+    with pytest.raises(DecodeError) as info:
+        list(Dataset(path).decode())
+    raw = list(Dataset(path))
+    assert (info.value.url, info.value.key, info.value.offset) == (path, "k2", raw[2]["__offset__"])
+    assert f"{path}, sample 'k2', offset {raw[2]['__offset__']}" in str(info.value)
+    assert keys(list(Dataset(path, handler="warn").decode())) == ["k0", "k1", "k3"]
+
+
+def _shard_with_symlink(path: str) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name in ("a.txt", "link.txt", "b.txt"):
+            info = tarfile.TarInfo(name)
+            if name == "link.txt":
+                info.type, info.linkname = tarfile.SYMTYPE, "a.txt"
+                tar.addfile(info)
+            else:
+                info.size = 1
+                tar.addfile(info, io.BytesIO(b"x"))
+
+
+def test_handler_policies_on_a_corrupt_shard(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = str(tmp_path)
+    bad = os.path.join(folder, "a-bad.tar")
+    _shard_with_symlink(bad)
+    good = write_shards(os.path.join(folder, "good"), [2], manifest=False)[0]
+    with pytest.raises(FormatError, match="symlink") as info:
+        list(Dataset([bad, good]))
+    assert info.value.url == bad and info.value.offset == 1024
+    with caplog.at_level(logging.WARNING):
+        assert keys(list(Dataset([bad, good], handler="warn"))) == ["a", "b", "s00000", "s00001"]
+    assert "link.txt" in caplog.text
+    assert keys(list(Dataset([bad, good], handler="skip"))) == ["a", "s00000", "s00001"]
+
+
+def test_truncated_shard(tmp_path: os.PathLike[str]) -> None:
+    folder = str(tmp_path)
+    urls = write_shards(folder, [5, 5])
+    with open(urls[0], "rb") as f:
+        data = f.read()
+    with open(urls[0], "wb") as f:
+        f.write(data[: len(data) // 2])
+    with pytest.raises(FormatError, match="ends inside") as info:
+        list(Dataset(folder))
+    assert info.value.url == urls[0] and info.value.offset is not None
+    # A manifest makes the epoch exact: the shortfall is made up by repeats.
+    items = keys(list(Dataset(folder, handler="warn")))
+    assert len(items) == 10 == len(Dataset(folder))
+    assert set(items) >= {f"s{i:05d}" for i in range(5, 10)}
+    no_manifest = keys(list(Dataset(urls, handler="skip")))
+    assert len(no_manifest) < 10 and no_manifest[-5:] == [f"s{i:05d}" for i in range(5, 10)]

@@ -1,0 +1,145 @@
+"""http(s) shards: nginx from scripts/test-services, and loopback servers that misbehave."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+
+import pytest
+from conftest_pipeline import keys, write_shards
+from conftest_remote import Faults, cutting_proxy, faulty_server, http_service
+
+from shardkit import Dataset, StorageError, storage
+
+ALL = [f"s{i:05d}" for i in range(12)]
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.fixture
+def nginx_shards() -> tuple[str, str]:
+    """Three shards (12 samples) and a manifest in a folder nginx serves: (folder, URL)."""
+    folder, url = http_service()
+    write_shards(folder, [4, 5, 3], jpeg=True)
+    for name in os.listdir(folder):
+        os.chmod(os.path.join(folder, name), 0o644)
+    return folder, url
+
+
+def test_read_from_nginx(nginx_shards: tuple[str, str]) -> None:
+    _, url = nginx_shards
+    assert keys(list(Dataset(url + "/shard-{000000..000002}.tar"))) == ALL
+    manifest = Dataset(url + "/manifest.json")
+    assert len(manifest) == 12 and keys(list(manifest)) == ALL
+    images = list(Dataset(url + "/manifest.json").decode("rgb8").to_tuple("jpg", "cls"))
+    assert images[5][0].shape == (16, 24, 3) and images[5][1] == 5
+
+
+def test_remote_streams_seek_with_range_requests(nginx_shards: tuple[str, str]) -> None:
+    folder, url = nginx_shards
+    data = read_bytes(os.path.join(folder, "shard-000001.tar"))
+    with storage.open_read(url + "/shard-000001.tar") as stream:
+        assert stream.seekable()
+        assert stream.read(700) == data[:700]
+        stream.seek(5000)
+        assert stream.read(100) == data[5000:5100] and stream.tell() == 5100
+        stream.seek(-10, os.SEEK_END)
+        assert stream.read() == data[-10:]
+        stream.seek(3, os.SEEK_SET)
+        assert stream.read(5) == data[3:8]
+
+
+def test_tfrecord_from_nginx() -> None:
+    folder, url = http_service()
+    write_shards(folder, [3, 2], ext="tfrecord")
+    assert keys(list(Dataset(url + "/manifest.json"))) == ALL[:5]
+
+
+def test_dataloader_workers_over_http(nginx_shards: tuple[str, str]) -> None:
+    from torch.utils.data import DataLoader
+
+    _, url = nginx_shards
+    ds = Dataset(url + "/manifest.json").shuffle(4).to_tuple("__key__")
+    seen = [k for (batch,) in DataLoader(ds, batch_size=2, num_workers=2) for k in batch]
+    assert sorted(seen) == ALL
+
+
+def test_connection_cut_mid_shard_resumes_with_a_range_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    folder, url = http_service()
+    write_shards(folder, [4, 5, 3], payload=400_000)  # shards of 1.6-2 MB
+    base, path = url.rsplit("/", 1)
+    requests: list[str] = []
+    with (
+        cutting_proxy(base, [700_000, 900_000], requests) as proxy,
+        caplog.at_level(logging.WARNING),
+    ):
+        got = keys(list(Dataset(f"{proxy}/{path}/shard-{{000000..000002}}.tar")))
+    assert got == ALL
+    ranges = [r for r in requests if r.lower().startswith("range: bytes=")]
+    assert len(ranges) >= 2 and all(int(r.split("=")[1].rstrip("-")) > 0 for r in ranges)
+    assert "retry 1 of 5" in caplog.text
+
+
+def test_dropped_connection_and_5xx_are_retried(caplog: pytest.LogCaptureFixture) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        urls = write_shards(folder, [6], manifest=False, payload=500_000)
+        data = read_bytes(urls[0])
+    faults = Faults(cut_after=[len(data) // 3, len(data) // 3], statuses=[])
+    with faulty_server({"/a.tar": data}, faults) as server:
+        with caplog.at_level(logging.WARNING):
+            assert keys(list(Dataset(server + "/a.tar"))) == ALL[:6]
+        gets = [r for r in faults.requests if r["method"] == "GET"]
+        offsets = [int(r.get("range", "bytes=0-")[6:].rstrip("-")) for r in gets]
+        assert offsets[0] == 0 and 0 < offsets[1] < offsets[2] < len(data)
+        faults.statuses[:] = [503]
+        assert keys(list(Dataset(server + "/a.tar"))) == ALL[:6]
+        faults.statuses[:] = [500] * 3
+        with pytest.raises(StorageError, match="gave up after 2 retries") as info:
+            storage.open_read(server + "/a.tar", retries=2)
+        assert info.value.url == server + "/a.tar"
+        with pytest.raises(StorageError, match="no such file"):
+            list(Dataset(server + "/missing.tar"))
+
+
+def test_shards_stream_before_they_are_fully_sent() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        urls = write_shards(folder, [200], manifest=False, jpeg=True)
+        data = read_bytes(urls[0])
+    faults = Faults(hold_after=len(data) // 10)
+    with faulty_server({"/big.tar": data}, faults) as server:
+        started = time.monotonic()
+        samples = iter(Dataset(server + "/big.tar"))
+        first = next(samples)  # arrives while the server still holds 90 % back
+        assert first["__key__"] == "s00000" and time.monotonic() - started < 10
+        assert not faults.release.is_set()
+        faults.release.set()
+        assert 1 + sum(1 for _ in samples) == 200
+
+
+def test_cache_dir_keeps_complete_copies(
+    nginx_shards: tuple[str, str], tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, url = nginx_shards
+    cache = os.path.join(str(tmp_path), "cache")
+    pattern = url + "/shard-{000000..000002}.tar"
+    assert keys(list(Dataset(pattern, cache_dir=cache))) == ALL
+    cached = sorted(os.listdir(cache))
+    assert len(cached) == 3 and not [n for n in cached if ".tmp-" in n]
+    source = os.path.join(folder, "shard-000001.tar")
+    copy = storage.cache_path(url + "/shard-000001.tar", cache)
+    assert read_bytes(copy) == read_bytes(source)
+    shutil.rmtree(folder)  # the server has nothing now: the cache serves
+    assert sorted(keys(list(Dataset(pattern, cache_dir=cache).shuffle(3)))) == ALL
+    monkeypatch.setenv("SHARDKIT_CACHE_DIR", cache)  # the default cache
+    assert keys(list(Dataset(pattern))) == ALL
