@@ -7,6 +7,9 @@ cloud SDK; those load only when a feature that needs them is used.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
 from .build import BuildOptions, BuildProgress, BuildResult, build
 from .errors import (
@@ -23,9 +26,14 @@ from .errors import (
     UnsafeDataError,
 )
 from .formats.tar import TarWriter
-from .mapshards import ShardResult, map_shards
-from .pipeline import Dataset
 from .writer import ShardInfo, ShardWriter
+
+if TYPE_CHECKING:
+    from .mapshards import ShardResult, map_shards
+    from .pipeline import Dataset
+
+# Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
+_LAZY = {"Dataset": ".pipeline", "ShardResult": ".mapshards", "map_shards": ".mapshards"}
 
 __all__ = [
     "BuildError",
@@ -51,3 +59,16 @@ __all__ = [
     "build",
     "map_shards",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
