@@ -45,6 +45,7 @@ __all__ = [
     "encode_sample",
     "iter_members",
     "iter_samples",
+    "read_exact",
     "safe_member_path",
     "sample_size",
     "split_name",
@@ -84,7 +85,8 @@ def split_name(name: str) -> tuple[str, str] | None:
 # --------------------------------------------------------------------------- reading
 
 
-def _read_exact(stream: BinaryIO, n: int) -> bytes:
+def read_exact(stream: BinaryIO, n: int) -> bytes:
+    """Read ``n`` bytes, looping over short reads; fewer only at the end of the stream."""
     data = stream.read(n)
     if len(data) == n or not data:
         return data
@@ -204,7 +206,7 @@ def iter_members(
         header = read(BLOCK)
         if len(header) < BLOCK:
             if header:
-                header += _read_exact(stream, BLOCK - len(header))
+                header += read_exact(stream, BLOCK - len(header))
             if not header:
                 return  # end of stream without end-of-archive blocks: accepted, like tar
             if len(header) < BLOCK:
@@ -225,7 +227,7 @@ def iter_members(
             if size <= _CHUNK:
                 data = read(size)
                 if len(data) < size:
-                    data += _read_exact(stream, size - len(data))
+                    data += read_exact(stream, size - len(data))
             else:
                 data = _read_large(stream, size)
             if len(data) < size:
@@ -236,7 +238,7 @@ def iter_members(
             data = b""
             _skip(stream, size, url, offset)
         pad = -size % BLOCK
-        if pad and len(_read_exact(stream, pad)) < pad:
+        if pad and len(read_exact(stream, pad)) < pad:
             raise TruncatedShardError("shard ends inside a tar member", url=url, offset=offset)
         member_offset = offset
         offset += BLOCK + size + pad

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ..errors import DataError, FormatError, TruncatedShardError
-from ..formats.tar import BLOCK
+from ..formats.tar import BLOCK, read_exact
 from ._tarscan import REGULAR_TYPES, TarScanner
 
 __all__ = ["Report", "Seen", "check_fields", "check_tar", "check_tfrecord"]
@@ -158,21 +158,6 @@ _HEADER = struct.Struct("<QI")
 _U32 = struct.Struct("<I")
 
 
-def _read_full(stream: BinaryIO, n: int) -> bytes:
-    data = stream.read(n)
-    if len(data) == n or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < n:
-        more = stream.read(n - got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
-
-
 def check_tfrecord(
     stream: BinaryIO, report: Report, *, url: str, decode: bool = False
 ) -> tuple[Seen, int]:
@@ -187,7 +172,7 @@ def check_tfrecord(
     seen = Seen()
     first: dict[str, int] = {}
     offset = 0
-    while header := _read_full(stream, 12):
+    while header := read_exact(stream, 12):
         if len(header) < 12:
             report(None, offset, "truncated: stream ends inside a record header")
             break
@@ -195,8 +180,8 @@ def check_tfrecord(
         if masked_crc32c(header[:8]) != length_crc or length > MAX_RECORD_LENGTH:
             report(None, offset, "length CRC mismatch in record header: cannot go on")
             break
-        data = _read_full(stream, length)
-        footer = _read_full(stream, 4) if len(data) == length else b""
+        data = read_exact(stream, length)
+        footer = read_exact(stream, 4) if len(data) == length else b""
         if len(footer) < 4:
             report(None, offset, f"truncated: stream ends inside a record of {length} bytes")
             break
