@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
 
 from . import storage
-from .errors import ConfigError, EncodeError
+from .errors import ConfigError, EncodeError, StorageError
 from .formats import tar
 from .units import parse_size
 
@@ -204,9 +204,10 @@ class ShardWriter:
         sink, stack = self._sink, self._stack
         if sink is None or stack is None:
             return
-        sink.finish(self._trailer)
-        self._sink = self._stack = None
-        stack.close()  # renames the temporary file / completes the upload
+        with self._io():
+            sink.finish(self._trailer)
+            self._sink = self._stack = None
+            stack.close()  # renames the temporary file / completes the upload
         info = ShardInfo(self._url, self._count, sink.size, sink.hash.hexdigest(), self._index)
         self.shards.append(info)
         self._index += 1
@@ -229,9 +230,22 @@ class ShardWriter:
             self._commit()
             sink = self._open()
             out, final_size, comp = sink.trial(data, self._trailer)
-        sink.commit(data, out, comp)
+        with self._io():
+            sink.commit(data, out, comp)
         self._count += 1
         self._last_key = key
+
+    @contextlib.contextmanager
+    def _io(self) -> Iterator[None]:
+        """An OSError while writing (a full disk) drops the shard in progress and closes
+        the writer: it raises a StorageError naming the shard; committed shards stay."""
+        try:
+            yield
+        except OSError as exc:
+            self.abort()
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(f"cannot write: {exc.strerror or exc}", url=self._url) from exc
 
     def close(self) -> list[ShardInfo]:
         """Commit the last shard; returns every shard written."""
@@ -245,7 +259,8 @@ class ShardWriter:
         self._closed = True
         stack, self._stack, self._sink = self._stack, None, None
         if stack is not None:
-            with contextlib.suppress(_Abort):
+            # OSError: the temporary file's unflushed tail (a full disk); it is removed.
+            with contextlib.suppress(_Abort, OSError):
                 stack.__exit__(_Abort, _Abort(), None)
 
     def __enter__(self) -> ShardWriter:

@@ -21,9 +21,10 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
+from ..errors import StorageError
 from ..formats.tar import END_OF_ARCHIVE
 from .journal import Journal
 from .manifest import ShardRecord
@@ -150,24 +151,36 @@ class Assembler:
         self._used.append(part)
 
     def _append(self, data: bytes) -> None:
-        if self._stream is None:
-            name = self.final_name(len(self.shards))
-            self._tmp = os.path.join(self.out, f".{name}.tmp-{os.getpid()}")
-            self._stream = open(self._tmp, "wb")  # noqa: SIM115
-            self._count = self._size = 0
-            self._hash = hashlib.sha256()
-        self._stream.write(data)
+        with self._writing():
+            if self._stream is None:
+                name = self.final_name(len(self.shards))
+                self._tmp = os.path.join(self.out, f".{name}.tmp-{os.getpid()}")
+                self._stream = open(self._tmp, "wb")  # noqa: SIM115
+                self._count = self._size = 0
+                self._hash = hashlib.sha256()
+            self._stream.write(data)
         self._hash.update(data)
         self._count += 1
         self._size += len(data)
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Turn an OSError (a full disk) into a StorageError, dropping the shard in progress."""
+        try:
+            yield
+        except OSError as exc:
+            self.abort()
+            raise StorageError(f"cannot write: {exc.strerror or exc}", url=self._tmp) from exc
+
     def _commit(self, end: tuple[int, int]) -> None:
-        stream, self._stream = self._stream, None
+        stream = self._stream
         if stream is None:
             return
-        stream.write(self.trailer)
+        with self._writing():
+            stream.write(self.trailer)
+            stream.close()
+        self._stream = None
         self._hash.update(self.trailer)
-        stream.close()
         name = self.final_name(len(self.shards))
         os.replace(self._tmp, os.path.join(self.out, name))
         shard = ShardRecord(
@@ -185,9 +198,10 @@ class Assembler:
         self._commit((1 << 62, 0))
 
     def abort(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with contextlib.suppress(OSError):  # what it could not flush is dropped anyway
+                stream.close()
             with contextlib.suppress(OSError):
                 os.unlink(self._tmp)
 

@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import BuildError
+from ..errors import BuildError, StorageError
 from .worker import PartInfo, TaskResult
 
 __all__ = ["JOURNAL_NAME", "LOCK_NAME", "Journal", "output_lock"]
@@ -123,13 +123,21 @@ class Journal:
         self._write({"shard": shard})
 
     def _write(self, obj: dict[str, Any]) -> None:
-        self._stream.write(json.dumps(obj, separators=(",", ":")) + "\n")
-        self._stream.flush()
+        try:
+            self._stream.write(json.dumps(obj, separators=(",", ":")) + "\n")
+            self._stream.flush()
+        except OSError as exc:  # a full disk: the line may be torn, which load() ignores
+            raise StorageError(
+                f"cannot write the build journal: {exc.strerror or exc}", url=self.path
+            ) from exc
 
     def close(self) -> None:
         if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+            stream, self._stream = self._stream, None
+            # Every record was flushed when written; what a failed write left in the
+            # buffer must not replace that write's error (the file is closed anyway).
+            with contextlib.suppress(OSError):
+                stream.close()
 
     def remove(self) -> None:
         self.close()

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from .._version import __version__
+from ..errors import StorageError
 from ..storage import atomic_write
 from .results import ShardRecord
 
@@ -59,8 +60,13 @@ def write_manifest(out: str, manifest: dict[str, Any]) -> str:
     """Write ``OUT/manifest.json`` atomically; returns its path."""
     path = os.path.join(out, MANIFEST_NAME)
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-    with atomic_write(path) as stream:
-        stream.write(text.encode("utf-8", "surrogateescape"))
+    try:
+        with atomic_write(path) as stream:
+            stream.write(text.encode("utf-8", "surrogateescape"))
+    except StorageError:
+        raise
+    except OSError as exc:  # a full disk: atomic_write removed its temporary file
+        raise StorageError(f"cannot write: {exc.strerror or exc}", url=path) from exc
     return path
 
 

@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 OnError = Literal["fail", "skip"]
 Names = Literal["sample", "key"]
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_STEM_MAX = 100  # a key stem longer than this is cut (file names stop at 255 bytes)
+_NAME_MAX = 255
 
 
 class ProcError(ShardkitError):
@@ -67,7 +69,7 @@ class ProcResult:
 def _stem(key: str, names: Names) -> str:
     if names == "sample":
         return "sample"
-    return _SAFE.sub("_", key.rsplit("/", 1)[-1]).strip("_") or "sample"
+    return _SAFE.sub("_", key.rsplit("/", 1)[-1]).strip("_")[:_STEM_MAX] or "sample"
 
 
 def _unpack(folder: str, stem: str, sample: dict[str, Any]) -> list[str]:
@@ -78,6 +80,10 @@ def _unpack(folder: str, stem: str, sample: dict[str, Any]) -> list[str]:
         name = f"{stem}.{ext}"
         if "/" in ext or "\0" in ext or os.sep in ext or name in (".", ".."):
             raise DataError(f"field {ext!r} cannot be a file name", key=sample.get("__key__"))
+        if len(os.fsencode(name)) > _NAME_MAX:
+            raise DataError(
+                f"field {ext[:40]!r}... is too long for a file name", key=sample.get("__key__")
+            )
         with open(os.path.join(folder, name), "xb") as f:
             f.write(value)
         exts.append(ext)
