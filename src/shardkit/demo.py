@@ -49,31 +49,57 @@ def make_image_folder(
     return list(classes)
 
 
+def add_bad_files(folder: str, classes: Sequence[str] = CLASSES) -> list[str]:
+    """Drop the kinds of broken file real datasets have into an image folder."""
+    good = os.path.join(folder, classes[0], "img_000000.jpg")
+    with open(good, "rb") as f:
+        jpeg = f.read()
+    bad = {
+        os.path.join(folder, classes[0], "empty.jpg"): b"",
+        os.path.join(folder, classes[1], "truncated.jpg"): jpeg[: len(jpeg) // 2],
+        os.path.join(folder, classes[2], "notes.jpg"): b"not an image at all\n",
+    }
+    for path, data in bad.items():
+        with open(path, "wb") as f:
+            f.write(data)
+    return sorted(bad)
+
+
 def pack_and_read(source: str, out: str) -> list[str]:
-    """Pack an image folder into tar shards and read them back; returns summary lines."""
+    """Build shards from an image folder, verify them, stream them back decoded.
+
+    Returns summary lines (the library does not print).
+    """
     import collections
+    import json
     import time
 
     from .build import BuildOptions, build
-    from .formats.tar import iter_samples
+    from .pipeline import Dataset
+    from .tools import verify
 
     started = time.perf_counter()
     result = build(source, out, options=BuildOptions(max_count=200, overwrite=True))
     packed = time.perf_counter() - started
-    classes = sorted(d for d in os.listdir(source) if not d.startswith("."))
-    counts: collections.Counter[int] = collections.Counter()
-    for shard in result.shards:
-        path = os.path.join(out, shard.name)
-        with open(path, "rb") as f:
-            for sample in iter_samples(f, url=path):
-                counts[int(sample["cls"])] += 1
     lines = [
-        f"packed {sum(counts.values())} samples into {len(result.shards)} shards "
+        f"build: {result.samples} samples into {len(result.shards)} shards "
         f"({result.bytes / 1e6:.1f} MB) in {packed:.2f} s",
     ]
-    lines += [
-        f"  class {label} ({classes[label]}): {counts[label]} samples" for label in sorted(counts)
-    ]
-    if result.skipped:
-        lines.append(f"  skipped {len(result.skipped)} bad files (see manifest.json)")
+    lines += [f"  skipped {path}: {reason}" for path, reason in result.skipped]
+    report = verify(out)
+    lines.append(f"verify: {report.samples} samples, {len(report.problems)} problems")
+    counts: collections.Counter[int] = collections.Counter()
+    shapes = set()
+    started = time.perf_counter()
+    dataset = Dataset(out, seed=0).shuffle(100).decode("rgb8").to_tuple("jpg", "cls")
+    for image, label in dataset:
+        counts[label] += 1
+        shapes.add(image.shape[2])
+    read = time.perf_counter() - started
+    with open(result.manifest, encoding="utf-8") as f:
+        names = {index: name for name, index in json.load(f)["class_to_idx"].items()}
+    lines.append(
+        f"read: {sum(counts.values())} decoded samples (HxWx{shapes.pop()} uint8) in {read:.2f} s"
+    )
+    lines += [f"  class {c} ({names[c]}): {counts[c]} samples" for c in sorted(counts)]
     return lines

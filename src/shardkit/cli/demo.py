@@ -20,13 +20,15 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..demo import make_image_folder, pack_and_read
+    from ..demo import add_bad_files, make_image_folder, pack_and_read
 
     source = os.path.join(args.out, "images")
     shards = os.path.join(args.out, "shards")
     started = time.perf_counter()
     classes = make_image_folder(source, count=args.images)
-    print(f"made {args.images} JPEGs in {len(classes)} classes under {source}")
+    bad = add_bad_files(source, classes)
+    print(f"made {args.images} JPEGs in {len(classes)} classes under {source},")
+    print(f"  plus {len(bad)} broken files of the kinds real datasets have")
     summary = pack_and_read(source, shards)
     elapsed = time.perf_counter() - started
     for line in summary:
