@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean system-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -12,12 +12,13 @@ $(BIN)/python:
 
 # The demo needs only the package and its image extra.
 $(VENV)/.demo-stamp: $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q -e '.[images]'
+	$(BIN)/pip install -q -e '.[images]' 2>$(VENV)/pip.log || { cat $(VENV)/pip.log; exit 1; }
 	touch $@
 
 # The test environment: every extra plus pinned interop peers and tools.
 $(VENV)/.test-stamp: $(BIN)/python pyproject.toml requirements-dev.txt
-	$(BIN)/pip install -q -e '.[all]' -r requirements-dev.txt
+	$(BIN)/pip install -q -e '.[all]' -r requirements-dev.txt 2>$(VENV)/pip.log || \
+	  { cat $(VENV)/pip.log; exit 1; }
 	touch $@
 
 demo: $(VENV)/.demo-stamp
@@ -30,7 +31,12 @@ lint: $(VENV)/.test-stamp
 typecheck: $(VENV)/.test-stamp
 	$(BIN)/mypy
 
-unit: $(VENV)/.test-stamp
+# nginx serves the http tests (Debian package; root on this machine kind).
+system-deps:
+	@command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null)
+
+unit: $(VENV)/.test-stamp system-deps
 	scripts/test-services scripts/cluster-services $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 test: lint typecheck unit
