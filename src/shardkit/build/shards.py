@@ -14,6 +14,7 @@ back. Other fields pass through under their own names.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -32,6 +33,12 @@ __all__ = ["ShardSource", "list_shards"]
 _TF_FORMAT = {"jpg": "jpeg", "tif": "tiff"}
 _FROM_TF_FORMAT = {"jpeg": "jpg", "jpg": "jpg", "tiff": "tif"}
 _open: dict[str, BinaryIO] = {}  # per worker process: the last few shards read
+
+
+@atexit.register
+def _close_streams() -> None:
+    while _open:
+        _open.popitem()[1].close()
 
 
 def list_shards(spec: str, output_format: str) -> Listing:
