@@ -9,13 +9,11 @@ equal even then.
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import logging
-import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 from .. import reader, storage
 from ..errors import FormatError
@@ -27,8 +25,6 @@ from .urls import ShardList
 __all__ = ["ReadOptions", "open_samples", "stream_samples"]
 
 logger = logging.getLogger(__name__)
-
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -46,22 +42,18 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
     """The raw samples of one shard (what :func:`shardkit.reader.read_shard` yields, with
     the local cache of ``options.cache_dir``)."""
     kind, gz = reader.detect_format(url, options.format)
-    handler = options.handler
     stream = storage.open_read(
         url, storage_options=options.storage_options, cache_dir=options.cache_dir
     )
     try:
-        source: BinaryIO = stream
-        if gz or bytes(getattr(stream, "peek", lambda n: b"")(2)[:2]) == _GZIP_MAGIC:
-            source = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
-        try:
-            yield from reader.iter_stream_samples(
-                source, url=url, format=kind, handler=handler, verify=options.verify
-            )
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            handler(FormatError(f"corrupt gzip stream: {exc}", url=url))
-        except FormatError as exc:
-            handler(exc)
+        yield from reader.iter_shard_samples(
+            stream,
+            url=url,
+            format=kind,
+            gzipped=True if gz else None,
+            handler=options.handler,
+            verify=options.verify,
+        )
     finally:
         stream.close()
 
