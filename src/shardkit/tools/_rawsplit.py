@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import storage
-from ..errors import ConfigError, EncodeError, FormatError
+from ..errors import ConfigError, EncodeError
 from ..formats.tar import END_OF_ARCHIVE
 from ..writer import ShardInfo, shard_name
 from ._inputs import ShardRef, gzip_errors, open_shard
-from ._tarscan import REGULAR_TYPES, TarScanner
+from ._tarscan import TarScanner, sample_members
 
 __all__ = ["RawShards", "split_raw"]
 
@@ -138,36 +138,18 @@ class RawShards:
 def _split_shard(scanner: TarScanner, sink: RawShards) -> bool:
     """Feed ``sink`` the samples of one tar stream, with the reader's checks; False once
     the sink is full."""
-    from .cat import _odd_member
-
     key: str | None = None
     start = end = 0
-    exts: set[str] = set()
 
     def add(key: str, start: int, end: int) -> bool:
         return sink.add(key, end - start, lambda write: scanner.copy_range(start, end, write))
 
-    for member in scanner:
-        name = member.name
-        slash = name.rfind("/") + 1
-        dot = name.find(".", slash)
-        if member.typeflag not in REGULAR_TYPES or dot <= slash:
-            _odd_member(name, member.typeflag, scanner.url, member.start)
-            continue
-        prefix, ext = name[:dot], name[dot + 1 :].lower()
-        if prefix != key:
+    for member, prefix, new in sample_members(scanner):
+        if new:
             if key is not None and not add(key, start, end):
                 return False
-            key, start, exts = prefix, member.start, set()
+            key, start = prefix, member.start
             scanner.keep_from(start)
-        if ext in exts:
-            raise FormatError(
-                f"duplicate extension {ext!r} in sample",
-                url=scanner.url,
-                offset=member.start,
-                key=prefix,
-            )
-        exts.add(ext)
         end = member.end
     return key is None or add(key, start, end)
 

@@ -20,7 +20,7 @@ from ..errors import FormatError, TruncatedShardError
 from ..formats import tar as _tar
 from ..formats.tar import BLOCK, _header_name, _octal, _parse_pax
 
-__all__ = ["REGULAR_TYPES", "RawMember", "TarScanner"]
+__all__ = ["REGULAR_TYPES", "RawMember", "TarScanner", "sample_members"]
 
 _ZERO = bytes(BLOCK)
 _MAX_MEMBER = 1 << 40
@@ -420,3 +420,43 @@ def _file_limit(stream: BinaryIO) -> int | None:
     import stat
 
     return info.st_size - position if stat.S_ISREG(info.st_mode) else None
+
+
+def sample_members(scanner: TarScanner) -> Iterator[tuple[RawMember, str, bool]]:
+    """(member, sample key, whether it starts a new sample) for each regular member.
+
+    Raises as the reader does: for non-regular members (directories and root-level
+    ``__meta__`` members pass silently), names without a key, and an extension repeated
+    within a sample.
+    """
+    key: str | None = None
+    exts: set[str] = set()
+    for member in scanner:
+        name = member.name
+        slash = name.rfind("/") + 1
+        dot = name.find(".", slash)
+        if member.typeflag not in REGULAR_TYPES or dot <= slash:
+            _odd_member(name, member.typeflag, scanner.url, member.start)
+            continue
+        prefix, ext = name[:dot], name[dot + 1 :].lower()
+        new = prefix != key
+        if new:
+            key, exts = prefix, set()
+        elif ext in exts:
+            raise FormatError(
+                f"duplicate extension {ext!r} in sample",
+                url=scanner.url,
+                offset=member.start,
+                key=prefix,
+            )
+        exts.add(ext)
+        yield member, prefix, new
+
+
+def _odd_member(name: str, typeflag: int, url: str | None, offset: int) -> None:
+    """Raise as the reader does for members it rejects; directories and ``__meta__`` pass."""
+    if typeflag not in REGULAR_TYPES:
+        if typeflag != 0x35:
+            raise FormatError(f"non-regular member {name!r}", url=url, offset=offset)
+    elif "/" in name or not (name.startswith("__") and name.endswith("__")):
+        raise FormatError(f"member {name!r} has no key.extension form", url=url, offset=offset)

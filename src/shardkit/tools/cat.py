@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from ..errors import ConfigError, FormatError
+from ..errors import ConfigError
 from ..handlers import Handler, reraise
 from ..writer import Format
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
 from ._outputs import Output
-from ._tarscan import REGULAR_TYPES, TarScanner
+from ._tarscan import TarScanner, sample_members
 
 __all__ = ["cat", "iter_cat", "shuffle_buffer"]
 
@@ -156,40 +156,13 @@ def _copy_members(scanner: TarScanner, out: Output, window: _Window) -> None:
     write = out.raw.write if out.raw is not None else None
     if write is None:  # pragma: no cover - callers only come here with a raw stream
         raise ConfigError("raw copy needs a tar stream output")
-    key: str | None = None
-    exts: set[str] = set()
     copying = False
-    for member in scanner:  # the hot loop: kept flat on purpose
-        name = member.name
-        slash = name.rfind("/") + 1
-        dot = name.find(".", slash)
-        if member.typeflag not in REGULAR_TYPES or dot <= slash:
-            _odd_member(name, member.typeflag, scanner.url, member.start)
-            continue
-        prefix, ext = name[:dot], name[dot + 1 :].lower()
-        if prefix != key:
+    for _member, key, new in sample_members(scanner):  # the hot loop
+        if new:
             if window.done:
                 return
-            key, exts = prefix, set()
             copying = window.take()
             if copying:
-                out.raw_sample(prefix)
-        if ext in exts:
-            raise FormatError(
-                f"duplicate extension {ext!r} in sample",
-                url=scanner.url,
-                offset=member.start,
-                key=prefix,
-            )
-        exts.add(ext)
+                out.raw_sample(key)
         if copying:
             scanner.copy_member(write)
-
-
-def _odd_member(name: str, typeflag: int, url: str | None, offset: int) -> None:
-    """Raise as the reader does for members it rejects; directories and ``__meta__`` pass."""
-    if typeflag not in REGULAR_TYPES:
-        if typeflag != 0x35:
-            raise FormatError(f"non-regular member {name!r}", url=url, offset=offset)
-    elif "/" in name or not (name.startswith("__") and name.endswith("__")):
-        raise FormatError(f"member {name!r} has no key.extension form", url=url, offset=offset)
