@@ -427,7 +427,7 @@ def measure(name: str, src: str, out: str, workers: int) -> dict[str, Any]:
 
 def count_bad(out: str) -> int:
     """Images in the output that fail shardkit's header validation (truncated, empty...)."""
-    from shardkit.build.validate import check_image
+    from shardkit.builder.validate import check_image
     from shardkit.errors import DataError
 
     bad = 0

@@ -20,6 +20,13 @@ def test_import_is_light() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_build_function_and_builder_modules_do_not_shadow_each_other() -> None:
+    import shardkit.builder.worker as worker
+
+    assert callable(shardkit.build)
+    assert worker.__name__ == "shardkit.builder.worker"
+
+
 def test_py_typed_is_shipped() -> None:
     from importlib.resources import files
 

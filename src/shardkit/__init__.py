@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .build import BuildOptions, BuildProgress, BuildResult, build
+from .builder import BuildOptions, BuildProgress, BuildResult, build
 from .errors import (
     BuildError,
     ChecksumError,

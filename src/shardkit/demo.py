@@ -74,7 +74,7 @@ def pack_and_read(source: str, out: str) -> list[str]:
     import json
     import time
 
-    from .build import BuildOptions, build
+    from .builder import BuildOptions, build
     from .pipeline import Dataset
     from .tools import verify
 

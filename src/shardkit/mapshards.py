@@ -247,7 +247,7 @@ def _executor(engine: Engine, address: str | None, workers: int | None, tasks: i
 
         return make_executor(engine, address)
     from . import config
-    from .build.executor import InlineExecutor, ProcessExecutor
+    from .builder.executor import InlineExecutor, ProcessExecutor
 
     count = min(workers or config.default_workers(), tasks)
     return ProcessExecutor(None, count) if count > 1 else InlineExecutor(None)  # type: ignore[arg-type]

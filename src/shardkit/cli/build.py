@@ -57,7 +57,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..build import BuildOptions, build
+    from ..builder import BuildOptions, build
     from ..units import format_size
 
     options = BuildOptions(

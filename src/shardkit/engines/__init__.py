@@ -2,7 +2,7 @@
 
 An executor has ``submit(fn, arg) -> concurrent.futures.Future``, ``progress()`` (counts
 the tasks reported since the last call) and ``close()`` (see
-:mod:`shardkit.build.executor`). The engines here implement it on an existing cluster:
+:mod:`shardkit.builder.executor`). The engines here implement it on an existing cluster:
 
 - ``"ray"``: each call is a Ray task (``max_retries`` re-runs a task whose worker died);
   progress goes to a small actor the driver polls; a task's error comes back as its
@@ -10,7 +10,7 @@ the tasks reported since the last call) and ``close()`` (see
 - ``"dask"``: each call is a Dask future (``retries=``, ``pure=False``); progress goes
   through a ``distributed.Queue``; Dask already re-raises the original exception.
 
-Both send the per-run ``context`` (for a build: its :class:`~shardkit.build.worker.WorkerContext`)
+Both send the per-run ``context`` (for a build: its :class:`~shardkit.builder.worker.WorkerContext`)
 to the cluster once and install it in each worker process the first time a task of that
 run arrives there, through ``init(context, reporter)``. ``ray`` and ``distributed`` are
 imported only when an engine is created. Task functions must be importable on the

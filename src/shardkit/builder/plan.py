@@ -11,7 +11,7 @@ exactly its file plus headers and padding, so the estimate is exact (unless a fi
 out to be another format than its name says; the task writer then rotates to a new part
 rather than pass ``max_size``). Where sizes are not known (resized images, samples from
 Python, URLs), tasks are chunks of :data:`CHUNK` items and the driver cuts shards from
-their output exactly (:class:`~shardkit.build.commit.Assembler`).
+their output exactly (:class:`~shardkit.builder.commit.Assembler`).
 """
 
 from __future__ import annotations

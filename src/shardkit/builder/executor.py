@@ -124,7 +124,7 @@ def _watch(pid: int, fd: int) -> None:
             pass
 
 
-_PRELOAD = ["__main__", "shardkit.build.worker"]
+_PRELOAD = ["__main__", "shardkit.builder.worker"]
 
 
 def warm_up() -> None:
