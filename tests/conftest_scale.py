@@ -65,7 +65,8 @@ def snapshot_s3(url: str) -> dict[str, Any]:
 
     fs = s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL"], skip_instance_cache=True)
     root = url.removeprefix("s3://").rstrip("/")
-    return {p.rsplit("/", 1)[-1]: _digest(p, fs.cat_file(p)) for p in sorted(fs.ls(root))}
+    paths = sorted(fs.find(root))  # every object, hidden ones under OUT/.shardkit-build/ too
+    return {p[len(root) + 1 :]: _digest(p, fs.cat_file(p)) for p in paths}
 
 
 def _digest(name: str, data: bytes) -> Any:

@@ -77,7 +77,7 @@ def test_interrupted_s3_build_resumes_to_identical_bytes(
             samples, url, options=options(engine, **PYTHON), progress=stop_after_three_shards
         )
     partial = snapshot_s3(url)
-    assert "manifest.json" not in partial and ".shardkit-build.json" in partial
+    assert "manifest.json" not in partial and ".shardkit-build/header.json" in partial
     assert any(name.startswith("shard-") for name in partial)
 
     result = shardkit.build(samples, url, options=options(engine, **PYTHON))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["allow_pipe_urls", "cache_dir", "default_workers", "node_info"]
+__all__ = ["allow_pipe_urls", "cache_dir", "default_workers", "node_info", "s3_endpoint"]
 
 
 def _env(name: str) -> str | None:
@@ -40,3 +40,9 @@ def node_info() -> tuple[int, int]:
         if rank is not None and size is not None:
             return int(rank), int(size)
     return 0, 1
+
+
+def s3_endpoint() -> str | None:
+    """The S3 endpoint set for this process (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``),
+    as botocore reads it; a build hands it to its workers, which may not have it set."""
+    return _env("AWS_ENDPOINT_URL_S3") or _env("AWS_ENDPOINT_URL")

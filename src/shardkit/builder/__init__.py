@@ -30,7 +30,8 @@ def build(
     to_sample: Any = None,
     progress: ProgressFn | None = None,
 ) -> BuildResult:
-    """Pack ``source`` into shards plus ``manifest.json`` in the folder ``out``.
+    """Pack ``source`` into shards plus ``manifest.json`` in the folder ``out`` (or the
+    object-store prefix, ``s3://bucket/prefix``, into which the workers write directly).
 
     ``source`` is an image folder (``SRC/<class>/**/<image>``), a ``.csv``/``.jsonl`` list,
     shard URLs (``data/shard-{000000..000099}.tar``), or a Python map-style dataset

@@ -12,6 +12,7 @@ from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
 from .sources import Listing, list_image_folder
+from .store import LocalStore
 
 __all__ = ["build", "list_source"]
 
@@ -35,13 +36,17 @@ def build(
     out_path = os.fspath(out)
     if (options.workers or config.default_workers()) > 1:
         warm_up()  # the worker server boots while the source is listed
-    if "://" in out_path and not out_path.startswith("file:"):  # s3://, gs://: see remote.py
-        from .remote import build_remote
-
-        return build_remote(source, out_path, options, to_sample, progress)
     listing = list_source(source, out_path, options, to_sample)
+    if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
+        from .store import ObjectStore
+
+        return run_build(ObjectStore(out_path), options, listing, progress)
     _make_folder(out_path)
-    return run_build(out_path, options, listing, progress)
+    return run_build(LocalStore(out_path), options, listing, progress)
+
+
+def _is_remote(out: str) -> bool:
+    return "://" in out and not out.startswith("file:")
 
 
 def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = None) -> Listing:
@@ -64,7 +69,8 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
                     raise BuildError("the output folder holds the input shards", url=url)
         return list_shards(path, options.format)
     if os.path.isdir(path):
-        _check_not_inside(out, path)
+        if not _is_remote(out):
+            _check_not_inside(out, path)
         return list_image_folder(path)
     if not os.path.exists(path):
         raise BuildError("no such file or folder", url=path)

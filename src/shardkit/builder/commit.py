@@ -13,6 +13,10 @@ chunk's samples sit back to back in one part file, with their sizes in the task 
 The assembler copies samples into the current shard and starts a new one exactly where
 ``max_count`` or ``max_size`` says, then deletes parts it has fully used. Copying costs
 one more pass over the output, small next to decoding and resizing.
+
+Both work through the output's :class:`~.store.Store`: in an object store a rename is a
+server-side copy and a delete, and the Assembler's copy passes through the driver (it
+reads the parts and uploads the shards).
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import os
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -29,32 +32,20 @@ from ..formats.tar import END_OF_ARCHIVE
 from .journal import Journal
 from .manifest import ShardRecord
 from .options import BuildOptions
+from .store import LocalStore, ObjectStore, Pending
 from .worker import TaskResult
 
-__all__ = ["Assembler", "Renamer", "file_matches"]
+__all__ = ["Assembler", "Renamer"]
 
 Namer = Callable[[int], str]
-
-
-def file_matches(path: str, size: int, sha256: str) -> bool:
-    """Whether ``path`` exists with exactly this size and sha256."""
-    try:
-        if os.path.getsize(path) != size:
-            return False
-        digest = hashlib.sha256()
-        with open(path, "rb", buffering=0) as f:
-            while chunk := f.read(1 << 22):
-                digest.update(chunk)
-    except OSError:
-        return False
-    return digest.hexdigest() == sha256
+AnyStore = LocalStore | ObjectStore
 
 
 class Renamer:
     """Commit tasks whose parts are already whole shards, by renaming them in order."""
 
-    def __init__(self, out: str, journal: Journal, final_name: Namer) -> None:
-        self.out = out
+    def __init__(self, store: AnyStore, journal: Journal, final_name: Namer) -> None:
+        self.store = store
         self.journal = journal
         self.final_name = final_name
         self.shards: list[ShardRecord] = []
@@ -63,6 +54,7 @@ class Renamer:
     def resume(self) -> list[int]:
         """Check recorded tasks' files (part or final name); returns tasks to run again."""
         done, redo = self.journal.done, []
+        matches = self.store.matcher()
         index, contiguous = 0, True
         for task in range(max(done, default=-1) + 1):
             result = done.get(task)
@@ -71,10 +63,10 @@ class Renamer:
                 continue
             ok = True
             for part in result.parts:
-                where = [os.path.join(self.out, part.name)]
+                where = [part.name]
                 if contiguous:  # final indices are known only after an unbroken prefix
-                    where.append(os.path.join(self.out, self.final_name(index)))
-                ok = ok and any(file_matches(p, part.bytes, part.sha256) for p in where)
+                    where.append(self.final_name(index))
+                ok = ok and any(matches(name, part.bytes, part.sha256) for name in where)
                 index += 1
             if not ok:
                 redo.append(task)
@@ -83,9 +75,9 @@ class Renamer:
     def add(self, result: TaskResult) -> None:
         for part in result.parts:
             final = self.final_name(len(self.shards))
-            source = os.path.join(self.out, part.name)
-            if os.path.exists(source):  # else renamed before an interruption (verified)
-                os.replace(source, os.path.join(self.out, final))
+            # A missing part was renamed before an interruption (resume verified it).
+            with contextlib.suppress(FileNotFoundError):
+                self.store.rename(part.name, final)
             self.shards.append(ShardRecord(final, part.samples, part.bytes, part.sha256))
 
     def finish(self) -> None:
@@ -96,9 +88,9 @@ class Assembler:
     """Copy chunk parts' samples into shards cut exactly by ``max_count``/``max_size``."""
 
     def __init__(
-        self, out: str, journal: Journal, final_name: Namer, options: BuildOptions
+        self, store: AnyStore, journal: Journal, final_name: Namer, options: BuildOptions
     ) -> None:
-        self.out = out
+        self.store = store
         self.journal = journal
         self.final_name = final_name
         self.max_count = options.max_count
@@ -107,38 +99,36 @@ class Assembler:
         self.shards: list[ShardRecord] = []
         self.start = 0  # first chunk still needed
         self._skip = 0  # samples of chunk ``start`` already in committed shards
-        self._used: list[str] = []  # part files fully copied, to delete after a commit
-        self._stream: BinaryIO | None = None
-        self._tmp = ""
+        self._used: list[str] = []  # parts fully copied, to delete after a commit
+        self._pending: Pending | None = None
         self._count = self._size = 0
         self._hash = hashlib.sha256()
 
     def resume(self) -> list[int]:
         """Keep the verified prefix of committed shards; returns chunks to run again."""
+        matches = self.store.matcher()
         for record in self.journal.shards:
             shard = ShardRecord(
                 record["name"], record["samples"], record["bytes"], record["sha256"]
             )
-            if not file_matches(os.path.join(self.out, shard.name), shard.bytes, shard.sha256):
+            if not matches(shard.name, shard.bytes, shard.sha256):
                 break
             self.shards.append(shard)
             self.start, self._skip = record["end"]
+        self.journal.keep_shards(len(self.shards))
         return [
             task
             for task, result in self.journal.done.items()
             if task >= self.start
-            and not all(
-                file_matches(os.path.join(self.out, p.name), p.bytes, p.sha256)
-                for p in result.parts
-            )
+            and not all(matches(p.name, p.bytes, p.sha256) for p in result.parts)
         ]
 
     def add(self, result: TaskResult) -> None:
         skip, self._skip = self._skip, 0
         if not result.parts:
             return
-        part = os.path.join(self.out, result.parts[0].name)
-        with open(part, "rb") as source:
+        name = result.parts[0].name
+        with self._reading(name) as source:
             if skip:
                 source.seek(sum(result.sizes[:skip]))
             for offset, size in enumerate(result.sizes[skip:], start=skip):
@@ -147,18 +137,29 @@ class Assembler:
                     or self._size + size + len(self.trailer) > self.max_size
                 ):
                     self._commit((result.index, offset))
-                self._append(source.read(size))
-        self._used.append(part)
+                self._append(_read_exactly(source, size, self.store.join(name)))
+        self._used.append(name)
+
+    @contextlib.contextmanager
+    def _reading(self, name: str) -> Iterator[BinaryIO]:
+        try:
+            source = self.store.open_read(name)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise StorageError(
+                f"cannot read: {exc.strerror or exc}", url=self.store.join(name)
+            ) from exc
+        with source:
+            yield source
 
     def _append(self, data: bytes) -> None:
         with self._writing():
-            if self._stream is None:
-                name = self.final_name(len(self.shards))
-                self._tmp = os.path.join(self.out, f".{name}.tmp-{os.getpid()}")
-                self._stream = open(self._tmp, "wb")  # noqa: SIM115
+            if self._pending is None:
+                self._pending = self.store.create(self.final_name(len(self.shards)))
                 self._count = self._size = 0
                 self._hash = hashlib.sha256()
-            self._stream.write(data)
+            self._pending.write(data)
         self._hash.update(data)
         self._count += 1
         self._size += len(data)
@@ -169,28 +170,28 @@ class Assembler:
         try:
             yield
         except OSError as exc:
+            url = self._pending.url if self._pending is not None else self.store.url
             self.abort()
-            raise StorageError(f"cannot write: {exc.strerror or exc}", url=self._tmp) from exc
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(f"cannot write: {exc.strerror or exc}", url=url) from exc
 
     def _commit(self, end: tuple[int, int]) -> None:
-        stream = self._stream
-        if stream is None:
+        pending = self._pending
+        if pending is None:
             return
         with self._writing():
-            stream.write(self.trailer)
-            stream.close()
-        self._stream = None
+            pending.write(self.trailer)
+            pending.commit()  # a failed commit leaves nothing behind
+        self._pending = None
         self._hash.update(self.trailer)
         name = self.final_name(len(self.shards))
-        os.replace(self._tmp, os.path.join(self.out, name))
         shard = ShardRecord(
             name, self._count, self._size + len(self.trailer), self._hash.hexdigest()
         )
         self.shards.append(shard)
         self.journal.record_shard({**_record(shard), "end": list(end)})
-        for part in self._used:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(part)
+        self.store.remove(self._used)
         self._used = []
 
     def finish(self) -> None:
@@ -198,12 +199,16 @@ class Assembler:
         self._commit((1 << 62, 0))
 
     def abort(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            with contextlib.suppress(OSError):  # what it could not flush is dropped anyway
-                stream.close()
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.discard()
+
+
+def _read_exactly(source: BinaryIO, size: int, url: str) -> bytes:
+    data = source.read(size)
+    if len(data) != size:
+        raise StorageError(f"part ended early: {len(data)} of {size} bytes", url=url)
+    return data
 
 
 def _record(shard: ShardRecord) -> dict[str, Any]:

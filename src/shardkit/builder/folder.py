@@ -1,26 +1,29 @@
-"""The output folder: names in it, whether it already holds a build, clearing it."""
+"""The output (a folder or an object-store prefix): names in it, whether it already holds a
+build, clearing it."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 from typing import Any
 
 from ..errors import BuildError
-from .commit import file_matches
-from .journal import Journal
+from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from .manifest import MANIFEST_NAME, ShardRecord, read_manifest
 from .options import BuildOptions
+from .store import LocalStore, ObjectStore
 
 __all__ = ["OutputFolder"]
 
+_OURS = (LOCK_NAME, JOURNAL_NAME, JOURNAL_DIR)  # never strays, whatever the prefix
+
 
 class OutputFolder:
-    """What a build may find in, and remove from, its output folder."""
+    """What a build may find in, and remove from, its output."""
 
-    def __init__(self, out: str, options: BuildOptions, journal: Journal) -> None:
-        self.out = out
+    def __init__(
+        self, store: LocalStore | ObjectStore, options: BuildOptions, journal: Journal
+    ) -> None:
+        self.store = store
         self.options = options
         self.journal = journal
         ext = re.escape(options.extension)
@@ -31,44 +34,43 @@ class OutputFolder:
     def final_name(self, index: int) -> str:
         return f"{self.options.prefix}-{index:06d}.{self.options.extension}"
 
-    def path(self, name: str) -> str:
-        return os.path.join(self.out, name)
-
     def check(self, identity: dict[str, Any]) -> dict[str, Any] | None:
         """The manifest of this very build if it is complete; raises if OUT holds another."""
         if self.options.overwrite:
             self.clear()
-        manifest = read_manifest(self.out)
+        names = self.store.sizes()
+        manifest = read_manifest(self.store) if MANIFEST_NAME in names else None
         if manifest is not None and _same_build(manifest, identity):
             return manifest
-        if manifest is not None or os.path.exists(self.path(MANIFEST_NAME)):
+        if MANIFEST_NAME in names:
             raise BuildError(
-                "the output folder holds a different dataset (manifest.json); "
+                "the output holds a different dataset (manifest.json); "
                 "use --overwrite to replace it",
-                url=self.out,
+                url=self.store.url,
             )
-        if not os.path.exists(self.journal.path) and any(
-            self.final.fullmatch(n) for n in os.listdir(self.out)
-        ):
+        if any(self.final.fullmatch(n) for n in names) and not self.journal.exists():
             raise BuildError(
-                f"the output folder already holds {self.options.prefix}-*."
+                f"the output already holds {self.options.prefix}-*."
                 f"{self.options.extension} shards of another build; use --overwrite to "
                 "replace them",
-                url=self.out,
+                url=self.store.url,
             )
         return None
 
     def already_built(
         self, manifest: dict[str, Any]
     ) -> tuple[list[ShardRecord], list[tuple[str, str]]]:
-        """Verify a complete build's shards; returns its shards and skipped items."""
+        """Verify a complete build's shards; returns its shards and skipped items.
+
+        Local shards are checked by size and sha256; objects by size (see :mod:`.store`)."""
         shards = [ShardRecord(**s) for s in manifest["shards"]]
+        matches = self.store.matcher()
         for shard in shards:
-            if not file_matches(self.path(shard.name), shard.bytes, shard.sha256):
+            if not matches(shard.name, shard.bytes, shard.sha256):
                 raise BuildError(
                     f"shard {shard.name} does not match the manifest (changed or missing); "
                     "use --overwrite to build again",
-                    url=self.out,
+                    url=self.store.url,
                 )
         self.journal.remove()
         self.remove_strays()
@@ -76,23 +78,25 @@ class OutputFolder:
 
     def clear(self) -> None:
         """Remove a previous dataset: manifest first, then its shards and our hidden files."""
-        old = read_manifest(self.out)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path(MANIFEST_NAME))
+        old = read_manifest(self.store)
+        self.store.remove([MANIFEST_NAME])  # first: readers stop trusting the shards
         names = {str(s.get("name")) for s in (old or {}).get("shards", []) if isinstance(s, dict)}
-        for name in os.listdir(self.out):
-            if (name in names and "/" not in name) or self.final.fullmatch(name):
-                os.unlink(self.path(name))
+        self.store.remove(
+            name
+            for name in self.store.sizes()
+            if (name in names and "/" not in name) or self.final.fullmatch(name)
+        )
         self.journal.remove()
         self.remove_strays()
 
     def remove_strays(self) -> None:
         """Remove temporary and part files that no recorded task still needs."""
         keep = {p.name for r in self.journal.done.values() for p in r.parts}
-        for name in os.listdir(self.out):
-            if name.startswith(self.hidden) and name not in keep:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path(name))
+        self.store.remove(
+            name
+            for name in self.store.sizes()
+            if name.startswith(self.hidden) and name not in keep and name not in _OURS
+        )
 
 
 def _same_build(manifest: dict[str, Any], identity: dict[str, Any]) -> bool:

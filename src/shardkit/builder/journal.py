@@ -12,6 +12,13 @@ before any of them is renamed or copied, or one shard the Assembler committed (w
 position in the plan where it ends). A rerun of the same build reads it back, checks
 every recorded file (size and sha256) and only runs the tasks that are missing. A torn
 last line (the process died mid-write) is ignored.
+
+In an object store (no append) the same records are objects under
+``OUT/.shardkit-build/``, written by the driver: ``header.json``, one
+``task-NNNNNNNNN.json`` per finished task and one ``shard-NNNNNNNNN.json`` per shard the
+Assembler committed. Each is one atomic upload, so none is ever torn; a resume lists and
+reads them (from any machine: nothing is kept on the driver's disk). The lock of an
+object-store OUT is a lease object (:mod:`.lease`).
 """
 
 from __future__ import annotations
@@ -21,15 +28,17 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import BuildError, StorageError
+from .store import LocalStore, ObjectStore
 from .worker import PartInfo, TaskResult
 
-__all__ = ["JOURNAL_NAME", "LOCK_NAME", "Journal", "output_lock"]
+__all__ = ["JOURNAL_DIR", "JOURNAL_NAME", "LOCK_NAME", "Journal", "output_lock"]
 
 LOCK_NAME = ".shardkit-build.lock"
 JOURNAL_NAME = ".shardkit-build.journal"
+JOURNAL_DIR = ".shardkit-build"
 
 
 @contextlib.contextmanager
@@ -70,35 +79,35 @@ def output_lock(out: str) -> Iterator[None]:
 
 
 class Journal:
-    """Append-only record of finished tasks for one build identity."""
+    """Record of finished tasks (and assembled shards) for one build identity."""
 
-    def __init__(self, out: str, header: dict[str, Any]) -> None:
-        self.path = os.path.join(out, JOURNAL_NAME)
+    def __init__(self, store: LocalStore | ObjectStore, header: dict[str, Any]) -> None:
+        self.url = store.url
         self.header = header
         self.done: dict[int, TaskResult] = {}
         self.shards: list[dict[str, Any]] = []  # shards committed by the Assembler, in order
-        self._stream: Any = None
+        self._log: _Log = (
+            _FileLog(store.join(JOURNAL_NAME))
+            if isinstance(store, LocalStore)
+            else _ObjectLog(store)
+        )
+
+    def exists(self) -> bool:
+        return self._log.exists()
 
     def load(self) -> bool:
         """Read an existing journal; False when there is none. Raises if it differs."""
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                lines = f.read().split("\n")
-        except FileNotFoundError:
+        records = self._log.read()
+        if records is None:
             return False
-        try:
-            header = json.loads(lines[0])
-        except ValueError:
-            return False  # torn before the header was complete: nothing was recorded
-        if header != self.header:
+        if records[0] != self.header:
             raise BuildError(
-                "the output folder holds an interrupted build with different options or "
+                "the output holds an interrupted build with different options or "
                 "inputs; rerun with the same ones to resume, or use --overwrite",
-                url=os.path.dirname(self.path),
+                url=self.url,
             )
-        for line in lines[1:]:
+        for record in records[1:]:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                record = json.loads(line)
                 if "shard" in record:
                     self.shards.append(record["shard"])
                     continue
@@ -107,26 +116,86 @@ class Journal:
         return True
 
     def start(self, fresh: bool) -> None:
-        """Open for appending, writing the header first when ``fresh``."""
-        self._stream = open(self.path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115
-        if fresh:
-            self._write(self.header)
-        elif self._stream.tell() and not _ends_with_newline(self.path):
-            self._stream.write("\n")  # end a torn line so the next record parses
+        """Open for recording, writing the header first when ``fresh``."""
+        self._log.start(fresh, self.header)
 
     def record(self, result: TaskResult) -> None:
         self.done[result.index] = result
-        self._write(_encode(result))
+        self._log.append("task", result.index, _encode(result))
 
     def record_shard(self, shard: dict[str, Any]) -> None:
+        self._log.append("shard", len(self.shards), {"shard": shard})
         self.shards.append(shard)
-        self._write({"shard": shard})
+
+    def keep_shards(self, count: int) -> None:
+        """Forget recorded shards after the first ``count`` (not found on resume)."""
+        del self.shards[count:]
+
+    def close(self) -> None:
+        self._log.close()
+
+    def remove(self) -> None:
+        self._log.close()
+        self._log.remove()
+
+
+class _Log(Protocol):
+    def exists(self) -> bool: ...
+
+    def read(self) -> list[dict[str, Any]] | None: ...
+
+    def start(self, fresh: bool, header: dict[str, Any]) -> None: ...
+
+    def append(self, kind: str, index: int, record: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+    def remove(self) -> None: ...
+
+
+class _FileLog:
+    """JSON lines in one local file, appended and flushed record by record."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stream: Any = None
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def read(self) -> list[dict[str, Any]] | None:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                lines = f.read().split("\n")
+        except FileNotFoundError:
+            return None
+        try:
+            header = json.loads(lines[0])
+        except ValueError:
+            return None  # torn before the header was complete: nothing was recorded
+        records = [header]
+        for line in lines[1:]:
+            with contextlib.suppress(ValueError):  # a torn last line
+                record = json.loads(line)
+                if isinstance(record, dict):
+                    records.append(record)
+        return records
+
+    def start(self, fresh: bool, header: dict[str, Any]) -> None:
+        self._stream = open(self.path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115
+        if fresh:
+            self._write(header)
+        elif self._stream.tell() and not _ends_with_newline(self.path):
+            self._stream.write("\n")  # end a torn line so the next record parses
+
+    def append(self, kind: str, index: int, record: dict[str, Any]) -> None:
+        self._write(record)
 
     def _write(self, obj: dict[str, Any]) -> None:
         try:
             self._stream.write(json.dumps(obj, separators=(",", ":")) + "\n")
             self._stream.flush()
-        except OSError as exc:  # a full disk: the line may be torn, which load() ignores
+        except OSError as exc:  # a full disk: the line may be torn, which read() ignores
             raise StorageError(
                 f"cannot write the build journal: {exc.strerror or exc}", url=self.path
             ) from exc
@@ -140,9 +209,67 @@ class Journal:
                 stream.close()
 
     def remove(self) -> None:
-        self.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+
+
+class _ObjectLog:
+    """One small object per record under ``OUT/.shardkit-build/`` (see the module doc)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    def _name(self, name: str) -> str:
+        return f"{JOURNAL_DIR}/{name}"
+
+    def exists(self) -> bool:
+        return "header.json" in self.store.sizes(JOURNAL_DIR)
+
+    def read(self) -> list[dict[str, Any]] | None:
+        names = sorted(self.store.sizes(JOURNAL_DIR))
+        if "header.json" not in names:
+            return None
+        found = self.store.read_many([self._name(n) for n in names])
+        try:
+            records = [json.loads(found[self._name("header.json")])]
+        except (KeyError, ValueError):
+            return None  # removed meanwhile: nothing to resume
+        for name in names:
+            with contextlib.suppress(KeyError, ValueError):
+                record = json.loads(found[self._name(name)])
+                if name != "header.json" and isinstance(record, dict):
+                    records.append(record)
+        return records
+
+    def start(self, fresh: bool, header: dict[str, Any]) -> None:
+        if fresh:
+            self.remove()  # records a removal left behind without their header
+            self._write("header.json", header)
+
+    def append(self, kind: str, index: int, record: dict[str, Any]) -> None:
+        self._write(f"{kind}-{index:09d}.json", record)
+
+    def _write(self, name: str, obj: dict[str, Any]) -> None:
+        data = json.dumps(obj, separators=(",", ":")).encode()
+        try:
+            self.store.write_bytes(self._name(name), data)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise StorageError(
+                f"cannot write the build journal: {exc}", url=self.store.join(self._name(name))
+            ) from exc
+
+    def close(self) -> None:
+        """Nothing is held open: every record was uploaded when written."""
+
+    def remove(self) -> None:
+        names = self.store.sizes(JOURNAL_DIR)
+        # The header last: records without a header are ignored and cleared by start().
+        self.store.remove(self._name(n) for n in sorted(names) if n != "header.json")
+        if names:
+            self.store.remove([self._name("header.json")])
+            self.store.remove_folder(JOURNAL_DIR)
 
 
 def _ends_with_newline(path: str) -> bool:

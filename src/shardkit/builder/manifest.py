@@ -9,13 +9,15 @@ fields are a function of the inputs, options and seed, except those under ``"tim
 from __future__ import annotations
 
 import json
-import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import StorageError
 from ..storage import atomic_write
 from .results import ShardRecord
+
+if TYPE_CHECKING:
+    from .store import Store
 
 __all__ = ["MANIFEST_NAME", "ShardRecord", "make_manifest", "read_manifest", "write_manifest"]
 
@@ -56,12 +58,13 @@ def make_manifest(
     }
 
 
-def write_manifest(out: str, manifest: dict[str, Any]) -> str:
-    """Write ``OUT/manifest.json`` atomically; returns its path."""
-    path = os.path.join(out, MANIFEST_NAME)
+def write_manifest(
+    path: str, manifest: dict[str, Any], storage_options: dict[str, Any] | None = None
+) -> str:
+    """Write the manifest atomically to ``path`` (``OUT/manifest.json``, a file or an object)."""
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
     try:
-        with atomic_write(path) as stream:
+        with atomic_write(path, storage_options=storage_options) as stream:
             stream.write(text.encode("utf-8", "surrogateescape"))
     except StorageError:
         raise
@@ -70,11 +73,11 @@ def write_manifest(out: str, manifest: dict[str, Any]) -> str:
     return path
 
 
-def read_manifest(out: str) -> dict[str, Any] | None:
-    """The manifest in ``out``, or None when there is none (or it is not ours)."""
+def read_manifest(store: Store) -> dict[str, Any] | None:
+    """The manifest in ``store``, or None when there is none (or it is not ours)."""
+    raw = store.read_bytes(MANIFEST_NAME)
     try:
-        with open(os.path.join(out, MANIFEST_NAME), encoding="utf-8") as f:
-            data = json.load(f)
-    except (FileNotFoundError, ValueError):
+        data = json.loads(raw) if raw is not None else None
+    except ValueError:
         return None
     return data if isinstance(data, dict) and "shardkit_manifest" in data else None

@@ -7,6 +7,10 @@ userspace write buffer. Tar headers for short names come from a fixed template (
 bytes as :func:`shardkit.formats.tar.encode_sample`, which remains the reference and the
 fallback for long names). A part is written under a temporary name and renamed when
 complete; the writer rotates to a new part before ``max_size`` would be passed.
+
+:class:`StreamPartWriter` writes the same parts into an object store instead (one atomic
+upload per part, straight from the worker): rotation is decided before each sample is
+written, so a part streams out and is never rewritten.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from collections.abc import Sequence
 
 from ..errors import EncodeError, StorageError
 from ..formats import tar
+from .store import Pending, Store
 
-__all__ = ["PartWriter", "tar_chunks"]
+__all__ = ["PartWriter", "StreamPartWriter", "tar_chunks"]
 
 _BLOCK = 512
 _BIG = 4096  # data larger than this is written from its own buffer, not copied
@@ -90,6 +95,7 @@ class PartWriter:
         self.max_size = max_size
         self.trailer = trailer
         self.parts: list[tuple[str, int, int, str]] = []  # name, samples, bytes, sha256
+        self._active = False  # a part is open
         self._fd = -1
         self._tmp = ""
         self._count = 0
@@ -101,9 +107,9 @@ class PartWriter:
         """Append one encoded sample (``chunks`` totalling ``size`` bytes)."""
         if key == self._last_key:
             raise EncodeError("the same __key__ twice in a row: readers would merge them", key=key)
-        if self._fd >= 0 and self._size + size + len(self.trailer) > self.max_size:
+        if self._active and self._size + size + len(self.trailer) > self.max_size:
             self._finish()
-        if self._fd < 0:
+        if not self._active:
             self._open()
         self._write(chunks)
         self._count += 1
@@ -120,6 +126,10 @@ class PartWriter:
             self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot write: {exc.strerror}", url=self._tmp) from exc
+        self._started()
+
+    def _started(self) -> None:
+        self._active = True
         self._count = self._size = 0
         self._hash = hashlib.sha256()
 
@@ -141,24 +151,73 @@ class PartWriter:
         if self.trailer:
             self._write([self.trailer])
             self._size += len(self.trailer)
+        self._active = False
+        name = self._commit()
+        self.parts.append((name, self._count, self._size, self._hash.hexdigest()))
+
+    def _commit(self) -> str:
+        """Make the open part visible under its name; returns that name."""
         os.close(self._fd)
         self._fd = -1
         final = self.pattern % len(self.parts)
         os.replace(self._tmp, final)
-        self.parts.append(
-            (os.path.basename(final), self._count, self._size, self._hash.hexdigest())
-        )
+        return os.path.basename(final)
 
     def close(self) -> list[tuple[str, int, int, str]]:
         """Commit the last part; returns (name, samples, bytes, sha256) of every part."""
-        if self._fd >= 0:
+        if self._active:
             self._finish()
         return self.parts
 
     def abort(self) -> None:
         """Discard the part in progress."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp)
+        if self._active:
+            self._active = False
+            self._discard()
+
+    def _discard(self) -> None:
+        os.close(self._fd)
+        self._fd = -1
+        with contextlib.suppress(OSError):
+            os.unlink(self._tmp)
+
+
+class StreamPartWriter(PartWriter):
+    """A :class:`PartWriter` whose parts are uploads to ``store`` (``pattern`` is a name)."""
+
+    def __init__(
+        self,
+        store: Store,
+        pattern: str,
+        *,
+        max_size: int,
+        trailer: bytes = b"",
+        keep_sizes: bool = False,
+    ) -> None:
+        super().__init__(pattern, max_size=max_size, trailer=trailer, keep_sizes=keep_sizes)
+        self._store = store
+        self._pending: Pending | None = None
+
+    def _open(self) -> None:
+        self._pending = self._store.create(self.pattern % len(self.parts))
+        self._started()
+
+    def _write(self, chunks: list[bytes]) -> None:
+        pending = self._pending
+        if pending is None:
+            raise ValueError("no part is open")
+        update = self._hash.update
+        for chunk in chunks:
+            update(chunk)
+            pending.write(chunk)
+
+    def _commit(self) -> str:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.commit()
+        return self.pattern % len(self.parts)
+
+    def _discard(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.discard()

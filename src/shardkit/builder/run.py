@@ -13,14 +13,19 @@ Commit protocol (what makes a build crash-safe and deterministic):
 
 A killed build leaves complete files (final or part names), the journal and no manifest;
 rerunning verifies what the journal records and runs only the missing tasks.
+
+The output is a :class:`~.store.Store`: a local folder (locked with ``flock``, journal in
+one file) or an object-store prefix (locked with a lease object, journal as objects; see
+:mod:`.lease` and :mod:`.journal`). Workers write their parts straight into either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 
@@ -35,6 +40,7 @@ from .options import BuildOptions
 from .plan import CHUNK, Task, chunk_items, chunk_stream, cut_tasks, estimator, order_items
 from .results import BuildProgress, BuildResult, ProgressFn
 from .sources import Listing
+from .store import LocalStore, ObjectStore
 from .worker import TaskResult, WorkerContext, init_worker, run_task
 
 __all__ = ["run_build"]
@@ -42,11 +48,20 @@ __all__ = ["run_build"]
 logger = logging.getLogger(__name__)
 
 
+Store = LocalStore | ObjectStore
+
+
 class _Driver:
     def __init__(
-        self, out: str, options: BuildOptions, listing: Listing, progress: ProgressFn | None
+        self,
+        store: Store,
+        options: BuildOptions,
+        listing: Listing,
+        progress: ProgressFn | None,
+        guard: Callable[[], None],
     ) -> None:
-        self.out = out
+        self.store = store
+        self.guard = guard  # raises if this build may no longer write (a lost lease)
         self.options = options
         self.listing = listing
         self.progress_fn = progress
@@ -58,14 +73,14 @@ class _Driver:
                 "items": len(listing.items) if listing.items is not None else None,
             },
         }
-        self.journal = Journal(out, {"shardkit_journal": 1, **self.identity})
-        self.folder = OutputFolder(out, options, self.journal)
+        self.journal = Journal(store, {"shardkit_journal": 1, **self.identity})
+        self.folder = OutputFolder(store, options, self.journal)
         self.assemble = options.transforms or not listing.sizes_known
         self.chunk = min(CHUNK, options.max_count)  # items per task when assembling
         self.committer: Renamer | Assembler = (
-            Assembler(out, self.journal, self.folder.final_name, options)
+            Assembler(store, self.journal, self.folder.final_name, options)
             if self.assemble
-            else Renamer(out, self.journal, self.folder.final_name)
+            else Renamer(store, self.journal, self.folder.final_name)
         )
         self.started = time.perf_counter()
         self.next_task = 0
@@ -124,7 +139,11 @@ class _Driver:
 
     def _executor(self, pending: int | None) -> Executor:
         context = WorkerContext(
-            self.out, self.options, self.listing.source, tuple(self.listing.classes), self.assemble
+            self.store,
+            self.options,
+            self.listing.source,
+            tuple(self.listing.classes),
+            self.assemble,
         )
         if self.options.engine != "local":  # a Ray or Dask cluster (docs/scaling.md)
             return _cluster_executor(self.options, self.listing, context)
@@ -162,6 +181,7 @@ class _Driver:
         executor.close()
 
     def _finished(self, result: TaskResult) -> None:
+        self.guard()
         self.journal.record(result)
         self._commit_ready()
 
@@ -229,7 +249,9 @@ class _Driver:
             timing=timing,
         )
         manifest["source"] = {**manifest["source"], "path": self.listing.path}
-        write_manifest(self.out, manifest)
+        self.guard()
+        options = self.store.options if isinstance(self.store, ObjectStore) else None
+        write_manifest(self.store.join(MANIFEST_NAME), manifest, options)
         self.journal.remove()
         self.folder.remove_strays()
         return self._result(shards, skipped, resumed=self.resumed)
@@ -238,8 +260,8 @@ class _Driver:
         self, shards: list[ShardRecord], skipped: list[tuple[str, str]], resumed: int
     ) -> BuildResult:
         return BuildResult(
-            out=self.out,
-            manifest=os.path.join(self.out, MANIFEST_NAME),
+            out=self.store.url,
+            manifest=self.store.join(MANIFEST_NAME),
             shards=shards,
             samples=sum(s.samples for s in shards),
             skipped=skipped,
@@ -265,7 +287,8 @@ def _cluster_executor(options: BuildOptions, listing: Listing, ctx: WorkerContex
 
     if not listing.splittable or not _picklable(ctx):
         raise BuildError(f"engine={options.engine!r} needs a source that pickles and splits")
-    ctx = replace(ctx, out=os.path.abspath(ctx.out))  # cluster workers have their own cwd
+    if isinstance(ctx.store, LocalStore):  # cluster workers have their own cwd
+        ctx = replace(ctx, store=LocalStore(os.path.abspath(ctx.store.root)))
     executor: Executor = make_executor(
         options.engine, options.address, init=init_worker, context=ctx
     )
@@ -289,13 +312,27 @@ class _NullWriter:
 
 
 def run_build(
-    out: str, options: BuildOptions, listing: Listing, progress: ProgressFn | None
+    store: Store, options: BuildOptions, listing: Listing, progress: ProgressFn | None
 ) -> BuildResult:
-    """Build ``listing`` into ``out`` (which exists); holds the lock throughout."""
-    with output_lock(out):
-        driver = _Driver(out, options, listing, progress)
+    """Build ``listing`` into ``store`` (a folder that exists, or an object-store prefix);
+    holds the output's lock (or lease) throughout."""
+    with _locked(store) as guard:
+        driver = _Driver(store, options, listing, progress, guard)
         try:
             done = driver.prepare()
             return done if done is not None else driver.run()
         finally:
             driver.journal.close()
+
+
+@contextlib.contextmanager
+def _locked(store: Store) -> Iterator[Callable[[], None]]:
+    """Hold the output's lock; yields a check that raises once it is lost."""
+    if isinstance(store, LocalStore):
+        with output_lock(store.root):  # flock: held until this process ends
+            yield lambda: None
+        return
+    from .lease import hold_lease
+
+    with hold_lease(store) as lease:
+        yield lease.check

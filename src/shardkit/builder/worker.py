@@ -17,9 +17,10 @@ from typing import Any
 from ..errors import DataError
 from ..formats.tar import END_OF_ARCHIVE
 from .options import BuildOptions
-from .partwriter import PartWriter, tar_chunks
+from .partwriter import PartWriter, StreamPartWriter, tar_chunks
 from .plan import Task
 from .sources import Item, Source
+from .store import LocalStore, ObjectStore
 from .validate import check_image
 
 __all__ = [
@@ -43,7 +44,7 @@ _FEATURE_TYPES = (bytes, bytearray, memoryview, str, int, float, list, tuple)
 class WorkerContext:
     """What every task of one build needs; sent to each worker once."""
 
-    out: str
+    store: LocalStore | ObjectStore  # the output: parts are written straight into it
     options: BuildOptions
     source: Source
     classes: tuple[str, ...]
@@ -52,7 +53,7 @@ class WorkerContext:
 
 @dataclass(frozen=True)
 class PartInfo:
-    """One complete part file written by a task (under its temporary part name)."""
+    """One complete part written by a task (under its hidden part name)."""
 
     name: str
     samples: int
@@ -111,17 +112,12 @@ class _Progress:
 
 
 def run_task(task: Task) -> TaskResult:
-    """Write ``task`` into part files in the output folder; returns what was written."""
+    """Write ``task`` into part files in the output; returns what was written."""
     context = _context
     if context is None:
         raise RuntimeError("run_task() called before init_worker()")
     options = context.options
-    pattern = os.path.join(context.out, part_name(options, task.index))
-    if context.assemble:  # one part, samples back to back; the driver cuts the shards
-        writer = PartWriter(pattern, max_size=1 << 62, keep_sizes=True)
-    else:
-        trailer = END_OF_ARCHIVE if options.format == "tar" else b""
-        writer = PartWriter(pattern, max_size=options.size_limit, trailer=trailer)
+    writer = _part_writer(context, part_name(options, task.index))
     result = TaskResult(task.index, [])
     progress = _Progress()
     try:
@@ -147,6 +143,19 @@ def run_task(task: Task) -> TaskResult:
     result.parts = [PartInfo(*part) for part in writer.close()]
     result.sizes = writer.sizes
     return result
+
+
+def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
+    options = context.options
+    if context.assemble:  # one part, samples back to back; the driver cuts the shards
+        limits: dict[str, Any] = {"max_size": 1 << 62, "keep_sizes": True}
+    else:
+        trailer = END_OF_ARCHIVE if options.format == "tar" else b""
+        limits = {"max_size": options.size_limit, "trailer": trailer}
+    store = context.store
+    if isinstance(store, LocalStore):  # a file per part, one writev per sample
+        return PartWriter(os.path.join(store.root, pattern), **limits)
+    return StreamPartWriter(store, pattern, **limits)  # an upload per part
 
 
 def encode_item(context: WorkerContext, item: Item) -> tuple[list[bytes], int, int]:
