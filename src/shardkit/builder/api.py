@@ -33,6 +33,10 @@ def build(
     if not isinstance(options, BuildOptions):
         raise ConfigError(f"options must be a BuildOptions, not {type(options).__name__}")
     out_path = os.fspath(out)
+    if options.transforms:
+        from .transform import check_available
+
+        check_available()
     if (options.workers or config.default_workers()) > 1:
         warm_up()  # the worker server boots while the source is listed
     if "://" in out_path and not out_path.startswith("file:"):  # s3://, gs://: see remote.py
