@@ -108,3 +108,96 @@ def test_interrupted_assembly_resumes_to_identical_output(corpus: str, tmp_path:
     shardkit.build(corpus, fresh, options=options)
     assert snapshot(out) == snapshot(fresh)
     assert resumed.samples == 91
+
+
+def _photo(size: tuple[int, int], mode: str = "RGB", seed: int = 0) -> bytes:
+    """A smooth, photo-like JPEG (noise upscaled): resampling errors show in its PSNR."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    cells = (size[1] // 16 + 2, size[0] // 16 + 2, 3)  # detail at the target's scale
+    small = rng.integers(0, 256, cells, dtype=np.uint8)
+    image = Image.fromarray(small).resize(size, Image.Resampling.BICUBIC).convert(mode)
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=92)
+    return out.getvalue()
+
+
+def _psnr_against_pillow(data: bytes, out: bytes) -> float:
+    """PSNR of ``out`` against a full-size decode + antialiased bicubic resize."""
+    import numpy as np
+    from PIL import Image
+
+    got = Image.open(io.BytesIO(out))
+    with Image.open(io.BytesIO(data)) as image:
+        want = image.convert(got.mode).resize(got.size, Image.Resampling.BICUBIC)
+    diff = np.asarray(got, dtype=np.float64) - np.asarray(want, dtype=np.float64)
+    return float(10 * np.log10(255**2 / np.mean(diff**2)))
+
+
+@pytest.mark.parametrize(
+    ("size", "mode", "resize", "want"),
+    [
+        ((640, 480), "RGB", 224, (299, 224)),  # 1/2 DCT scale, then bilinear
+        ((300, 500), "RGB", 224, (224, 373)),  # full decode, bilinear under 2x
+        ((3000, 2000), "RGB", 224, (336, 224)),  # 1/8 DCT scale, then bilinear (375 -> 336)
+        ((640, 480), "RGB", 20, (27, 20)),  # 1/8 DCT scale, then area averaging (80 -> 27)
+        ((160, 120), "RGB", 224, (299, 224)),  # enlarged: bicubic
+        ((640, 480), "L", 224, (299, 224)),  # grayscale stays grayscale
+        ((640, 480), "CMYK", 224, (299, 224)),  # not on the fast path: Pillow
+    ],
+)
+def test_jpeg_resize_matches_a_full_decode_and_antialiased_resize(
+    size: tuple[int, int], mode: str, resize: int, want: tuple[int, int]
+) -> None:
+    from PIL import Image
+
+    from shardkit.builder.transform import _encode, _resized, transform_image
+
+    data = _photo(size, mode)
+    out, ext, got = transform_image(data, "jpg", resize=resize, max_side=None, quality=95)
+    assert ext == "jpg" and got == want
+    with Image.open(io.BytesIO(out)) as image:
+        assert image.size == want and image.mode == mode
+    # Within 1 dB of Pillow's JPEG draft + antialiased resize (aliasing costs 2 dB here).
+    with Image.open(io.BytesIO(data)) as image:
+        pillow = _encode(_resized(image, want, "jpg"), "jpg", 95)
+    assert _psnr_against_pillow(data, out) > _psnr_against_pillow(data, pillow) - 1.0
+
+
+def test_dct_scale_never_goes_under_the_target() -> None:
+    from shardkit.builder.transform import _dct_scale
+
+    assert _dct_scale(1000, 800, (280, 224)) == 2
+    assert _dct_scale(448, 448, (224, 224)) == 2
+    assert _dct_scale(446, 448, (224, 224)) == 1
+    assert _dct_scale(4000, 3000, (299, 224)) == 8
+    assert _dct_scale(100, 100, (224, 224)) == 1
+
+
+def test_a_jpeg_that_does_not_decode_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    src = str(tmp_path / "src")
+    good = _photo((320, 240))
+    write(src, "a/good.jpg", good)
+    write(src, "a/bad.jpg", good[:600] + bytes(len(good) - 602) + b"\xff\xd9")  # ends well
+    out = str(tmp_path / "out")
+    result = shardkit.build(src, out, options=BuildOptions(resize=64, workers=1))
+    assert result.samples == 1
+    assert [path for path, _ in result.skipped] == ["a/bad.jpg"]
+    assert "decode" in result.skipped[0][1]
+
+
+def test_resizing_without_opencv_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "cv2" else real(name, *a)
+    )
+    out = tmp_path / "out"
+    with pytest.raises(shardkit.ConfigError, match=r"need cv2: pip install 'shardkit\[images\]'"):
+        shardkit.build(str(tmp_path), str(out), options=BuildOptions(resize=64))
+    assert not out.exists()

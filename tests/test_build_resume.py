@@ -173,3 +173,23 @@ def test_second_concurrent_build_fails_fast(tmp_path: Path) -> None:
         Path(release).touch()
         assert first.wait(timeout=60) == 0
     assert sorted(os.listdir(out)) == ["manifest.json", "shard-000000.tar", "shard-000001.tar"]
+
+
+_UNGUARDED = """
+import sys, shardkit
+shardkit.build(sys.argv[1], sys.argv[2], options=shardkit.BuildOptions(workers=2, max_count=4))
+"""
+
+
+def test_a_script_without_a_main_guard_gets_one_line_per_worker(tmp_path: Path) -> None:
+    src = make_corpus(str(tmp_path / "src"), count=12, bad=False)
+    script = tmp_path / "unguarded.py"
+    script.write_text(_UNGUARDED)
+    out = str(tmp_path / "out")
+    done = subprocess.run(
+        [sys.executable, str(script), src, out], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "put the call to shardkit.build under `if __name__ == '__main__':`" in done.stderr
+    assert "RuntimeError" not in done.stderr  # multiprocessing's page-long bootstrap error
+    assert not os.path.exists(os.path.join(out, "manifest.json"))

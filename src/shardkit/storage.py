@@ -28,6 +28,7 @@ __all__ = [
     "basename",
     "cache_path",
     "expand_urls",
+    "filesystem",
     "is_local",
     "is_transient",
     "join",
@@ -129,6 +130,11 @@ def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
     except (ImportError, ValueError) as exc:
         raise StorageError(f"cannot open this URL scheme: {exc}", url=url) from exc
     return fs, path
+
+
+def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """The fsspec filesystem of a remote URL and the path inside it."""
+    return _fs(url, storage_options)
 
 
 def url_exists(url: str, storage_options: dict[str, Any] | None = None) -> bool:

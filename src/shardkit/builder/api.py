@@ -34,6 +34,10 @@ def build(
     if not isinstance(options, BuildOptions):
         raise ConfigError(f"options must be a BuildOptions, not {type(options).__name__}")
     out_path = os.fspath(out)
+    if options.transforms:
+        from .transform import check_available
+
+        check_available()
     if (options.workers or config.default_workers()) > 1:
         warm_up()  # the worker server boots while the source is listed
     listing = list_source(source, out_path, options, to_sample)
@@ -58,7 +62,19 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
     path = os.fspath(source)
     if to_sample is not None:
         raise ConfigError("to_sample applies to Python datasets, not to a path source")
-    if "{" in path or "://" in path or path.lower().endswith(_SHARD_EXTENSIONS):
+    if path.startswith("file:"):
+        from .. import storage
+
+        path = storage.local_path(path)
+    remote = "://" in path
+    lower = path.lower()
+    if lower.endswith(_TABLE_EXTENSIONS) and "{" not in path:
+        if not remote and not os.path.isfile(path):
+            raise BuildError("no such file", url=path)
+        from .tables import list_table
+
+        return list_table(path, options)
+    if "{" in path or lower.endswith(_SHARD_EXTENSIONS):
         from .. import storage
         from .shards import list_shards
 
@@ -68,16 +84,20 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
                 if os.path.realpath(folder) == os.path.realpath(out):
                     raise BuildError("the output folder holds the input shards", url=url)
         return list_shards(path, options.format)
+    if remote:  # an image folder under an object-store prefix
+        from .sources import list_remote_folder
+
+        if (out.rstrip("/") + "/").startswith(path.rstrip("/") + "/"):
+            raise BuildError(
+                f"the output {out!r} is inside the source folder: pick one outside it", url=path
+            )
+        return list_remote_folder(path)
     if os.path.isdir(path):
         if not _is_remote(out):
             _check_not_inside(out, path)
         return list_image_folder(path)
     if not os.path.exists(path):
         raise BuildError("no such file or folder", url=path)
-    if path.lower().endswith(_TABLE_EXTENSIONS):
-        from .tables import list_table
-
-        return list_table(path, options)
     raise BuildError(
         "not a source shardkit can build from: expected an image folder, a .csv/.jsonl list "
         "or shards (.tar, .tfrecord)",

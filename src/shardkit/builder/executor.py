@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import queue
 import select
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -124,7 +125,23 @@ def _watch(pid: int, fd: int) -> None:
             pass
 
 
+UNGUARDED_SCRIPT = (
+    "a worker process importing your script started a build again: put the call to "
+    "shardkit.build under `if __name__ == '__main__':`"
+)
 _PRELOAD = ["__main__", "shardkit.builder.worker"]
+
+
+def check_not_bootstrapping() -> None:
+    """Stop a worker process that, while importing the user's script (as forkserver and
+    spawn children do), reaches a build again: the script has no ``if __name__ ==
+    "__main__":`` guard. Without this, every worker prints a page of multiprocessing
+    traceback. The worker's last words are one line on stderr (the only place a process
+    being bootstrapped can say it); the driver then reports the dead workers."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        sys.stderr.write(f"shardkit: {UNGUARDED_SCRIPT}\n")
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def warm_up() -> None:
@@ -132,6 +149,7 @@ def warm_up() -> None:
     starts in milliseconds once the source is listed."""
     from multiprocessing import forkserver
 
+    check_not_bootstrapping()
     multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
     forkserver.ensure_running()
 
@@ -140,6 +158,7 @@ class ProcessExecutor:
     """A local pool of ``workers`` processes (forkserver), progress through one queue."""
 
     def __init__(self, context: worker.WorkerContext, workers: int) -> None:
+        check_not_bootstrapping()
         mp = multiprocessing.get_context("forkserver")
         mp.set_forkserver_preload(_PRELOAD)
         self.workers = workers

@@ -37,19 +37,8 @@ _TAIL += b"0000000\x000000000\x00" + bytes(155 + 12)
 _FIXED_SUM = sum(_MID) + sum(_TAIL)
 
 
-def _header(name: bytes, size: int) -> bytes:
-    size_field = b"%011o\x00" % size
-    checksum = _FIXED_SUM + sum(name) + sum(size_field)
-    return b"".join(
-        (
-            name.ljust(100, b"\x00"),
-            _MID,
-            size_field,
-            _TAIL[:12],
-            b"%06o\x00 " % checksum,
-            _TAIL[20:],
-        )
-    )
+# One header: name (NUL-padded to 100), size field, checksum field; the rest is fixed.
+_TEMPLATE = b"%s" + _MID + b"%s" + _TAIL[:12] + b"%06o\x00 " + _TAIL[20:]
 
 
 def tar_chunks(key: str, fields: Sequence[tuple[str, bytes]]) -> tuple[list[bytes], int]:
@@ -61,23 +50,29 @@ def tar_chunks(key: str, fields: Sequence[tuple[str, bytes]]) -> tuple[list[byte
     chunks: list[bytes] = []
     small: list[bytes] = []
     total = 0
+    stem = key.encode("utf-8", "surrogateescape") + b"."
+    stem_sum = _FIXED_SUM + sum(stem)
     for ext, data in fields:
-        name = f"{key}.{ext}".encode("utf-8", "surrogateescape")
-        if len(name) > 100 or len(data) >= 8**11:
+        suffix = ext.encode("utf-8", "surrogateescape")
+        name = stem + suffix
+        size = len(data)
+        if len(name) > 100 or size >= 8**11:
             small.append(tar.encode_sample({"__key__": key, ext: data}))
             total += len(small[-1])
             continue
-        small.append(_header(name, len(data)))
-        if len(data) > _BIG:
+        size_field = b"%011o\x00" % size
+        checksum = stem_sum + sum(suffix) + sum(size_field)
+        small.append(_TEMPLATE % (name.ljust(100, b"\x00"), size_field, checksum))
+        if size > _BIG:
             chunks.append(b"".join(small))
             chunks.append(data)
             small = []
         else:
             small.append(data)
-        pad = -len(data) % _BLOCK
+        pad = -size % _BLOCK
         if pad:
             small.append(_ZEROS[:pad])
-        total += _BLOCK + len(data) + pad
+        total += _BLOCK + size + pad
     if small:
         chunks.append(b"".join(small))
     return chunks, total

@@ -2,8 +2,10 @@
 
 The driver reads every input shard once to list its samples (key, byte offset, size);
 workers then read each sample back by seeking to its offset, so the plan can put any
-sample anywhere. That needs local, uncompressed shards (gzip and remote shards cannot
-seek cheaply: decompress or download them first).
+sample anywhere. That needs uncompressed shards (a gzip stream cannot seek: decompress
+it first). Remote shards (s3, gs, http with range requests) are listed by streaming
+them through the driver once; workers then fetch samples with ranged reads (256 KiB
+read-ahead, so a ``--no-shuffle`` pass reads each shard nearly sequentially).
 
 Samples keep their keys and fields. Between formats, the conventional image fields are
 translated: a tar sample's image (``jpg``, ``png``, ...), ``cls`` and ``json`` become
@@ -33,6 +35,7 @@ __all__ = ["ShardSource", "list_shards"]
 _TF_FORMAT = {"jpg": "jpeg", "tif": "tiff"}
 _FROM_TF_FORMAT = {"jpeg": "jpg", "jpg": "jpg", "tiff": "tif"}
 _open: dict[str, BinaryIO] = {}  # per worker process: the last few shards read
+_READ_AHEAD = 256 << 10  # bytes fetched per ranged read of a remote shard
 
 
 @atexit.register
@@ -44,20 +47,11 @@ def _close_streams() -> None:
 def list_shards(spec: str, output_format: str) -> Listing:
     """List every sample of the shards ``spec`` names (a brace pattern or one path)."""
     urls = storage.expand_urls(spec)
-    for url in urls:
-        if not storage.is_local(url) or detect_format(url)[1]:
-            raise BuildError(
-                "only local, uncompressed shards can be re-sharded (samples are read by "
-                "seeking): decompress or download them first",
-                url=url,
-            )
-        if not os.path.exists(storage.local_path(url)):
-            raise BuildError("no such file", url=url)
+    versions = [_version(url) for url in urls]
     items: list[Item] = []
     digest = hashlib.sha256()
-    for index, url in enumerate(urls):
-        info = os.stat(storage.local_path(url))
-        digest.update(f"{url}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    for index, (url, version) in enumerate(zip(urls, versions, strict=True)):
+        digest.update(f"{url}\0{version}\n".encode())
         for sample in read_shard(url):
             size = sum(len(v) for k, v in sample.items() if isinstance(v, bytes))
             items.append(Item((index, sample["__offset__"]), sample["__key__"], -1, "", size, ""))
@@ -108,12 +102,42 @@ class ShardSource:
         return ""
 
 
+def _version(url: str) -> str:
+    """Size and mtime (or ETag) of an input shard; raises BuildError if it cannot be used."""
+    if detect_format(url)[1]:
+        raise BuildError(
+            "compressed shards cannot be re-sharded (samples are read by seeking): "
+            "decompress them first",
+            url=url,
+        )
+    if storage.is_local(url):
+        try:
+            info = os.stat(storage.local_path(url))
+        except OSError:
+            raise BuildError("no such file", url=url) from None
+        return f"{info.st_size}\0{info.st_mtime_ns}"
+    fs, path = storage.filesystem(url)
+    try:
+        meta = fs.info(path)
+    except FileNotFoundError:
+        raise BuildError("no such file", url=url) from None
+    except OSError as exc:
+        raise BuildError(f"cannot read: {exc}", url=url) from exc
+    tag = meta.get("ETag") or meta.get("etag") or meta.get("mtime") or ""
+    return f"{meta.get('size')}\0{tag}"
+
+
 def _stream(url: str) -> BinaryIO:
     stream = _open.get(url)
     if stream is None:
         if len(_open) >= 8:
             _open.pop(next(iter(_open))).close()
-        stream = _open[url] = open(storage.local_path(url), "rb")  # noqa: SIM115
+        if storage.is_local(url):
+            stream = open(storage.local_path(url), "rb")  # noqa: SIM115
+        else:
+            fs, path = storage.filesystem(url)
+            stream = fs.open(path, "rb", block_size=_READ_AHEAD, cache_type="readahead")
+        _open[url] = stream
     return stream
 
 

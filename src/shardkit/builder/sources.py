@@ -4,7 +4,9 @@ A source lists its items in a fixed order (the plan shuffles them with the seed)
 knows how to load one item in a worker. Listing happens once, in the driver; loading
 happens in the workers, so a source object must pickle small (a root folder, a dataset).
 
-* an image folder (``root/<class>/**/<image>``, torchvision's ImageFolder layout);
+* an image folder (``root/<class>/**/<image>``, torchvision's ImageFolder layout), on
+  disk or under an object-store prefix (``s3://bucket/train``: one listing request per
+  1,000 objects, then one GET per image in the workers);
 * a CSV/JSONL list (:mod:`.tables`);
 * a Python map-style dataset or one-pass iterable (:mod:`.pysources`);
 * existing shards (:mod:`.shards`).
@@ -32,6 +34,7 @@ __all__ = [
     "Source",
     "folder_json",
     "list_image_folder",
+    "list_remote_folder",
     "read_file",
 ]
 
@@ -101,6 +104,19 @@ def read_file(path: str, size: int) -> bytes:
     return data
 
 
+def _read_url(url: str, size: int) -> bytes:
+    from .. import storage
+
+    try:
+        with storage.open_read(url) as stream:
+            data = stream.read()
+    except OSError as exc:
+        raise DataError(f"cannot read: {exc}", url=url) from exc
+    if size and len(data) != size:
+        raise DataError(f"file changed during the build ({size} -> {len(data)} bytes)", url=url)
+    return data
+
+
 def _read_all(fd: int) -> bytes:
     parts = []
     while chunk := os.read(fd, 1 << 26):
@@ -117,14 +133,10 @@ class FileSource:
 
     def load(self, item: Item) -> bytes:
         ref = str(item.ref)
+        if "://" in self.root and "://" not in ref:
+            ref = f"{self.root}/{ref}"  # relative to a remote folder or list
         if "://" in ref:
-            from .. import storage
-
-            try:
-                with storage.open_read(ref) as stream:
-                    return stream.read()
-            except OSError as exc:
-                raise DataError(f"cannot read: {exc}", url=ref) from exc
+            return _read_url(ref, item.size)
         return read_file(os.path.join(self.root, ref), item.size)
 
     def describe(self, item: Item) -> str:
@@ -183,6 +195,70 @@ def list_image_folder(root: str) -> Listing:
     )
 
 
+def list_remote_folder(url: str) -> Listing:
+    """List ``url/<class>/**/<image>`` in an object store (same rules as on disk)."""
+    from .. import storage
+
+    root = url.rstrip("/")
+    try:
+        fs, base = storage.filesystem(root)
+        found_objects = fs.find(base, detail=True)
+    except OSError as exc:
+        raise BuildError(f"cannot list the source: {exc}", url=root) from exc
+    base = base.rstrip("/")
+    if not found_objects:
+        raise BuildError("no such folder, or it holds no objects", url=root)
+    classes = sorted(
+        {
+            rel.split("/", 1)[0]
+            for rel in _relative(found_objects, base)
+            if "/" in rel and not rel.startswith(".")
+        }
+    )
+    if not classes:
+        raise BuildError(
+            "no class subfolders: expected SRC/<class>/<image> (ImageFolder layout)", url=root
+        )
+    label_of = {name: label for label, name in enumerate(classes)}
+    skipped: list[tuple[str, str]] = []
+    found: list[tuple[int, str, int, Any]] = []
+    for rel, info in sorted(_relative(found_objects, base).items()):
+        parts = rel.split("/")
+        if any(part.startswith(".") for part in parts):
+            continue
+        if len(parts) == 1:
+            skipped.append((rel, "not inside a class folder"))
+            continue
+        ext = parts[-1].rpartition(".")[2].lower() if "." in parts[-1] else ""
+        if ext not in FOLDER_EXTENSIONS:
+            skipped.append((rel, f"not an image file (extension {ext or 'none'!r})"))
+            continue
+        version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
+        found.append((label_of[parts[0]], rel, int(info.get("size") or 0), version))
+    if not found:
+        raise BuildError("no images found in the class folders", url=root)
+    found.sort(key=lambda f: (f[0], f[1]))
+    return Listing(
+        kind="image_folder",
+        path=root,
+        source=FileSource(root),
+        items=_folder_items(found, classes),
+        classes=classes,
+        skipped=skipped,
+        fingerprint=_fingerprint(classes, ((rel, size, v) for _, rel, size, v in found)),
+    )
+
+
+def _relative(objects: dict[str, Any], base: str) -> dict[str, Any]:
+    """Object infos by path relative to ``base`` (directory markers left out)."""
+    prefix = base + "/"
+    return {
+        name[len(prefix) :]: info
+        for name, info in objects.items()
+        if name.startswith(prefix) and info.get("type") != "directory" and not name.endswith("/")
+    }
+
+
 def _walk(
     folder: str, rel: str, skipped: list[tuple[str, str]], seen: set[tuple[int, int]] | None = None
 ) -> Iterator[tuple[str, os.stat_result]]:
@@ -215,7 +291,7 @@ def _walk(
         yield path, st
 
 
-def _folder_items(found: list[tuple[int, str, int, int]], classes: list[str]) -> list[Item]:
+def _folder_items(found: list[tuple[int, str, int, Any]], classes: list[str]) -> list[Item]:
     keys = make_keys([rel for _, rel, _, _ in found])
     normal = {ext: normalize_image_extension(ext) for ext in FOLDER_EXTENSIONS}
     return [
@@ -224,7 +300,7 @@ def _folder_items(found: list[tuple[int, str, int, int]], classes: list[str]) ->
     ]
 
 
-def _fingerprint(classes: list[str], entries: Iterator[tuple[str, int, int]]) -> str:
+def _fingerprint(classes: list[str], entries: Iterator[tuple[str, int, Any]]) -> str:
     digest = hashlib.sha256(json.dumps(classes).encode())
     for rel, size, mtime in entries:
         digest.update(f"{rel}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))

@@ -1,10 +1,12 @@
 """CSV / TSV / JSONL lists: one row per sample, a path column and a label column.
 
 Paths are relative to the list's folder, absolute, or URLs (read with
-:func:`shardkit.storage.open_read`). Labels are integers (used as they are) or class names
-(numbered in sorted order, like an image folder's classes). Every other column goes into
-the sample's ``json`` together with the path, class and label. Rows whose file is missing
-or not an image file are skipped and reported; the same path twice is an error of the list.
+:func:`shardkit.storage.open_read`). The list itself may be a URL (``s3://b/train.csv``);
+its relative paths then name objects beside it, whose sizes are learnt when they are
+read. Labels are integers (used as they are) or class names (numbered in sorted order,
+like an image folder's classes). Every other column goes into the sample's ``json``
+together with the path, class and label. Rows whose file is missing or not an image file
+are skipped and reported; the same path twice is an error of the list.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ def list_table(path: str, options: BuildOptions) -> Listing:
     if label_column is not None and label_column not in rows[0]:
         label_column = None
     classes, labels = _labels([row.get(label_column) for row in rows] if label_column else [])
-    root = os.path.dirname(os.path.abspath(path))
-    found, skipped = _files(rows, root, column, path)
+    remote = "://" in path and not path.startswith("file:")
+    root = path.rsplit("/", 1)[0] if remote else os.path.dirname(os.path.abspath(path))
+    found, skipped = _files(rows, None if remote else root, column, path)
     keys = make_keys([rel for _, rel, _, _ in found])
     items, digest = [], hashlib.sha256(json.dumps(classes).encode())
     for (row_index, rel, size, mtime), key in zip(found, keys, strict=True):
@@ -65,14 +68,18 @@ def list_table(path: str, options: BuildOptions) -> Listing:
         classes=classes,
         skipped=skipped,
         fingerprint=digest.hexdigest(),
-        sizes_known=all(item.size > 0 or "://" not in item.ref for item in items),
+        sizes_known=not remote and all(item.size > 0 or "://" not in item.ref for item in items),
     )
 
 
 def _rows(path: str) -> Iterator[dict[str, Any]]:
+    import io
+
+    from .. import storage
+
     lower = path.lower()
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
+        with io.TextIOWrapper(storage.open_read(path), encoding="utf-8-sig", newline="") as f:
             if lower.endswith((".jsonl", ".ndjson")):
                 yield from _json_lines(f, path)
             else:
@@ -118,9 +125,12 @@ def _is_int(value: Any) -> bool:
 
 
 def _files(
-    rows: list[dict[str, Any]], root: str, column: str, path: str
+    rows: list[dict[str, Any]], root: str | None, column: str, path: str
 ) -> tuple[list[tuple[int, str, int, int]], list[tuple[str, str]]]:
-    """(row, path, size, mtime_ns) of every usable row, and the skipped ones."""
+    """(row, path, size, mtime_ns) of every usable row, and the skipped ones.
+
+    Sizes of URLs and of paths in a remote list (``root`` None) are not known (0).
+    """
     found: list[tuple[int, str, int, int]] = []
     skipped: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -134,7 +144,7 @@ def _files(
         ext = rel.rpartition(".")[2].lower() if "." in rel else ""
         if ext not in FOLDER_EXTENSIONS:
             skipped.append((rel, f"not an image file (extension {ext or 'none'!r})"))
-        elif "://" in rel:
+        elif "://" in rel or root is None:
             found.append((index, rel, 0, 0))
         else:
             try:

@@ -3,13 +3,25 @@
 ``resize=N`` scales an image so its shorter side is N pixels (torchvision's
 ``Resize(N)``); ``max_side=M`` shrinks it so its longer side is at most M (never enlarges);
 with both, ``resize`` applies first. An image already at its target size keeps its
-original bytes (no generation loss). JPEGs that shrink are decoded at a reduced scale
-(libjpeg's DCT scaling through :meth:`PIL.Image.Image.draft`): a 1/2, 1/4 or 1/8 size
-decode is several times cheaper than a full one and still leaves at least the target
-size for the final resize: antialiased bilinear when shrinking (torchvision's default;
-after DCT scaling the remaining ratio is under 2, where it matches bicubic closely at
-two thirds of the cost), bicubic when enlarging. JPEG and WebP stay in their format
-(``quality`` applies); every other format is re-encoded as PNG (lossless).
+original bytes (no generation loss). JPEG and WebP stay in their format (``quality``
+applies); every other format is re-encoded as PNG (lossless).
+
+JPEGs (YCbCr or grayscale: nearly all of them) take the fast path, where the time goes
+into libjpeg-turbo and OpenCV, not Python:
+
+1. decode with libjpeg-turbo (simplejpeg), at 1/2, 1/4 or 1/8 scale when that still
+   leaves at least the target size (libjpeg-turbo's SIMD reduced IDCTs: cheaper than a
+   full decode, where its other M/8 scales are slower than a full decode and blurrier);
+2. resize with OpenCV (one thread): bilinear while the remaining shrink is under 2x
+   (every input pixel then still reaches the output, so there is no aliasing), area
+   averaging above that, bicubic when enlarging;
+3. encode with libjpeg-turbo, 4:2:0 chroma (Pillow's default).
+
+On the build benchmark's photos that costs 1.6 ms an image against 3.0 ms for Pillow's
+decode + antialiased resize + encode (whose resampler alone costs more than the decode),
+and stays within 44 dB PSNR (mean) of a full-size decode + antialiased bicubic resize.
+Other images (PNG, WebP, CMYK JPEGs, ...) go through Pillow: JPEG DCT scaling through
+:meth:`PIL.Image.Image.draft`, then an antialiased bilinear shrink or bicubic enlargement.
 """
 
 from __future__ import annotations
@@ -18,12 +30,26 @@ import io
 import warnings
 from typing import Any
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 
-__all__ = ["image_size", "target_size", "transform_image"]
+__all__ = ["check_available", "image_size", "limit_threads", "target_size", "transform_image"]
 
 _LOSSY = {"jpg": "jpg", "webp": "webp"}
 _JPEG_MODES = frozenset({"L", "RGB", "CMYK"})
+# JPEG colour spaces of the fast path -> (simplejpeg colour space, chroma subsampling)
+_FAST_SPACES = {"YCbCr": ("RGB", "420"), "Gray": ("GRAY", "Gray")}
+_AREA_ABOVE = 2.0  # shrink ratios from which OpenCV averages areas instead of bilinear
+
+
+def check_available() -> None:
+    """Raise ConfigError unless the image libraries that resizing needs are installed."""
+    import importlib.util
+
+    missing = [m for m in ("PIL", "simplejpeg", "cv2") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            f"resize and max_side need {', '.join(missing)}: pip install 'shardkit[images]'"
+        )
 
 
 def target_size(
@@ -58,6 +84,10 @@ def transform_image(
     data: bytes, ext: str, *, resize: int | None, max_side: int | None, quality: int
 ) -> tuple[bytes, str, tuple[int, int]]:
     """(bytes, extension, (width, height)) of the image after resizing and re-encoding."""
+    if ext == "jpg":
+        fast = _transform_jpeg(data, resize, max_side, quality)
+        if fast is not None:
+            return fast
     from PIL import Image
 
     try:
@@ -73,6 +103,74 @@ def transform_image(
         raise
     except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
         raise DataError(f"cannot decode: {exc}") from exc
+
+
+def _transform_jpeg(
+    data: bytes, resize: int | None, max_side: int | None, quality: int
+) -> tuple[bytes, str, tuple[int, int]] | None:
+    """The fast path (module docstring); None for a JPEG it does not handle (CMYK)."""
+    import simplejpeg
+
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None  # Pillow reports what is wrong with it
+    if colorspace not in _FAST_SPACES:
+        return None
+    size = target_size(width, height, resize, max_side)
+    if size == (width, height):
+        return data, "jpg", size
+    space, subsampling = _FAST_SPACES[colorspace]
+    scale = _dct_scale(width, height, size)
+    try:
+        pixels = simplejpeg.decode_jpeg(
+            data,
+            colorspace=space,
+            min_width=-(-width // scale),  # libjpeg's size at 1/scale (rounded up)
+            min_height=-(-height // scale),
+        )
+    except ValueError as exc:
+        raise DataError(f"cannot decode: {exc}") from exc
+    pixels = _resize_array(pixels, size)
+    out = simplejpeg.encode_jpeg(
+        pixels, quality=quality, colorspace=space, colorsubsampling=subsampling
+    )
+    return out, "jpg", size
+
+
+def _dct_scale(width: int, height: int, size: tuple[int, int]) -> int:
+    """The largest of 1, 2, 4, 8 that divides the image and still covers ``size``."""
+    scale = 1
+    while (
+        scale < 8 and -(-width // (2 * scale)) >= size[0] and -(-height // (2 * scale)) >= size[1]
+    ):
+        scale *= 2
+    return scale
+
+
+def limit_threads() -> None:
+    """One OpenCV thread per worker: a build with N workers uses N cores."""
+    import cv2
+
+    cv2.setNumThreads(1)
+
+
+def _resize_array(pixels: Any, size: tuple[int, int]) -> Any:
+    """HxWxC uint8 pixels resized to ``size`` (width, height) with OpenCV."""
+    import cv2
+
+    height, width = pixels.shape[:2]
+    if (width, height) == size:
+        return pixels
+    ratio = width / size[0]
+    if ratio < 1:
+        method = cv2.INTER_CUBIC
+    elif ratio < _AREA_ABOVE:
+        method = cv2.INTER_LINEAR
+    else:
+        method = cv2.INTER_AREA
+    out = cv2.resize(pixels, size, interpolation=method)
+    return out.reshape(*out.shape[:2], pixels.shape[2])  # OpenCV drops a channel axis of 1
 
 
 def _resized(image: Any, size: tuple[int, int], out_ext: str) -> Any:

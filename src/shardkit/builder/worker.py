@@ -81,6 +81,10 @@ def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> Non
     """Install the build context and progress reporter in this process."""
     global _context, _reporter
     _context, _reporter = context, reporter
+    if context is not None and context.options.transforms:
+        from .transform import limit_threads
+
+        limit_threads()
 
 
 def part_name(options: BuildOptions, task: int) -> str:

@@ -1,0 +1,107 @@
+"""Building from sources in an object store (SeaweedFS S3): an image folder under a
+prefix, a CSV list beside its images, and existing shards read back by ranged reads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest_build import make_corpus, read_samples, snapshot
+from conftest_scale import s3_bucket
+
+import shardkit
+from shardkit import BuildOptions
+
+__all__ = ["s3_bucket"]
+
+
+def _upload(folder: str, url: str) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL"], skip_instance_cache=True)
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            local = os.path.join(dirpath, name)
+            rel = os.path.relpath(local, folder)
+            with open(local, "rb") as f:
+                fs.pipe_file(f"{url.removeprefix('s3://')}/{rel}", f.read())
+
+
+def _by_key(out: str) -> dict[str, dict[str, bytes]]:
+    return {s["__key__"]: s for s in read_samples(out)}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return make_corpus(str(tmp_path_factory.mktemp("remote-src") / "src"), count=40)
+
+
+def test_an_image_folder_in_s3_builds_the_same_shards_as_on_disk(
+    corpus: str, s3_bucket: str, tmp_path: Path
+) -> None:
+    _upload(corpus, f"s3://{s3_bucket}/images")
+    options = BuildOptions(max_count=16, workers=2, seed=5)
+    local = shardkit.build(corpus, tmp_path / "local", options=options)
+    remote = shardkit.build(f"s3://{s3_bucket}/images", tmp_path / "remote", options=options)
+    assert remote.samples == local.samples == 40
+    assert remote.skipped == local.skipped and len(remote.skipped) == 5
+    want, got = snapshot(str(tmp_path / "local")), snapshot(str(tmp_path / "remote"))
+    for name in want:
+        if name != "manifest.json":
+            assert got[name] == want[name], name
+    for field in ("class_to_idx", "class_counts", "samples", "shards", "skipped"):
+        assert got["manifest.json"][field] == want["manifest.json"][field], field
+
+
+def test_a_csv_list_in_s3_reads_the_images_beside_it(
+    corpus: str, s3_bucket: str, tmp_path: Path
+) -> None:
+    rows = ["path,label"]
+    for cls in ("circle", "square"):
+        names = sorted(n for n in os.listdir(os.path.join(corpus, cls)) if n.endswith(".jpg"))
+        rows += [f"{cls}/{name},{cls}" for name in names[:6]]
+    listing = Path(corpus) / "list.csv"
+    listing.write_text("\n".join(rows) + "\n")
+    try:
+        _upload(corpus, f"s3://{s3_bucket}/data")
+        local = shardkit.build(str(listing), tmp_path / "local", options=BuildOptions())
+        url = f"s3://{s3_bucket}/data/list.csv"
+        remote = shardkit.build(url, tmp_path / "remote", options=BuildOptions(workers=2))
+    finally:
+        listing.unlink()
+    assert remote.samples == local.samples == 12 - 2  # empty.jpg and cut.jpg are skipped
+    assert sorted(p for p, _ in remote.skipped) == sorted(p for p, _ in local.skipped)
+    assert _by_key(str(tmp_path / "remote")) == _by_key(str(tmp_path / "local"))
+
+
+def test_shards_in_s3_reshard_like_local_ones(corpus: str, s3_bucket: str, tmp_path: Path) -> None:
+    first = str(tmp_path / "first")
+    shardkit.build(corpus, first, options=BuildOptions(max_count=9, workers=1))
+    names = sorted(n for n in os.listdir(first) if n.endswith(".tar"))
+    _upload(first, f"s3://{s3_bucket}/shards")
+    pattern = f"shard-{{000000..{len(names) - 1:06d}}}.tar"
+    options = BuildOptions(max_count=7, seed=3, workers=2)
+    shardkit.build(os.path.join(first, pattern), tmp_path / "local", options=options)
+    shardkit.build(f"s3://{s3_bucket}/shards/{pattern}", tmp_path / "remote", options=options)
+    want, got = snapshot(str(tmp_path / "local")), snapshot(str(tmp_path / "remote"))
+    assert sorted(want) == sorted(got)
+    for name in want:
+        if name != "manifest.json":
+            assert got[name] == want[name], name
+    assert got["manifest.json"]["samples"] == 40
+
+
+def test_remote_sources_that_cannot_be_used_are_one_line_errors(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    with pytest.raises(shardkit.BuildError, match="no such folder") as missing:
+        shardkit.build(f"s3://{s3_bucket}/nothing-here", tmp_path / "a")
+    assert missing.value.url == f"s3://{s3_bucket}/nothing-here"
+    with pytest.raises(shardkit.BuildError, match="no such file"):
+        shardkit.build(f"s3://{s3_bucket}/none-{{0..1}}.tar", tmp_path / "b")
+    with pytest.raises(shardkit.BuildError, match="compressed shards cannot be re-sharded"):
+        shardkit.build(f"s3://{s3_bucket}/x.tar.gz", tmp_path / "c")
+    with pytest.raises(shardkit.BuildError, match="inside the source folder"):
+        shardkit.build(f"s3://{s3_bucket}/src", f"s3://{s3_bucket}/src/out")
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
