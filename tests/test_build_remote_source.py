@@ -105,3 +105,24 @@ def test_remote_sources_that_cannot_be_used_are_one_line_errors(
     with pytest.raises(shardkit.BuildError, match="inside the source folder"):
         shardkit.build(f"s3://{s3_bucket}/src", f"s3://{s3_bucket}/src/out")
     assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+
+
+def test_workers_use_the_drivers_s3_endpoint(
+    corpus: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker started before AWS_ENDPOINT_URL was set (or on another node) must still
+    # read from the server the driver listed.
+    import pickle
+
+    from shardkit.builder.sources import list_remote_folder
+
+    _upload(corpus, f"s3://{s3_bucket}/endpoint")
+    listing = list_remote_folder(f"s3://{s3_bucket}/endpoint")
+    item = next(i for i in listing.items or [] if i.size > 100)
+    source = pickle.loads(pickle.dumps(listing.source))
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()  # as in a fresh worker process
+    with open(os.path.join(corpus, item.ref), "rb") as f:
+        assert source.load(item) == f.read()

@@ -275,8 +275,8 @@ def _result_of(future: Future[TaskResult]) -> TaskResult:
         return future.result()
     except BrokenProcessPool as exc:
         raise BuildError(
-            "a worker process died unexpectedly (killed, or out of memory?); "
-            "rerun the same command to resume"
+            "a worker process died unexpectedly (killed, out of memory, or see the line it "
+            "left above); rerun the same command to resume"
         ) from exc
 
 

@@ -21,14 +21,15 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from .. import storage
+from .. import config, storage
 from ..codecs import image_extension, normalize_image_extension
 from ..errors import BuildError, DataError
 from ..reader import detect_format, iter_stream_samples, read_shard
 from .sources import Item, Listing
+from .store import endpoint_options
 
 __all__ = ["ShardSource", "list_shards"]
 
@@ -77,11 +78,12 @@ class ShardSource:
     urls: tuple[str, ...]
     output_format: str
     kind: str = "shards"
+    s3_endpoint: str | None = field(default_factory=config.s3_endpoint)  # the driver's
 
     def load(self, item: Item) -> Mapping[str, Any]:
         index, offset = item.ref
         url = self.urls[index]
-        stream = _stream(url)
+        stream = _stream(url, self.s3_endpoint)
         stream.seek(offset)
         fmt = detect_format(url)[0]
         for sample in iter_stream_samples(stream, url=url, format=fmt):
@@ -127,7 +129,7 @@ def _version(url: str) -> str:
     return f"{meta.get('size')}\0{tag}"
 
 
-def _stream(url: str) -> BinaryIO:
+def _stream(url: str, s3_endpoint: str | None) -> BinaryIO:
     stream = _open.get(url)
     if stream is None:
         if len(_open) >= 8:
@@ -135,7 +137,7 @@ def _stream(url: str) -> BinaryIO:
         if storage.is_local(url):
             stream = open(storage.local_path(url), "rb")  # noqa: SIM115
         else:
-            fs, path = storage.filesystem(url)
+            fs, path = storage.filesystem(url, endpoint_options(url, s3_endpoint))
             stream = fs.open(path, "rb", block_size=_READ_AHEAD, cache_type="readahead")
         _open[url] = stream
     return stream

@@ -22,9 +22,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from .. import config
 from ..codecs import normalize_image_extension
 from ..errors import BuildError, DataError
 from .keys import make_keys
+from .store import endpoint_options
 
 __all__ = [
     "FOLDER_EXTENSIONS",
@@ -104,11 +106,11 @@ def read_file(path: str, size: int) -> bytes:
     return data
 
 
-def _read_url(url: str, size: int) -> bytes:
+def _read_url(url: str, size: int, options: dict[str, Any]) -> bytes:
     from .. import storage
 
     try:
-        with storage.open_read(url) as stream:
+        with storage.open_read(url, storage_options=options) as stream:
             data = stream.read()
     except OSError as exc:
         raise DataError(f"cannot read: {exc}", url=url) from exc
@@ -126,17 +128,21 @@ def _read_all(fd: int) -> bytes:
 
 @dataclass(frozen=True)
 class FileSource:
-    """Loads files by path: relative to ``root``, absolute, or any URL storage opens."""
+    """Loads files by path: relative to ``root``, absolute, or any URL storage opens.
+
+    ``s3_endpoint`` is the driver's S3 endpoint (see :func:`.store.endpoint_options`).
+    """
 
     root: str
     kind: str = "image_folder"
+    s3_endpoint: str | None = field(default_factory=config.s3_endpoint)
 
     def load(self, item: Item) -> bytes:
         ref = str(item.ref)
         if "://" in self.root and "://" not in ref:
             ref = f"{self.root}/{ref}"  # relative to a remote folder or list
         if "://" in ref:
-            return _read_url(ref, item.size)
+            return _read_url(ref, item.size, endpoint_options(ref, self.s3_endpoint))
         return read_file(os.path.join(self.root, ref), item.size)
 
     def describe(self, item: Item) -> str:

@@ -35,6 +35,7 @@ __all__ = [
     "Pending",
     "PreconditionFailed",
     "Store",
+    "endpoint_options",
     "file_matches",
     "open_store",
 ]
@@ -76,6 +77,15 @@ class Store(Protocol):
     def write_bytes(self, name: str, data: bytes) -> None: ...
 
     def matcher(self) -> Matcher: ...
+
+
+def endpoint_options(url: str, s3_endpoint: str | None) -> dict[str, Any]:
+    """fsspec options that point workers at the S3 server the driver found in its
+    environment (``AWS_ENDPOINT_URL``): a cluster worker, or a worker process started
+    before that variable was set, may not have it. Never credentials."""
+    if s3_endpoint and url.split("://", 1)[0].lower() in ("s3", "s3a"):
+        return {"endpoint_url": s3_endpoint}
+    return {}
 
 
 def open_store(out: str) -> LocalStore | ObjectStore:
@@ -235,10 +245,7 @@ class ObjectStore:
         self.url = url.rstrip("/")
         self.protocol = self.url.split("://", 1)[0].lower()
         if options is None:
-            options = {}
-            endpoint = config.s3_endpoint()
-            if self.protocol in ("s3", "s3a") and endpoint is not None:
-                options["endpoint_url"] = endpoint  # the workers must use the same server
+            options = endpoint_options(self.url, config.s3_endpoint())
         self.options = options
         self._fs: Any = None
         self._root = ""
