@@ -38,6 +38,19 @@ def s3_options() -> dict[str, str]:
     return {"endpoint_url": endpoint, "key": key, "secret": secret}
 
 
+def gcs_options() -> dict[str, str]:
+    """fsspec storage options for the GCS emulator (fake-gcs-server): its endpoint and no
+    credentials; fails the test when it is not up. scripts/test-services also exports
+    STORAGE_EMULATOR_HOST and FSSPEC_GS_TOKEN, so gs:// URLs work without options too."""
+    endpoint = os.environ.get("SHARDKIT_TEST_GCS_ENDPOINT")
+    if not endpoint:
+        pytest.fail(f"no GCS server: SHARDKIT_TEST_GCS_ENDPOINT is not set; {HOW}", pytrace=False)
+    if os.environ.get("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "true").lower() not in ("false", "0"):
+        # gcsfs would ask every new bucket its type over gRPC, 60 s each against an emulator.
+        pytest.fail(f"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT is not false; {HOW}", pytrace=False)
+    return {"endpoint_url": endpoint, "token": "anon"}
+
+
 # --------------------------------------------------------------------------- a faulty server
 
 

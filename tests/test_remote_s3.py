@@ -1,5 +1,5 @@
 """s3:// shards on a real S3 server (SeaweedFS, started by scripts/test-services); gs:// URL
-handling (no server to test against here)."""
+handling without a server (gs:// against a GCS API server: test_remote_gcs.py)."""
 
 from __future__ import annotations
 
@@ -92,8 +92,8 @@ def test_write_shards_to_s3_then_read_them_back(s3_data: tuple[str, dict[str, An
 
 
 def test_gs_urls_expand_and_join_without_a_server() -> None:
-    # No GCS server here: check URL handling only (brace expansion, manifest joins,
-    # pickling); nothing is opened until iteration.
+    # URL handling only (brace expansion, manifest joins, pickling): nothing is opened
+    # until iteration, so no server is needed.
     shards = resolve_source("gs://bucket/train/shard-{000..002}.tar")
     assert shards.urls == tuple(f"gs://bucket/train/shard-00{i}.tar" for i in range(3))
     manifest = parse_manifest({"shards": [{"name": "a.tar", "samples": 2}]}, base="gs://b/d")

@@ -188,14 +188,17 @@ def open_read(
     With ``cache_dir``, a remote object is read from its cached copy when there is one;
     otherwise it streams as usual while a copy is written beside it, which takes its
     final name only once the whole object has been read (so it is never partial).
+    ``buffer_size=0`` opens a local file unbuffered (for readers that seek over data);
+    a pipe or a remote stream keeps a buffer of the default size.
     """
+    stream_buffer = buffer_size or _STREAM_BUFFER  # io.BufferedReader needs one
     try:
         if url == "-":
             return cast(BinaryIO, sys.stdin.buffer)
         if url.startswith("pipe:"):
             if not config.allow_pipe_urls():
                 raise StorageError("pipe: URLs are disabled (SHARDKIT_ALLOW_PIPE=0)", url=url)
-            return io.BufferedReader(_PipeReader(url[5:]), buffer_size)
+            return io.BufferedReader(_PipeReader(url[5:]), stream_buffer)
         if is_local(url):
             return open(local_path(url), "rb", buffering=buffer_size)
         if cache_dir is not None:
@@ -206,7 +209,7 @@ def open_read(
         raw: io.RawIOBase = _ResumableReader(fs, path, url, retries=retries)
         if cache_dir is not None:
             raw = _CachingReader(raw, cache_path(url, cache_dir))
-        return io.BufferedReader(raw, buffer_size)
+        return io.BufferedReader(raw, stream_buffer)
     except StorageError:
         raise
     except FileNotFoundError as exc:
@@ -227,6 +230,7 @@ def cache_path(url: str, cache_dir: str) -> str:
 # --------------------------------------------------------------------------- remote reads
 
 _BLOCK_SIZE = 8 << 20  # ranged reads of seekable object stores (s3, gs)
+_STREAM_BUFFER = 1 << 20  # the buffer of a pipe or remote stream
 _BACKOFF_S = 0.2
 _BACKOFF_MAX_S = 5.0
 _DRAIN_LIMIT = 16 << 20  # bytes read on close to complete a cached copy
@@ -238,6 +242,8 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, _PERMANENT):
         return False
     status = getattr(exc, "status", None)
+    if status is None:
+        status = getattr(exc, "code", None)  # gcsfs's HttpError
     if isinstance(status, int):
         return status >= 500 or status in (408, 429)
     if isinstance(exc, (OSError, TimeoutError, EOFError)):
@@ -485,11 +491,7 @@ def _atomic_remote(fs: Any, path: str, url: str) -> Iterator[BinaryIO]:
     try:
         yield cast(BinaryIO, stream)
     except BaseException:
-        discard = getattr(stream, "discard", None)
-        if callable(discard):
-            discard()  # abort the upload: nothing becomes visible
-        with contextlib.suppress(Exception):
-            stream.close()
+        _abandon(stream)
         if not direct:
             with contextlib.suppress(Exception):
                 fs.rm(target)
@@ -498,5 +500,25 @@ def _atomic_remote(fs: Any, path: str, url: str) -> Iterator[BinaryIO]:
         stream.close()
         if not direct:
             fs.mv(target, path)
-    except OSError as exc:
-        raise StorageError(f"upload failed: {exc}", url=url) from exc
+    except Exception as exc:  # OSError, or a client's own (gcsfs HttpError)
+        raise StorageError(f"upload failed: {type(exc).__name__}: {exc}", url=url) from exc
+
+
+def _abandon(stream: Any) -> None:
+    """Give up an unfinished upload without completing it.
+
+    ``discard()`` aborts an upload already under way (an S3 multipart upload, a GCS
+    resumable session). One that has not started yet (less than a block written) would
+    start and complete on ``close()``: gcsfs's ``discard()`` does nothing then, and
+    ``close()`` would publish the partial object under its final name. So the file is
+    marked closed instead, as fsspec files mark themselves once discarded.
+    """
+    discard = getattr(stream, "discard", None)
+    if callable(discard):
+        with contextlib.suppress(Exception):
+            discard()
+    try:
+        stream.closed = True  # fsspec's buffered files: close() and __del__ do nothing
+    except AttributeError:  # a file whose close() has nothing to publish (io.BytesIO)
+        with contextlib.suppress(Exception):
+            stream.close()
