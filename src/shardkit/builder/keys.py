@@ -61,8 +61,15 @@ def path_key(path: str) -> str:
 
 def make_keys(paths: Sequence[str]) -> list[str]:
     """One unique key per path (paths must be distinct), in the order of ``paths``."""
+    base = [path_key(p) for p in paths]
+    if len(set(base)) == len(base):
+        return base  # the usual case: what the rules below give when nothing collides
+    return _resolve(paths, base)
+
+
+def _resolve(paths: Sequence[str], base: list[str]) -> list[str]:
+    """Keys when some base keys collide (the rules in the module docstring)."""
     split = [_split(p) for p in paths]
-    base = ["/".join([*dirs, _stem(stem)]) for dirs, stem, _ in split]
     counts = Counter(base)
     wanted = [
         key if counts[key] == 1 or not ext else f"{key}_{_stem(ext.lower())}"

@@ -188,8 +188,9 @@ def list_image_folder(root: str) -> Listing:
             found.append((label, rel, info.st_size, info.st_mtime_ns))
     if not found:
         raise BuildError("no images found in the class folders", url=root)
-    found.sort(key=lambda f: (f[0], f[1]))
+    found.sort()  # by (label, path): paths are unique, so the rest is never compared
     skipped.sort()
+    fingerprint = _fingerprint(classes, ((rel, size, mtime) for _, rel, size, mtime in found))
     return Listing(
         kind="image_folder",
         path=root,
@@ -197,7 +198,7 @@ def list_image_folder(root: str) -> Listing:
         items=_folder_items(found, classes),
         classes=classes,
         skipped=skipped,
-        fingerprint=_fingerprint(classes, ((rel, size, mtime) for _, rel, size, mtime in found)),
+        fingerprint=fingerprint,
     )
 
 
@@ -243,7 +244,8 @@ def list_remote_folder(url: str) -> Listing:
         found.append((label_of[parts[0]], rel, int(info.get("size") or 0), version))
     if not found:
         raise BuildError("no images found in the class folders", url=root)
-    found.sort(key=lambda f: (f[0], f[1]))
+    found.sort()  # by (label, path), as on disk
+    fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
     return Listing(
         kind="image_folder",
         path=root,
@@ -251,7 +253,7 @@ def list_remote_folder(url: str) -> Listing:
         items=_folder_items(found, classes),
         classes=classes,
         skipped=skipped,
-        fingerprint=_fingerprint(classes, ((rel, size, v) for _, rel, size, v in found)),
+        fingerprint=fingerprint,
     )
 
 
@@ -298,12 +300,15 @@ def _walk(
 
 
 def _folder_items(found: list[tuple[int, str, int, Any]], classes: list[str]) -> list[Item]:
+    """Turn ``found`` (label, path, size, version) into Items in place: the listing's peak
+    memory is one list of entries, not two."""
     keys = make_keys([rel for _, rel, _, _ in found])
     normal = {ext: normalize_image_extension(ext) for ext in FOLDER_EXTENSIONS}
-    return [
-        Item(rel, key, label, normal[rel.rpartition(".")[2].lower()], size, "")
-        for (label, rel, size, _), key in zip(found, keys, strict=True)
-    ]
+    items: list[Any] = found
+    for i, key in enumerate(keys):
+        label, rel, size, _ = found[i]
+        items[i] = Item(rel, key, label, normal[rel.rpartition(".")[2].lower()], size, "")
+    return items
 
 
 def _fingerprint(classes: list[str], entries: Iterator[tuple[str, int, Any]]) -> str:
