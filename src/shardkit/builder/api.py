@@ -39,7 +39,8 @@ def build(
 
         check_available()
     if (options.workers or config.default_workers()) > 1:
-        warm_up()  # the worker server boots while the source is listed
+        # The worker server boots while the source is listed.
+        warm_up(("cv2", "simplejpeg", "PIL.Image") if options.transforms else ())
     listing = list_source(source, out_path, options, to_sample)
     if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
         from .store import ObjectStore

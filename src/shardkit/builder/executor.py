@@ -144,13 +144,14 @@ def check_not_bootstrapping() -> None:
         os._exit(1)
 
 
-def warm_up() -> None:
-    """Start the forkserver now (it imports shardkit in the background), so that the pool
-    starts in milliseconds once the source is listed."""
+def warm_up(preload: tuple[str, ...] = ()) -> None:
+    """Start the forkserver now (it imports shardkit, and ``preload``, in the background),
+    so that the pool starts in milliseconds once the source is listed and every worker
+    inherits those imports instead of paying for them."""
     from multiprocessing import forkserver
 
     check_not_bootstrapping()
-    multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
+    multiprocessing.get_context("forkserver").set_forkserver_preload([*_PRELOAD, *preload])
     forkserver.ensure_running()
 
 
