@@ -197,6 +197,16 @@ def _array_payload(name: str, value: Any) -> _Payload:
 
 
 def _feature_payload(name: str, value: Any) -> _Payload:
+    kind = type(value)
+    if kind is bytes:
+        return _bytes_payload([value])
+    if kind is int:  # the common scalars first (not bool, which is an int subclass)
+        return _packed(_TAG_INT64, _pack_ints(name, [value]))
+    if kind is str:
+        try:
+            return _bytes_payload([value.encode("utf-8")])
+        except UnicodeEncodeError as exc:
+            raise EncodeError(f"feature {name!r}: a str value is not valid UTF-8") from exc
     if isinstance(value, bytes):
         return _bytes_payload([value])
     if isinstance(value, (list, tuple)):
@@ -206,8 +216,7 @@ def _feature_payload(name: str, value: Any) -> _Payload:
 
         if isinstance(value, np.ndarray):
             return _array_payload(name, value)
-    kind = _kind_of(value)
-    if kind:
+    if _kind_of(value):
         return _list_payload(name, [value])
     raise EncodeError(f"feature {name!r}: cannot encode a value of type {type(value).__name__}")
 
