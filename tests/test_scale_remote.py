@@ -31,6 +31,7 @@ __all__ = ["s3_bucket"]  # the fixture, used by name
 IMAGES = {"max_count": 16, "seed": 7}
 PYTHON = {"max_count": 9, "max_size": 4000, "seed": 3}
 LOCK = ".shardkit-build.lock"
+_DRIVER_WRITES = (".shardkit-build/", "manifest.json", LOCK)
 
 
 def _fs() -> Any:
@@ -104,13 +105,12 @@ def test_workers_write_parts_straight_into_the_bucket(
     assert snapshot_s3(url) == references[kind]
     assert result.manifest == f"{url}/manifest.json" and len(result.shards) >= 5
     assert seen == [] and _files_under(cache) == []  # no staging copy on the driver's disk
-    # The driver uploaded journal records and (assembling only) the final shards; every
-    # part came from a worker process.
+    # The driver uploaded only journal records and the manifest: every part and every
+    # shard (assembled or not) came from a worker process.
     names = [u.removeprefix(url + "/") for u in uploads]
-    assert not [n for n in names if n.startswith(".shard-")], names
+    assert names and all(n.startswith(_DRIVER_WRITES) for n in names), names
     assert any(n.startswith(".shardkit-build/task-") for n in names)
-    shards = [n for n in names if n.startswith("shard-")]
-    assert shards == ([] if kind == "images" else [s.name for s in result.shards])
+    assert (kind == "python") == any(n.startswith(".shardkit-build/shard-") for n in names)
 
 
 @pytest.mark.parametrize("extra", [[], ["--resize", "32"]], ids=["renamed", "assembled"])
@@ -135,7 +135,7 @@ def test_interrupted_build_resumes_from_another_process(
     partial = _names(url)
     assert "manifest.json" not in partial and LOCK not in partial
     assert ".shardkit-build/header.json" in partial
-    assert "shard-000001.tar" in partial
+    assert len([n for n in partial if n.startswith("shard-")]) >= 2  # in any order
 
     # A fresh process elsewhere, with its own cache and temp folders: only the bucket.
     # (Short: the forkserver's socket goes in TMPDIR; Unix socket paths are 108 bytes.)
@@ -201,22 +201,27 @@ def progress(p):
         time.sleep(600)
 
 if __name__ == "__main__":
-    options = shardkit.BuildOptions(max_count=40, validate="full", seed=11, workers=2)
+    resize = {"resize": int(sys.argv[3])} if len(sys.argv) > 3 else {}
+    options = shardkit.BuildOptions(max_count=40, validate="full", seed=11, workers=2, **resize)
     shardkit.build(sys.argv[1], sys.argv[2], options=options, progress=progress)
 """
 
 
-def test_kill_9_of_the_driver_then_resume(s3_bucket: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("resize", [[], ["32"]], ids=["renamed", "assembled"])
+def test_kill_9_of_the_driver_then_resume(
+    resize: list[str], s3_bucket: str, tmp_path: Path
+) -> None:
     corpus = str(tmp_path / "src")
     make_image_folder(corpus, count=600, seed=4)
     args = ["--max-count", "40", "--validate", "full", "--seed", "11", "--workers", "2", "-q"]
+    args += [a for size in resize for a in ("--resize", size)]
     assert run_cli(corpus, str(tmp_path / "local"), *args).returncode == 0
     expected = snapshot_local(str(tmp_path / "local"))
     url = f"s3://{s3_bucket}/killed"
     script = tmp_path / "driver.py"
     script.write_text(_PAUSING_DRIVER)
     proc = subprocess.Popen(
-        [sys.executable, str(script), corpus, url], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(script), corpus, url, *resize], stdout=subprocess.PIPE, text=True
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "@@ committed"
@@ -229,7 +234,8 @@ def test_kill_9_of_the_driver_then_resume(s3_bucket: str, tmp_path: Path) -> Non
             proc.stdout.close()
     assert kids and _gone(kids), "workers outlived the killed driver"
     names = _names(url)
-    assert "manifest.json" not in names and "shard-000002.tar" in names
+    assert "manifest.json" not in names
+    assert len([n for n in names if n.startswith("shard-")]) >= 3  # in any order
     assert LOCK in names  # the dead driver's lease stays behind...
     partial = snapshot_s3(url)
     for name, digest in partial.items():  # ...and nothing partial under a final name

@@ -15,8 +15,9 @@ The assembler copies samples into the current shard and starts a new one exactly
 one more pass over the output, small next to decoding and resizing.
 
 Both work through the output's :class:`~.store.Store`: in an object store a rename is a
-server-side copy and a delete, and the Assembler's copy passes through the driver (it
-reads the parts and uploads the shards).
+server-side copy and a delete. The Assembler serves a local OUT; an object-store OUT is
+assembled by the workers instead (:mod:`.assembly`), so no shard byte passes through the
+driver.
 """
 
 from __future__ import annotations

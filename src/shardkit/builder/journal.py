@@ -9,7 +9,8 @@ Journal: ``OUT/.shardkit-build.journal``, JSON lines. The first line identifies 
 line records one finished task (its part files with size and sha256, what it skipped,
 per-class counts, sample sizes), appended right after the task's parts are complete and
 before any of them is renamed or copied, or one shard the Assembler committed (with the
-position in the plan where it ends). A rerun of the same build reads it back, checks
+position in the plan where it ends; with its index too when workers assemble shards out
+of order, :mod:`.assembly`). A rerun of the same build reads it back, checks
 every recorded file (size and sha256) and only runs the tasks that are missing. A torn
 last line (the process died mid-write) is ignored.
 
@@ -123,8 +124,10 @@ class Journal:
         self.done[result.index] = result
         self._log.append("task", result.index, _encode(result))
 
-    def record_shard(self, shard: dict[str, Any]) -> None:
-        self._log.append("shard", len(self.shards), {"shard": shard})
+    def record_shard(self, shard: dict[str, Any], index: int | None = None) -> None:
+        """Record a committed shard; ``index`` when shards commit out of order."""
+        number = len(self.shards) if index is None else index
+        self._log.append("shard", number, {"shard": shard})
         self.shards.append(shard)
 
     def keep_shards(self, count: int) -> None:

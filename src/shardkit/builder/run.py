@@ -8,7 +8,9 @@ Commit protocol (what makes a build crash-safe and deterministic):
    to the committer strictly in plan order (:mod:`.commit`): task *t* is committed only
    once tasks 0..t-1 are, so final names ``{prefix}-{index:06d}.{ext}`` are contiguous and
    do not depend on which worker finished first. A task whose items were all skipped
-   contributes no shard.
+   contributes no shard. When shards are assembled into an object store, the committer
+   only cuts them: each shard is a task the workers run (:mod:`.assembly`), committed
+   (journaled) as it comes back, in any order.
 3. ``manifest.json`` is written last, atomically; then the journal and lock go away.
 
 A killed build leaves complete files (final or part names), the journal and no manifest;
@@ -28,9 +30,11 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
 
 from .. import config
 from ..errors import BuildError
+from .assembly import ShardPlan, WorkerAssembler, assemble_shard
 from .commit import Assembler, Renamer
 from .executor import Executor, InlineExecutor, ProcessExecutor
 from .folder import OutputFolder
@@ -49,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 
 Store = LocalStore | ObjectStore
+Committer = Renamer | Assembler | WorkerAssembler
+R = TypeVar("R")
 
 
 class _Driver:
@@ -77,11 +83,11 @@ class _Driver:
         self.folder = OutputFolder(store, options, self.journal)
         self.assemble = options.transforms or not listing.sizes_known
         self.chunk = min(CHUNK, options.max_count)  # items per task when assembling
-        self.committer: Renamer | Assembler = (
-            Assembler(store, self.journal, self.folder.final_name, options)
-            if self.assemble
-            else Renamer(store, self.journal, self.folder.final_name)
-        )
+        self.committer: Committer = Renamer(store, self.journal, self.folder.final_name)
+        if self.assemble and isinstance(store, ObjectStore):  # workers assemble the shards
+            self.committer = WorkerAssembler(store, self.journal, self.folder.final_name, options)
+        elif self.assemble:  # the driver copies (a local disk: as fast, and no extra task)
+            self.committer = Assembler(store, self.journal, self.folder.final_name, options)
         self.started = time.perf_counter()
         self.next_task = 0
         self.counts = [0, 0, len(listing.skipped)]  # samples, bytes, skipped
@@ -116,6 +122,8 @@ class _Driver:
         self._execute(tasks, count)
         self._commit_ready()
         self.committer.finish()
+        if isinstance(self.committer, WorkerAssembler) and not self.committer.complete:
+            raise BuildError("shards are missing after every task finished (a shardkit bug)")
         return self._finish()
 
     def _pending_tasks(self) -> tuple[Iterator[Task], int | None]:
@@ -155,24 +163,44 @@ class _Driver:
         return ProcessExecutor(context, workers)
 
     def _execute(self, tasks: Iterator[Task], count: int | None) -> None:
+        assembler = self.committer if isinstance(self.committer, WorkerAssembler) else None
         if count == 0:
-            return
-        executor = self._executor(count)
-        inflight: dict[Future[TaskResult], int] = {}
+            if assembler is None:
+                return
+            assembler.finish()  # every chunk is done: only shards may be left to assemble
+            if not assembler.ready:
+                return
+        # Shard tasks need workers too, however few chunks are left.
+        executor = self._executor(count if assembler is None or count is None else max(count, 2))
+        inflight: dict[Future[Any], Task | ShardPlan] = {}
+        running, more = 0, count != 0  # chunk tasks in flight; chunk tasks left to submit
         try:
             while True:
-                while len(inflight) < 2 * executor.workers:
+                while more and running < 2 * executor.workers:
                     task = next(tasks, None)
                     if task is None:
+                        more = False
                         break
-                    inflight[executor.submit(run_task, task)] = task.index
+                    inflight[executor.submit(run_task, task)] = task
+                    running += 1
+                if assembler is not None:
+                    if not more and not running and count != 0:
+                        assembler.finish()  # the last shard
+                        count = 0
+                    for plan in assembler.ready:
+                        inflight[executor.submit(assemble_shard, plan)] = plan
+                    assembler.ready.clear()
                 if not inflight:
                     break
                 done, _ = wait(inflight, timeout=0.1, return_when=FIRST_COMPLETED)
                 self._progress(executor.progress())
-                for future in sorted(done, key=inflight.__getitem__):
-                    del inflight[future]
-                    self._finished(_result_of(future))
+                for future in sorted(done, key=lambda f: _order(inflight[f])):
+                    job = inflight.pop(future)
+                    if isinstance(job, ShardPlan):
+                        self._assembled(job, _result_of(future))
+                    else:
+                        running -= 1
+                        self._finished(_result_of(future))
         except BaseException:
             executor.close(cancel=True)
             if isinstance(self.committer, Assembler):
@@ -184,6 +212,13 @@ class _Driver:
         self.guard()
         self.journal.record(result)
         self._commit_ready()
+
+    def _assembled(self, plan: ShardPlan, shard: ShardRecord) -> None:
+        if not isinstance(self.committer, WorkerAssembler):
+            raise TypeError("a shard was assembled without a WorkerAssembler")
+        self.guard()
+        self.committer.done(plan, shard)
+        self._report(force=True)
 
     def _commit_ready(self) -> None:
         """Hand finished tasks to the committer in plan order (reports new shards)."""
@@ -270,7 +305,12 @@ class _Driver:
         )
 
 
-def _result_of(future: Future[TaskResult]) -> TaskResult:
+def _order(job: Task | ShardPlan) -> tuple[bool, int]:
+    """Chunk results first, each kind in plan order."""
+    return isinstance(job, ShardPlan), job.index
+
+
+def _result_of(future: Future[R]) -> R:
     try:
         return future.result()
     except BrokenProcessPool as exc:

@@ -28,6 +28,7 @@ __all__ = [
     "Reporter",
     "TaskResult",
     "WorkerContext",
+    "current_context",
     "init_worker",
     "encode_item",
     "part_name",
@@ -87,6 +88,13 @@ def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> Non
         limit_threads()
 
 
+def current_context() -> WorkerContext:
+    """The build context :func:`init_worker` installed in this process."""
+    if _context is None:
+        raise RuntimeError("a build task ran before init_worker()")
+    return _context
+
+
 def part_name(options: BuildOptions, task: int) -> str:
     """The hidden name pattern of a task's part files (``%03d`` numbers the parts)."""
     return f".{options.prefix}-task{task:06d}-part%03d.{options.extension}"
@@ -117,9 +125,7 @@ class _Progress:
 
 def run_task(task: Task) -> TaskResult:
     """Write ``task`` into part files in the output; returns what was written."""
-    context = _context
-    if context is None:
-        raise RuntimeError("run_task() called before init_worker()")
+    context = current_context()
     options = context.options
     writer = _part_writer(context, part_name(options, task.index))
     result = TaskResult(task.index, [])

@@ -1,0 +1,259 @@
+"""Shards assembled by the workers, for an object-store OUT (no shard byte through the driver).
+
+The driver still decides every cut, from the chunk results in plan order (it knows each
+sample's size): a :class:`Cutter` turns them into :class:`ShardPlan` s, each a list of
+byte ranges of chunk parts plus the trailer, cut exactly where ``max_count`` or
+``max_size`` says (the same cuts as :class:`~.commit.Assembler`, so the same bytes). As
+soon as a shard's chunks are done, the driver submits :func:`assemble_shard` to the same
+executor as the chunk tasks: the worker reads the ranges from the store (ranged reads),
+uploads the shard under its final name (atomically) and returns its size and sha256.
+
+Shards therefore commit out of order. :class:`WorkerAssembler` (driver side) journals
+each one with its index and cut position, and deletes a part only once every shard that
+uses it is journaled. A resume re-derives the same cuts from the journaled chunk results,
+keeps the journaled shards it finds intact, and reruns only chunks whose part is gone
+while a shard still missing needs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import StorageError
+from ..formats.tar import END_OF_ARCHIVE
+from .commit import Namer
+from .journal import Journal
+from .manifest import ShardRecord
+from .options import BuildOptions
+from .store import LocalStore, ObjectStore
+from .worker import TaskResult, current_context
+
+__all__ = ["Cutter", "ShardPlan", "WorkerAssembler", "assemble_shard"]
+
+FINAL = (1 << 62, 0)  # the cut position recorded for the last shard
+_BLOCK = 8 << 20  # bytes per ranged read
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Shard ``index``: its name, the part byte ranges it is made of, then the trailer."""
+
+    index: int
+    name: str
+    ranges: tuple[tuple[str, int, int], ...]  # (part name, offset, length)
+    samples: int
+    size: int  # bytes, trailer included
+    trailer: bytes
+    end: tuple[int, int]  # (chunk, sample) where the next shard starts
+    chunks: tuple[int, ...] = field(default=(), compare=False)  # chunks it reads from
+    closes: tuple[int, ...] = field(default=(), compare=False)  # chunks it reads last
+
+
+class Cutter:
+    """Cut chunk results, fed in plan order, into shard plans (pure: no I/O)."""
+
+    def __init__(self, options: BuildOptions, final_name: Namer) -> None:
+        self.final_name = final_name
+        self.max_count = options.max_count
+        self.max_size = options.size_limit
+        self.trailer = END_OF_ARCHIVE if options.format == "tar" else b""
+        self.index = 0  # of the shard being filled
+        self._ranges: list[list[Any]] = []
+        self._chunks: list[int] = []
+        self._count = self._size = 0
+
+    def add(self, result: TaskResult) -> Iterator[ShardPlan]:
+        if not result.parts:
+            return
+        name, offset = result.parts[0].name, 0
+        for sample, size in enumerate(result.sizes):
+            if self._count and (
+                self._count >= self.max_count
+                or self._size + size + len(self.trailer) > self.max_size
+            ):
+                yield self._cut((result.index, sample))
+            if self._ranges and self._ranges[-1][0] == name:
+                self._ranges[-1][2] += size
+            else:
+                self._ranges.append([name, offset, size])
+                self._chunks.append(result.index)
+            self._count += 1
+            self._size += size
+            offset += size
+
+    def finish(self) -> Iterator[ShardPlan]:
+        if self._count:
+            yield self._cut(FINAL)
+
+    def _cut(self, end: tuple[int, int]) -> ShardPlan:
+        chunks = tuple(self._chunks)
+        # A cut inside a chunk (not at its first sample) leaves that chunk to the next shard.
+        goes_on = end != FINAL and end[1] > 0
+        plan = ShardPlan(
+            index=self.index,
+            name=self.final_name(self.index),
+            ranges=tuple((str(n), int(o), int(s)) for n, o, s in self._ranges),
+            samples=self._count,
+            size=self._size + len(self.trailer),
+            trailer=self.trailer,
+            end=end,
+            chunks=chunks,
+            closes=chunks[:-1] if goes_on else chunks,
+        )
+        self.index += 1
+        self._ranges, self._chunks = [], []
+        self._count = self._size = 0
+        return plan
+
+    def open_chunks(self) -> tuple[int, ...]:
+        """Chunks of the shard being filled (not cut yet)."""
+        return tuple(self._chunks)
+
+
+def assemble_shard(plan: ShardPlan) -> ShardRecord:
+    """Worker side: copy ``plan``'s ranges into shard ``plan.name``; returns its record."""
+    store = current_context().store
+    pending = store.create(plan.name)
+    digest, size = hashlib.sha256(), 0
+    try:
+        for part, offset, length in plan.ranges:
+            for block in _read_range(store, part, offset, length):
+                pending.write(block)
+                digest.update(block)
+                size += len(block)
+        pending.write(plan.trailer)
+        digest.update(plan.trailer)
+        size += len(plan.trailer)
+        pending.commit()  # a failed commit leaves nothing behind
+    except BaseException as exc:
+        pending.discard()
+        if isinstance(exc, OSError) and not isinstance(exc, StorageError):
+            url = store.join(plan.name)
+            raise StorageError(f"cannot write: {exc.strerror or exc}", url=url) from exc
+        raise
+    return ShardRecord(plan.name, plan.samples, size, digest.hexdigest())
+
+
+def _read_range(
+    store: LocalStore | ObjectStore, part: str, offset: int, length: int
+) -> Iterator[bytes]:
+    end = offset + length
+    while offset < end:
+        size = min(_BLOCK, end - offset)
+        data = store.read_range(part, offset, size)
+        if len(data) != size:
+            raise StorageError(
+                f"part ended early: {len(data)} of {size} bytes at offset {offset}",
+                url=store.join(part),
+            )
+        yield data
+        offset += size
+
+
+class WorkerAssembler:
+    """Driver side: cut shards, hand out plans, journal what comes back, delete used parts."""
+
+    def __init__(
+        self,
+        store: LocalStore | ObjectStore,
+        journal: Journal,
+        final_name: Namer,
+        options: BuildOptions,
+    ) -> None:
+        self.store = store
+        self.journal = journal
+        self.options = options
+        self.cutter = Cutter(options, final_name)
+        self.start = 0  # every chunk result feeds the cutter, from the first
+        self.committed: dict[int, ShardRecord] = {}
+        self.ready: list[ShardPlan] = []  # plans to submit
+        self._recorded: dict[int, tuple[ShardRecord, tuple[int, int]]] = {}
+        self._uses: dict[int, int] = {}  # chunk -> plans not yet committed that read it
+        self._closed: set[int] = set()  # chunks no later shard reads
+        self._parts: dict[int, str] = {}  # chunk -> its part name
+
+    @property
+    def complete(self) -> bool:
+        """Whether every shard cut so far is committed (and nothing waits to be)."""
+        return not self.ready and len(self.committed) == self.cutter.index
+
+    @property
+    def shards(self) -> list[ShardRecord]:
+        return [self.committed[i] for i in sorted(self.committed)]
+
+    def resume(self) -> list[int]:
+        """Keep the journaled shards found intact; returns chunks to run again."""
+        matches = self.store.matcher()
+        for position, record in enumerate(self.journal.shards):
+            index = int(record.get("index", position))
+            shard = ShardRecord(
+                record["name"], record["samples"], record["bytes"], record["sha256"]
+            )
+            if matches(shard.name, shard.bytes, shard.sha256):
+                end = (int(record["end"][0]), int(record["end"][1]))
+                self._recorded[index] = (shard, end)
+        done, needed = self.journal.done, set[int]()
+        dry = Cutter(self.options, self.cutter.final_name)
+        task = 0
+        while task in done:
+            for plan in dry.add(done[task]):
+                if not self._is_recorded(plan):
+                    needed.update(plan.chunks)
+            task += 1
+        last = self._recorded.get(dry.index)
+        if last is None or last[1] != FINAL:
+            needed.update(dry.open_chunks())
+        return [
+            t
+            for t, result in done.items()
+            if (t >= task or t in needed)
+            and not all(matches(p.name, p.bytes, p.sha256) for p in result.parts)
+        ]
+
+    def add(self, result: TaskResult) -> None:
+        if result.parts:
+            self._parts[result.index] = result.parts[0].name
+        self._take(self.cutter.add(result))
+
+    def finish(self) -> None:
+        """Cut the last shard (its plan joins :attr:`ready`)."""
+        self._take(self.cutter.finish())
+
+    def _take(self, plans: Iterator[ShardPlan]) -> None:
+        for plan in plans:
+            for chunk in plan.chunks:
+                self._uses[chunk] = self._uses.get(chunk, 0) + 1
+            self._closed.update(plan.closes)
+            if self._is_recorded(plan):  # journaled and intact: not again
+                self._committed(plan, self._recorded.pop(plan.index)[0])
+            else:
+                self.ready.append(plan)
+
+    def _is_recorded(self, plan: ShardPlan) -> bool:
+        recorded = self._recorded.get(plan.index)
+        return recorded is not None and (recorded[0].name, recorded[1]) == (plan.name, plan.end)
+
+    def done(self, plan: ShardPlan, shard: ShardRecord) -> None:
+        """A worker assembled ``plan``: check, journal, delete parts no shard needs now."""
+        if (shard.name, shard.samples, shard.bytes) != (plan.name, plan.samples, plan.size):
+            raise StorageError(
+                f"assembled {shard.bytes} bytes, {shard.samples} samples; "
+                f"planned {plan.size}, {plan.samples}",
+                url=self.store.join(plan.name),
+            )
+        record = {**dataclasses.asdict(shard), "index": plan.index, "end": list(plan.end)}
+        self.journal.record_shard(record, index=plan.index)
+        self._committed(plan, shard)
+
+    def _committed(self, plan: ShardPlan, shard: ShardRecord) -> None:
+        self.committed[plan.index] = shard
+        unused = []
+        for chunk in plan.chunks:
+            self._uses[chunk] -= 1
+            if not self._uses[chunk] and chunk in self._closed and chunk in self._parts:
+                unused.append(self._parts.pop(chunk))
+        self.store.remove(unused)
