@@ -187,9 +187,20 @@ def test_gcsfs_http_errors_are_transient_only_when_5xx() -> None:
     assert not is_transient(HttpError({"code": 400, "message": "bad request"}))
 
 
+def test_a_gcs_403_is_not_retried() -> None:
+    from gcsfs.retry import validate_response
+
+    from shardkit.storage import is_transient
+
+    with pytest.raises(OSError) as denied:
+        validate_response(403, b'{"error": {"message": "no access"}}', "b/x.tar")
+    assert not is_transient(denied.value)
+    assert is_transient(OSError("Connection reset by peer"))
+
+
 # --------------------------------------------------------------------------- remote build
-# shardkit.build into gs:// through the existing remote build (builder/remote.py), which
-# reaches gcsfs through the environment (STORAGE_EMULATOR_HOST, FSSPEC_GS_TOKEN).
+# shardkit.build into gs://: workers write straight into the bucket (builder/store.py),
+# reaching gcsfs through the environment (STORAGE_EMULATOR_HOST, FSSPEC_GS_TOKEN).
 
 
 def _snapshot(files: dict[str, bytes]) -> dict[str, Any]:

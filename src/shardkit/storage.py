@@ -246,6 +246,8 @@ def is_transient(exc: BaseException) -> bool:
         status = getattr(exc, "code", None)  # gcsfs's HttpError
     if isinstance(status, int):
         return status >= 500 or status in (408, 429)
+    if type(exc) is OSError and exc.errno is None and str(exc).startswith("Forbidden"):
+        return False  # gcsfs reports a 403 as a bare OSError("Forbidden: <path> ...")
     if isinstance(exc, (OSError, TimeoutError, EOFError)):
         return True
     roots = {klass.__module__.partition(".")[0] for klass in type(exc).__mro__}
