@@ -61,6 +61,7 @@ class Faults:
     cut_after: list[int] = field(default_factory=list)  # close after n body bytes
     statuses: list[int] = field(default_factory=list)  # answer with this status instead
     hold_after: int | None = None  # pause the body after n bytes until `release` is set
+    stall_after: list[int] = field(default_factory=list)  # send n body bytes, then go silent
     release: threading.Event = field(default_factory=threading.Event)
     requests: list[dict[str, str]] = field(default_factory=list)
 
@@ -109,6 +110,10 @@ def _handle(conn: socket.socket, files: dict[str, bytes], faults: Faults) -> Non
         if method == "GET" and faults.cut_after:
             conn.sendall(body[: faults.cut_after.pop(0)])
             return  # closing mid-body: the client sees a reset / incomplete payload
+        if method == "GET" and faults.stall_after:
+            conn.sendall(body[: faults.stall_after.pop(0)])
+            faults.release.wait(60)  # silent, connection open: only a read timeout helps
+            return
         if faults.hold_after is not None:
             conn.sendall(body[: faults.hold_after])
             faults.release.wait(30)

@@ -110,6 +110,29 @@ def test_dropped_connection_and_5xx_are_retried(caplog: pytest.LogCaptureFixture
             list(Dataset(server + "/missing.tar"))
 
 
+def test_a_stalled_connection_is_reopened_where_it_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(storage, "_HTTP_STALL_S", 1.0)
+    with tempfile.TemporaryDirectory() as folder:
+        urls = write_shards(folder, [40], manifest=False, jpeg=True)
+        data = read_bytes(urls[0])
+    faults = Faults(stall_after=[len(data) // 3])
+    try:
+        with faulty_server({"/s.tar": data}, faults) as server:
+            started = time.monotonic()
+            with storage.open_read(server + "/s.tar") as stream:
+                assert stream.read() == data
+            assert time.monotonic() - started < 20
+    finally:
+        faults.release.set()
+    gets = [r for r in faults.requests if r["method"] == "GET"]
+    assert len(gets) == 2 and gets[1]["range"].startswith("bytes=")
+    assert int(gets[1]["range"][6:].rstrip("-")) > 0
+
+
 def test_shards_stream_before_they_are_fully_sent() -> None:
     import tempfile
 

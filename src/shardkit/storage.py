@@ -231,6 +231,10 @@ def cache_path(url: str, cache_dir: str) -> str:
 
 _BLOCK_SIZE = 8 << 20  # ranged reads of seekable object stores (s3, gs)
 _STREAM_BUFFER = 1 << 20  # the buffer of a pipe or remote stream
+# An HTTP stream silent this long (no header or body byte) is reopened where it stopped:
+# a stalled connection otherwise waits for aiohttp's 5-minute total timeout, or forever.
+_HTTP_STALL_S = 60.0
+_HTTP_CONNECT_S = 30.0
 _BACKOFF_S = 0.2
 _BACKOFF_MAX_S = 5.0
 _DRAIN_LIMIT = 16 << 20  # bytes read on close to complete a cached copy
@@ -252,6 +256,12 @@ def is_transient(exc: BaseException) -> bool:
         return True
     roots = {klass.__module__.partition(".")[0] for klass in type(exc).__mro__}
     return bool(roots & {"aiohttp", "botocore", "urllib3", "requests"})
+
+
+def _http_timeout() -> Any:
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=None, sock_connect=_HTTP_CONNECT_S, sock_read=_HTTP_STALL_S)
 
 
 class _ResumableReader(io.RawIOBase):
@@ -358,7 +368,10 @@ class _ResumableReader(io.RawIOBase):
             headers["Range"] = f"bytes={offset}-"
         # A stream needs no size; giving one skips fsspec's HEAD request, a round trip per
         # shard whose failures (a 503 included) fsspec reports as FileNotFoundError.
-        stream = self._fs.open(self._path, "rb", block_size=0, size=1, headers=headers)
+        extra: dict[str, Any] = {}
+        if "timeout" not in (getattr(self._fs, "client_kwargs", None) or {}):
+            extra["timeout"] = _http_timeout()  # unless the caller set their own
+        stream = self._fs.open(self._path, "rb", block_size=0, size=1, headers=headers, **extra)
         response = getattr(stream, "r", None)
         length = getattr(response, "content_length", None)
         if offset and getattr(response, "status", 206) == 200:
