@@ -215,12 +215,9 @@ def list_remote_folder(url: str) -> Listing:
     base = base.rstrip("/")
     if not found_objects:
         raise BuildError("no such folder, or it holds no objects", url=root)
+    objects = _relative(found_objects, base)
     classes = sorted(
-        {
-            rel.split("/", 1)[0]
-            for rel in _relative(found_objects, base)
-            if "/" in rel and not rel.startswith(".")
-        }
+        {rel.split("/", 1)[0] for rel in objects if "/" in rel and not rel.startswith(".")}
     )
     if not classes:
         raise BuildError(
@@ -229,7 +226,7 @@ def list_remote_folder(url: str) -> Listing:
     label_of = {name: label for label, name in enumerate(classes)}
     skipped: list[tuple[str, str]] = []
     found: list[tuple[int, str, int, Any]] = []
-    for rel, info in sorted(_relative(found_objects, base).items()):
+    for rel, info in sorted(objects.items()):
         parts = rel.split("/")
         if any(part.startswith(".") for part in parts):
             continue
