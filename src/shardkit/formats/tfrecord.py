@@ -26,12 +26,14 @@ from typing import BinaryIO
 
 from crc32c import crc32c as _crc32c
 
-from shardkit.errors import ChecksumError, ConfigError, FormatError, TruncatedShardError
+from ..errors import ChecksumError, EncodeError, FormatError, TruncatedShardError
+from .limits import MAX_RECORD_LENGTH, check_limit
 
 __all__ = [
     "MAX_RECORD_LENGTH",
     "RECORD_OVERHEAD",
     "frame_record",
+    "iter_frames",
     "iter_records",
     "masked_crc32c",
 ]
@@ -39,9 +41,6 @@ __all__ = [
 RECORD_OVERHEAD = 16
 """Bytes added around each record: 8 (length) + 4 (length CRC) + 4 (data CRC)."""
 
-MAX_RECORD_LENGTH = 2 << 30
-"""Default ``max_record_length`` (2 GiB, protobuf's own limit on a message): records are
-read whole into memory, so a longer one is a FormatError before anything is read."""
 
 _HEADER_SIZE = 12
 _MASK_DELTA = 0xA282EAD8
@@ -63,7 +62,15 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
 
 
 def frame_record(data: bytes | bytearray | memoryview) -> bytes:
-    """Return ``data`` framed as one TFRecord record (``RECORD_OVERHEAD + len(data)`` bytes)."""
+    """Return ``data`` framed as one TFRecord record (``RECORD_OVERHEAD + len(data)`` bytes).
+
+    A record over :data:`~shardkit.formats.limits.MAX_RECORD_LENGTH`, which readers
+    refuse, is an :class:`EncodeError`."""
+    if len(data) > MAX_RECORD_LENGTH:
+        raise EncodeError(
+            f"record of {len(data)} bytes is over the {MAX_RECORD_LENGTH}-byte limit "
+            "(max_record_length) readers apply"
+        )
     length = _U64.pack(len(data))
     return b"".join(
         (length, _U32.pack(masked_crc32c(length)), data, _U32.pack(masked_crc32c(data)))
@@ -89,14 +96,29 @@ def iter_records(
     :class:`FormatError` for a length over ``max_record_length``; each carries ``url``
     and the ``offset`` of the record where the problem is.
     """
-    if isinstance(max_record_length, bool) or not isinstance(max_record_length, int):
-        raise TypeError(f"max_record_length must be an int, not {max_record_length!r}")
-    if max_record_length < 0:
-        raise ConfigError(f"max_record_length must be >= 0, not {max_record_length}")
+    crc = masked_crc32c
+    for offset, data, stored in iter_frames(stream, url=url, max_record_length=max_record_length):
+        if verify and crc(data) != stored:
+            raise ChecksumError(
+                f"data CRC mismatch in a record of {len(data)} bytes", url=url, offset=offset
+            )
+        yield offset, data
+
+
+def iter_frames(
+    stream: BinaryIO, *, url: str | None = None, max_record_length: int = MAX_RECORD_LENGTH
+) -> Iterator[tuple[int, bytes, int]]:
+    """The framing parser: ``(offset, data, stored data CRC)`` for each record.
+
+    The length CRC is checked (:class:`ChecksumError`), the length against
+    ``max_record_length`` before anything is read (:class:`FormatError`), truncation is a
+    :class:`TruncatedShardError`; the data CRC is left to the caller (``verify`` goes on
+    after a bad one). A length that lies allocates nothing it does not fill.
+    """
+    check_limit("max_record_length", max_record_length)
     read = stream.read
     unpack_header = _HEADER.unpack_from
     unpack_u32 = _U32.unpack_from
-    crc = masked_crc32c
     offset = 0
     header = _read_full(read, _HEADER_SIZE)
     while header:
@@ -126,11 +148,7 @@ def iter_records(
             raise TruncatedShardError(
                 f"stream ends inside a record of {length} bytes", url=url, offset=offset
             )
-        if verify and crc(data) != unpack_u32(footer)[0]:
-            raise ChecksumError(
-                f"data CRC mismatch in a record of {length} bytes", url=url, offset=offset
-            )
-        yield offset, data
+        yield offset, data, unpack_u32(footer)[0]
         offset += length + RECORD_OVERHEAD
         header = next_header
 

@@ -23,6 +23,7 @@ from typing import Any, BinaryIO, cast
 
 from .. import storage
 from ..errors import FormatError, StorageError
+from ..formats.tar import scanner
 from ._checks import Seen, check_tar, check_tfrecord
 from ._inputs import (
     MANIFEST,
@@ -34,7 +35,6 @@ from ._inputs import (
     open_shard,
     read_manifest,
 )
-from ._tarscan import TarScanner
 
 __all__ = [
     "Problem",
@@ -209,8 +209,8 @@ def _check_stream(
         else:
             seek = hashing is None and not zipped
             chunk = _SEEK_CHUNK if seek else _READ_CHUNK
-            scanner = TarScanner(stream, url=ref.url, chunk_size=chunk, seek=seek)
-            seen = check_tar(scanner, report, decode=decode)
+            members = scanner(stream, url=ref.url, chunk_size=chunk, seek=seek)
+            seen = check_tar(members, report, decode=decode)
         if zipped or hashing is not None:
             while stream.read(_READ_CHUNK):
                 pass
