@@ -400,18 +400,18 @@ def encode_sample(sample: Mapping[str, Any], *, mtime: int = 0) -> bytes:
         if ext.startswith("__") and ext.endswith("__"):
             continue
         _check_ext(ext, seen, key)
+        name = f"{key}.{ext}".encode("utf-8", "surrogateescape")
         if isinstance(value, str):
             value = value.encode("utf-8")
         elif not isinstance(value, bytes):
-            if isinstance(value, (bytearray, memoryview)):
-                value = bytes(value)
-            else:
+            if not isinstance(value, (bytearray, memoryview)):
                 raise EncodeError(
                     f"field {ext!r} is {type(value).__name__}, not bytes or str: "
                     "encode it first (shardkit.codecs.encode_sample)",
                     key=key,
                 )
-        name = f"{key}.{ext}".encode("utf-8", "surrogateescape")
+            _check_member(name, memoryview(value).nbytes, key)  # before copying it
+            value = bytes(value)
         _check_member(name, len(value), key)
         parts.append(_name_headers(name, len(value), mtime_field))
         parts.append(value)

@@ -121,7 +121,7 @@ def check_tar(scanner: TarScanner, report: Report, *, decode: bool = False) -> S
             group.scan()
             break
         except TruncatedShardError as exc:
-            report(group.key, exc.offset, f"truncated: {exc.message}")
+            report(exc.key or group.key, exc.offset, f"truncated: {exc.message}")
             group.close()
             return group.seen
         except FormatError as exc:
