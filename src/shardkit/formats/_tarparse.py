@@ -241,8 +241,9 @@ class TarScanner:
 
     @property
     def in_member(self) -> bool:
-        """Whether a member's header was read and its data is still ahead (after a
-        member over the size limit, iterating again skips it)."""
+        """Whether a member's header was read and its data is still ahead: after a
+        FormatError, the header was sound (a member over the size limit), and iterating
+        again would skip its data."""
         return self._pending > 0
 
     # -- buffer

@@ -24,11 +24,14 @@ _DECODED_EXTS = frozenset({"json", "jsn", "txt", "text", "transcript", "npy", *_
 
 @dataclass
 class Seen:
-    """What a checker saw in a shard: sample keys and offsets, in order."""
+    """What a checker saw in a shard: sample keys and offsets, in order; ``stopped``
+    when a header it could not go past (over a limit, a bad length CRC) ended the check,
+    so that nothing more of the stream is read (a gzip bomb is not inflated)."""
 
     keys: list[str] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
+    stopped: bool = False
 
     @property
     def samples(self) -> int:
@@ -113,8 +116,8 @@ class _Samples:
 
 def check_tar(scanner: TarScanner, report: Report, *, decode: bool = False) -> Seen:
     """Check a tar stream: headers, limits, truncation, grouping, end marker (and decode
-    fields). A member over the size limit is reported and skipped; after a bad header the
-    check goes on at the next valid one."""
+    fields). A member over the size limit ends the check, as it ends reading (a gzip bomb
+    is not inflated); after a bad header the check goes on at the next valid one."""
     group = _Samples(scanner, report, decode)
     while True:
         try:
@@ -125,9 +128,11 @@ def check_tar(scanner: TarScanner, report: Report, *, decode: bool = False) -> S
             group.close()
             return group.seen
         except FormatError as exc:
-            if scanner.in_member:  # a sound header over a limit: skip its data
-                report(exc.key, exc.offset, exc.message)
-                continue
+            if scanner.in_member:  # a sound header over a limit: readers stop there too
+                report(exc.key, exc.offset, f"{exc.message}; cannot go on")
+                group.seen.stopped = True
+                group.close()
+                return group.seen
             start = scanner.resync()
             where = f"next header at offset {start}" if start is not None else "none after it"
             report(None, exc.offset, f"{exc.message}; {where}")
@@ -183,6 +188,7 @@ def check_tfrecord(
         return seen, exc.offset or 0
     except FormatError as exc:  # a bad length CRC, a length over the limit
         report(None, exc.offset, f"{exc.message}: cannot go on")
+        seen.stopped = True
         return seen, exc.offset or 0
     return seen, (seen.offsets[-1] + seen.sizes[-1]) if seen.keys else 0
 

@@ -211,7 +211,7 @@ def _check_stream(
             chunk = _SEEK_CHUNK if seek else _READ_CHUNK
             members = scanner(stream, url=ref.url, chunk_size=chunk, seek=seek)
             seen = check_tar(members, report, decode=decode)
-        if zipped or hashing is not None:
+        if (zipped or hashing is not None) and not seen.stopped:
             while stream.read(_READ_CHUNK):
                 pass
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
