@@ -29,6 +29,7 @@ from typing import BinaryIO, NamedTuple
 from zlib import adler32
 
 from ..errors import FormatError, TruncatedShardError
+from ._io import read_bounded
 from .limits import MAX_MEMBER_SIZE, MAX_SKIPPED_SIZE, MAX_TAR_META_SIZE, check_limit
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "RawMember",
     "TarScanner",
     "member_kind",
-    "read_exact",
 ]
 
 BLOCK = 512
@@ -54,7 +54,7 @@ _KINDS = {
     0x36: "fifo",
 }
 _SMALL = 1 << 14  # without read-ahead, members up to this size are read with the next header
-_PIECE = 1 << 20  # without read-ahead, the largest single read
+_PIECE = 1 << 20  # without read-ahead, the largest single read into the buffer
 
 Write = Callable[[memoryview], object]
 
@@ -62,41 +62,6 @@ Write = Callable[[memoryview], object]
 def member_kind(typeflag: int) -> str:
     """A readable name for a non-regular member type."""
     return _KINDS.get(typeflag, f"type {chr(typeflag)!r}")
-
-
-def read_exact(stream: BinaryIO, n: int) -> bytes:
-    """Read ``n`` bytes, looping over short reads; fewer only at the end of the stream."""
-    data = stream.read(n)
-    if len(data) == n or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < n:
-        more = stream.read(n - got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
-
-
-def _read_pieces(read: Callable[[int], bytes], n: int, piece: int) -> bytes:
-    """Up to ``n`` bytes from ``read``, in pieces: a lying size allocates nothing it does
-    not fill (``read(n)`` allocates ``n`` bytes up front on many streams). BytesIO hands
-    back its own buffer from getvalue(): no second copy."""
-    first = read(min(n, piece))
-    if len(first) == n or not first:
-        return first
-    buffer = io.BytesIO()
-    buffer.write(first)
-    got = len(first)
-    while got < n:
-        chunk = read(min(n - got, piece))
-        if not chunk:
-            break
-        buffer.write(chunk)
-        got += len(chunk)
-    return buffer.getvalue()
 
 
 # --------------------------------------------------------------------------- header fields
@@ -408,7 +373,7 @@ class TarScanner:
         self._base += self._len
         self._len = self._pos = 0
         left = size - len(head)
-        data = _read_pieces(self._read, left, self._chunk) if left > 0 else b""
+        data = read_bounded(self._read, left) if left > 0 else b""
         self._base += len(data)
         if len(data) < left:
             self._pending = 0

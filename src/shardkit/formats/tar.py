@@ -34,6 +34,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 from ..errors import EncodeError, FormatError, TruncatedShardError
 from ..handlers import Handler, reraise
+from ._io import read_exact
 from ._tarparse import (
     BLOCK,
     DIRECTORY,
@@ -41,7 +42,6 @@ from ._tarparse import (
     RawMember,
     TarScanner,
     member_kind,
-    read_exact,
 )
 from .limits import MAX_MEMBER_SIZE, MAX_NAME_BYTES
 

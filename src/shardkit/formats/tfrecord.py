@@ -19,14 +19,14 @@ trusted.
 
 from __future__ import annotations
 
-import io
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from crc32c import crc32c as _crc32c
 
 from ..errors import ChecksumError, EncodeError, FormatError, TruncatedShardError
+from ._io import read_bounded
 from .limits import MAX_RECORD_LENGTH, check_limit
 
 __all__ = [
@@ -51,8 +51,6 @@ _HEADER = struct.Struct("<QI")
 # Records at most this long are read together with their footer and the next header in a
 # single read() call and sliced out; longer ones are read on their own to avoid the copy.
 _SMALL_RECORD = 1 << 14
-_MAX_READ = 1 << 24
-_PIECE = 1 << 20  # records over _MAX_READ are read in pieces of this size
 
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -120,7 +118,7 @@ def iter_frames(
     unpack_header = _HEADER.unpack_from
     unpack_u32 = _U32.unpack_from
     offset = 0
-    header = _read_full(read, _HEADER_SIZE)
+    header = read_bounded(read, _HEADER_SIZE)
     while header:
         if len(header) < _HEADER_SIZE:
             raise TruncatedShardError(
@@ -135,13 +133,13 @@ def iter_frames(
             want = length + 4 + _HEADER_SIZE
             buf = read(want)
             if len(buf) != want:
-                buf = _read_full(read, want, buf)
+                buf = read_bounded(read, want, buf)
             data = buf[:length]
             footer = buf[length : length + 4]
             next_header = buf[length + 4 :]
         else:
-            data = _read_full(read, length)
-            rest = _read_full(read, 4 + _HEADER_SIZE) if len(data) == length else b""
+            data = read_bounded(read, length)
+            rest = read_bounded(read, 4 + _HEADER_SIZE) if len(data) == length else b""
             footer = rest[:4]
             next_header = rest[4:]
         if len(footer) != 4:
@@ -165,27 +163,3 @@ def _check_header(
             url=url,
             offset=offset,
         )
-
-
-def _read_full(read: Callable[[int], bytes], size: int, first: bytes = b"") -> bytes:
-    """Read until ``size`` bytes (counting ``first``) or end of stream.
-
-    Reads at most :data:`_MAX_READ` bytes in the first call and 1 MiB in later ones:
-    ``read(n)`` allocates ``n`` bytes up front, and a length that passed its CRC may still
-    be a lie (a crafted file). The pieces go to a BytesIO, whose getvalue() returns its
-    own buffer: no second copy.
-    """
-    if not first:
-        first = read(min(size, _MAX_READ))
-        if len(first) == size or not first:
-            return first
-    buffer = io.BytesIO()
-    buffer.write(first)
-    got = len(first)
-    while got < size:
-        chunk = read(min(size - got, _PIECE))
-        if not chunk:
-            break
-        buffer.write(chunk)
-        got += len(chunk)
-    return buffer.getvalue()
