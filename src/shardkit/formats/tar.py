@@ -10,20 +10,27 @@ The rules are webdataset's:
   other non-regular members (links, devices, fifos), names without a key and duplicate
   extensions within a sample are *data errors*, passed to the ``handler`` policy.
 
-The reader only calls ``stream.read(n)``: no seeking, so pipes and HTTP bodies work. It
-understands ustar, GNU (long names, base-256 sizes) and PAX headers, so it reads what GNU
-tar, Python's tarfile and webdataset write.
+These rules are written once: :class:`Grouping` applies them for the sample reader and
+for every tool (``cat``, ``split``, ``verify``, ``stats``), over the one member parser,
+:class:`TarScanner` (:mod:`shardkit.formats._tarparse`), which the tools use for their
+extra powers (raw member bytes, resync after garbage) and the reader without read-ahead.
+The parser only reads (``read``/``readinto``): no seeking, so pipes and HTTP bodies work.
+It understands ustar, GNU (long names, base-256 sizes) and PAX headers, so it reads what
+GNU tar, Python's tarfile and webdataset write.
 
 Untrusted archives are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError`; a member is read whole only up to
 ``max_member_size`` (refused from its header before anything is read), and in pieces, so
 a size that lies allocates nothing; the reader never touches the file system. Member
 names come back exactly as stored (``../x``, ``/etc/x``): code that turns them into paths
-uses :func:`safe_member_path`.
+uses :func:`safe_member_path`. The limits are :mod:`shardkit.formats.limits`.
 
 The writer emits plain ustar: one 512-byte header per member (a GNU long-name header only
 for names over 255 bytes), fixed mtime, owner and mode, members in the sample's order. The
-same samples always give the same bytes.
+same samples always give the same bytes. It refuses (:class:`EncodeError`) what the reader
+would refuse: a member over the member limit, a name over the name limit, extensions equal
+once lower-cased, the same key twice in a row (:func:`check_key_order`, which every writer
+calls).
 """
 
 from __future__ import annotations
