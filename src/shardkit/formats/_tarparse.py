@@ -262,11 +262,12 @@ class TarScanner:
                 write(memoryview(self._buf)[pos : pos + n])
             self._pos = pos + n
             return n
-        if write is None and (self._keep is not None or (not self._ahead and n < _SMALL)):
-            # kept bytes stay in the buffer; without read-ahead a short padding is read
-            # with the next header
-            got = n if self._fill(n + (0 if self._keep is not None else BLOCK)) else 0
-            got = got or min(n, self._len - self._pos)
+        keep = self._keep is not None
+        if write is None and (keep or (not self._ahead and n < _SMALL)):
+            # kept bytes stay in the buffer; without read-ahead, a short skip (padding) is
+            # read together with the next header
+            self._fill(n if keep else n + BLOCK)
+            got = min(n, self._len - self._pos)
             self._pos += got
             return got
         self.flush_copy()
