@@ -46,6 +46,18 @@ PIPELINES: dict[str, Callable[[str], Dataset]] = {
     "with-epoch": lambda f: Dataset(f + "/shard-{000000..000004}.tar").shuffle(4).with_epoch(50),
     "skip-handler": lambda f: Dataset(f, handler="warn").decode().to_tuple("__key__"),
     "threaded-decode": lambda f: Dataset(f).decode(threads=3).to_tuple("__key__", "cls"),
+    # with_epoch counts where it sits: here batches, after the resume point (its count is
+    # saved), and before a threaded decoder that works ahead through it.
+    "batched-with-epoch": lambda f: (
+        Dataset(f, seed=3).shuffle(4).to_tuple("__key__").batched(3, collate=None).with_epoch(17)
+    ),
+    "with-epoch-then-threads": lambda f: Dataset(f).with_epoch(45).decode(threads=3).map(_key),
+    "slice": lambda f: Dataset(f).slice(3, 30, 2).to_tuple("__key__"),
+    "slice-after-shuffle": lambda f: Dataset(f).shuffle(5).slice(20).decode(threads=2).map(_key),
+    "unbatched": lambda f: Dataset(f).shuffle(5).batched(4, collate=None).unbatched().map(_key),
+    "repeat": lambda f: Dataset(f, seed=2).shuffle(3).repeat(2).map(_key),
+    "resampled": lambda f: Dataset(f, resampled=True).map(_key).with_epoch(45),
+    "shuffle-initial": lambda f: Dataset(f).shuffle(8, initial=2).map(_key),
 }
 
 
@@ -62,7 +74,7 @@ def shard_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=90, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.sampled_from(sorted(PIPELINES)), st.floats(0, 1), st.integers(0, 2))
 def test_stop_save_restore_gives_the_exact_rest(
@@ -175,3 +187,42 @@ def test_resume_through_stateful_dataloader_with_workers(
     head = _run(LOADER_SCRIPT, shard_folder, "first", str(stop), state_file)
     assert head == full[:stop]
     assert _run(LOADER_SCRIPT, shard_folder, "rest", "0", state_file) == full[stop:]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_state_dict_refuses_after_dataloader_workers_read_it(
+    shard_folder: str, context: str
+) -> None:
+    """The main process's dataset does not know where its workers are: its state would
+    silently restart the epoch, so it refuses and names the way that works."""
+    from torch.utils.data import DataLoader
+
+    ds = Dataset(shard_folder, seed=5).shuffle(6).to_tuple("__key__")
+    assert ds.state_dict()["consumed"] == 0  # nothing read yet: a true state
+    loader: DataLoader[Any] = DataLoader(
+        ds, batch_size=3, num_workers=2, multiprocessing_context=context
+    )
+    for i, _ in enumerate(loader):
+        if i == 4:
+            break
+    with pytest.raises(ConfigError, match="StatefulDataLoader"):
+        ds.state_dict()
+    ds.load_state_dict(Dataset(shard_folder, seed=5).state_dict())  # a position of its own
+    assert ds.state_dict()["consumed"] == 0
+    list(ds)  # read in this process: its own position again
+    assert ds.state_dict()["done"]
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata 0.11
+def test_a_single_stream_state_in_a_loader_with_workers_names_the_way(shard_folder: str) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    ds = Dataset(shard_folder, seed=5).shuffle(6).to_tuple("__key__")
+    iterator = iter(ds)
+    next(iterator)
+    state = ds.state_dict()
+    again = Dataset(shard_folder, seed=5).shuffle(6).to_tuple("__key__")
+    again.load_state_dict(state)
+    loader = StatefulDataLoader(again, batch_size=3, num_workers=2, multiprocessing_context="fork")
+    with pytest.raises(ConfigError, match="StatefulDataLoader"):
+        list(loader)
