@@ -9,6 +9,7 @@ equal even then.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -43,7 +44,10 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
     the local cache of ``options.cache_dir``)."""
     kind, gz = reader.detect_format(url, options.format)
     stream = storage.open_read(
-        url, storage_options=options.storage_options, cache_dir=options.cache_dir
+        url,
+        storage_options=options.storage_options,
+        cache_dir=options.cache_dir,
+        cache_check=functools.partial(reader.holds_whole_shard, format=kind),
     )
     try:
         yield from reader.iter_shard_samples(
