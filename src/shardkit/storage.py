@@ -210,10 +210,11 @@ def open_read(
             if os.path.exists(cached):
                 return open(cached, "rb", buffering=buffer_size)
         fs, path = _fs(url, storage_options)
-        raw: io.RawIOBase = _ResumableReader(fs, path, url, retries=retries)
-        if cache_dir is not None:
-            raw = _CachingReader(raw, cache_path(url, cache_dir), url, cache_check)
-        return io.BufferedReader(raw, stream_buffer)
+        remote = _ResumableReader(fs, path, url, retries=retries)
+        if cache_dir is None:
+            return io.BufferedReader(remote, stream_buffer)
+        copying = _CachingReader(remote, cache_path(url, cache_dir), url, cache_check)
+        return io.BufferedReader(copying, stream_buffer)
     except StorageError:
         raise
     except FileNotFoundError as exc:
