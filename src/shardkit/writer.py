@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -226,6 +227,12 @@ class ShardWriter:
     # -- shard lifecycle
     def _open(self) -> _Sink:
         self._url = shard_name(self.pattern, self._index)
+        if storage.is_local(self._url) and self._url != "-":
+            folder = os.path.dirname(os.path.abspath(storage.local_path(self._url)))
+            try:
+                os.makedirs(folder, exist_ok=True)  # a fresh out/ folder, as build does
+            except OSError as exc:
+                raise StorageError(f"cannot create the folder: {exc}", url=self._url) from exc
         self._stack = contextlib.ExitStack()
         stream = self._stack.enter_context(
             storage.atomic_write(self._url, storage_options=self.storage_options)
