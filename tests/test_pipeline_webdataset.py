@@ -197,7 +197,7 @@ def test_to_tuple_missing_and_none(urls: list[str]) -> None:
 def test_decode_partial(urls: list[str]) -> None:
     decoded = Dataset(urls).decode().map_dict(txt=str.upper)
     assert next(iter(decoded.decode()))["txt"] == "TEXT 0"  # partial=True: passes through
-    with pytest.raises(TypeError, match="partial"):
+    with pytest.raises(TypeError, match="decoded already"):
         next(iter(decoded.decode(partial=False)))
 
 

@@ -104,6 +104,7 @@ def _make_folder(root: Path) -> None:
             path = images / classes[i % 3] / f"img_{i:06d}.jpg"
             path.write_bytes(make_jpeg(rng, i % 3, min_side=64, max_side=64))
             f.write(f"{path.relative_to(root)},{i % 3}\n")
+    (root / "old").mkdir()
     with shardkit.ShardWriter(str(root / "old/shard-%06d.tar"), max_count=1) as sink:
         for i in range(100):
             sink.write({"__key__": f"old/{i:04d}", "jpg": make_jpeg(rng, i % 3), "cls": i % 3})
