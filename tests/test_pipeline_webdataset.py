@@ -126,6 +126,7 @@ def test_dataset_keywords_of_webdataset(urls: list[str]) -> None:
     endless = Dataset(urls, resampled=True).with_epoch(50)
     assert len(keys(list(endless))) == len(endless) == 50
     assert keys(list(Dataset(urls, empty_check=False, detshuffle=True))) == in_order
+    assert keys(list(Dataset(urls, seed=None).shuffle(5))) == keys(list(Dataset(urls).shuffle(5)))
 
 
 def test_empty_check(tmp_path: os.PathLike[str]) -> None:
@@ -144,7 +145,8 @@ def test_empty_check(tmp_path: os.PathLike[str]) -> None:
         (lambda u: Dataset(u, workersplitter=None), "splits by DataLoader workers"),
         (lambda u: Dataset(u, shardshuffle=10, shuffle_shards=False), "not both"),
         (lambda u: Dataset(u, typo=1), "no typo= argument"),
-        (lambda u: Dataset(u).shuffle(10, rng=None), "rng"),
+        (lambda u: Dataset(u).shuffle(10, rng=None), "rng= argument: shardkit seeds"),
+        (lambda u: Dataset(u).shuffle(10, handler=None), "takes size, initial= and seed="),
         (lambda u: Dataset(u).decode(pre=None), "pre"),
         (lambda u: Dataset(u).batched(4, batchsize=8), "one of"),
         (lambda u: Dataset(u).batched(), "batch size"),

@@ -70,7 +70,8 @@ class Dataset(_Base):
     ``source`` is a URL or list of URLs (brace patterns expand), a shard folder, or a
     ``manifest.json`` (:mod:`shardkit.pipeline.urls`). Options:
 
-    * ``seed``: the root of every random choice; with ``epoch`` it fixes the order.
+    * ``seed``: the root of every random choice; with ``epoch`` it fixes the order
+      (None, webdataset's default, is 0: the order is always seeded).
     * ``shuffle_shards``: reshuffle the shard order each epoch. Default: only when the
       pipeline has a ``.shuffle()`` stage.
     * ``equalize``: with per-shard counts (a manifest), every rank yields the same number
@@ -94,7 +95,7 @@ class Dataset(_Base):
         self,
         source: str | Sequence[str],
         *,
-        seed: int = 0,
+        seed: int | None = 0,
         shuffle_shards: bool | None = None,
         equalize: Equalize | None = None,
         handler: HandlerName | Handler = "raise",
@@ -109,6 +110,8 @@ class Dataset(_Base):
             isinstance(source, Sequence) and all(isinstance(u, str) for u in source)
         ):
             raise TypeError(f"source must be a URL or a list of URLs, not {source!r}")
+        if seed is None:
+            seed = 0  # webdataset's default; shardkit's order is always seeded
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, not {seed!r}")
         if equalize not in (None, "pad", "drop"):
@@ -160,12 +163,13 @@ class Dataset(_Base):
         ``initial``: start yielding once the buffer holds that many (default: ``size``);
         ``seed``: mixed into the seed of this buffer (webdataset's arguments)."""
         if other:
-            raise refuse(
-                "shuffle",
-                next(iter(other)),
-                "shardkit seeds every buffer from "
-                "(seed, epoch, rank, worker); pass seed= to Dataset() or shuffle()",
+            name = next(iter(other))
+            way = (
+                "shardkit seeds every buffer from (seed, epoch, rank, worker); pass seed="
+                if name == "rng"
+                else "it takes size, initial= and seed="
             )
+            raise refuse("shuffle", name, way)
         _check_count(size, "shuffle() takes a buffer size", 0)
         if initial is not None:
             _check_count(initial, "shuffle(initial=) takes a number of items", 1)

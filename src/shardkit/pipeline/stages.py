@@ -5,8 +5,8 @@ A stage is called as ``stage(items, ctx)`` with an iterator and the iteration's
 their parameters, so a pipeline pickles cheaply (DataLoader workers under ``spawn``).
 
 Stages pull exactly the items they need for their next output, never one more; that is
-what lets :mod:`shardkit.pipeline.state` resume exactly. Only :class:`Shuffle` holds
-items back (``reorders``).
+what lets :mod:`shardkit.pipeline.state` resume exactly. Only :class:`Shuffle` (and
+``unbatched``, :mod:`shardkit.pipeline.counting`) holds items back (``reorders``).
 
 Bad *data* (:class:`~shardkit.errors.DataError`: an undecodable field, a sample missing a
 field :class:`ToTuple` needs) goes to the ``handler``; whatever it returns, that sample is
