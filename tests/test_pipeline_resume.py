@@ -226,3 +226,19 @@ def test_a_single_stream_state_in_a_loader_with_workers_names_the_way(shard_fold
     loader = StatefulDataLoader(again, batch_size=3, num_workers=2, multiprocessing_context="fork")
     with pytest.raises(ConfigError, match="StatefulDataLoader"):
         list(loader)
+
+
+def test_stage_counts_are_part_of_the_state(shard_folder: str) -> None:
+    ds = Dataset(shard_folder).to_tuple("__key__").batched(2, collate=None).with_epoch(6)
+    iterator = iter(ds)
+    head = [next(iterator) for _ in range(4)]
+    state = ds.state_dict()
+    assert state["tallies"] == [4]  # four batches counted by with_epoch
+    rest = Dataset(shard_folder).to_tuple("__key__").batched(2, collate=None).with_epoch(6)
+    rest.load_state_dict(state)
+    assert len(head) + len(list(rest)) == 6
+    older = {k: v for k, v in state.items() if k != "tallies"}  # saved before stage counts
+    again = Dataset(shard_folder).to_tuple("__key__").batched(2, collate=None).with_epoch(6)
+    again.load_state_dict(older)
+    with pytest.raises(ConfigError, match="no stage counts"):
+        iter(again)

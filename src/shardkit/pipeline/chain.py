@@ -121,7 +121,7 @@ class Recipe:
         shards: ShardList,
         ctx: Context,
         progress: Progress,
-        tallies: tuple[int, ...] = (),
+        tallies: tuple[int, ...] | None = (),
     ) -> Iterator[Any]:
         """The items of stream ``ctx``, less the ``progress.consumed`` already handed out;
         ``tallies``: the saved counts of the counting stages after the resume point."""
@@ -160,12 +160,17 @@ class Recipe:
             items = itertools.islice(items, skip, None)
         items = counted(items, progress)
         later = [s for s in stages[cut:] if isinstance(s, Counting)]
+        if tallies is None and later and skip:
+            raise ConfigError(
+                "cannot resume: the state has no stage counts (saved by an older shardkit) "
+                "and this pipeline counts items after its last shuffle (with_epoch, slice)"
+            )
         if tallies and len(tallies) != len(later):
             raise ConfigError(
                 f"cannot resume: the state holds {len(tallies)} stage counts, this pipeline "
                 f"has {len(later)} counting stages (with_epoch, slice) after its last shuffle"
             )
-        saved = iter(tallies)
+        saved = iter(tallies or ())
         for stage in stages[cut:]:
             if isinstance(stage, Counting):
                 items = stage.run(items, ctx, progress.tally(next(saved, 0)))

@@ -73,7 +73,7 @@ class Position:
     seed: int
     world: int
     workers: int
-    tallies: tuple[int, ...] = ()
+    tallies: tuple[int, ...] | None = ()  # None: a state from before stage counts
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -84,7 +84,7 @@ class Position:
             "seed": self.seed,
             "world": self.world,
             "workers": self.workers,
-            "tallies": list(self.tallies),
+            "tallies": list(self.tallies or ()),
         }
 
     def check(self, ctx: Context) -> None:
@@ -114,11 +114,12 @@ def check_state(state: Mapping[str, Any]) -> Position:
             int(state[k]) for k in ("epoch", "consumed", "seed", "world", "workers")
         )
         done = bool(state["done"])
-        tallies = tuple(int(n) for n in state.get("tallies", ()))
+        saved = state.get("tallies")
+        tallies = None if saved is None else tuple(int(n) for n in saved)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed Dataset state {dict(state)!r}: {exc}") from exc
     position = Position(epoch, consumed, done, seed, world, workers, tallies)
-    bad = min((position.consumed, *position.tallies)) < 0
+    bad = min((position.consumed, *(position.tallies or ()))) < 0
     if bad or position.epoch < 0 or position.world < 1 or position.workers < 1:
         raise ConfigError(f"malformed Dataset state {dict(state)!r}")
     return position
