@@ -151,14 +151,25 @@ def test_resume_in_a_new_process(shard_folder: str, tmp_path: os.PathLike[str]) 
     assert _run(SCRIPT, shard_folder, "rest", "0", state_file) == full[stop:]
 
 
+LOADER_PIPELINES = {
+    "shuffled": 'Dataset(folder, seed=5, node=(0, 1)).shuffle(6).decode().to_tuple("__key__", "cls")',
+    # per-worker stage counts: 10 batches of 2 per rank, read pass after pass
+    "with-epoch": 'Dataset(folder, seed=5, node=(0, 1)).decode().to_tuple("__key__", "cls")'
+    ".batched(2).with_epoch(10)",
+}
+
 LOADER_SCRIPT = r"""
 import json, sys
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 from shardkit import Dataset
-folder, mode, stop, state_file = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-ds = Dataset(folder, seed=5, node=(0, 1)).shuffle(6).decode().to_tuple("__key__", "cls")
-loader = StatefulDataLoader(ds, batch_size=3, num_workers=2, multiprocessing_context="fork")
+folder, mode, stop, state_file, pipeline = sys.argv[1:6]
+stop = int(stop)
+ds = eval(pipeline)
+batch_size = None if ".batched(" in pipeline else 3
+loader = StatefulDataLoader(
+    ds, batch_size=batch_size, num_workers=2, multiprocessing_context="fork"
+)
 out = []
 if mode == "rest":
     loader.load_state_dict(torch.load(state_file, weights_only=False))
@@ -173,20 +184,27 @@ print(json.dumps(out))
 
 
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata 0.11
+@pytest.mark.parametrize("name", sorted(LOADER_PIPELINES))
 def test_resume_through_stateful_dataloader_with_workers(
-    shard_folder: str, tmp_path: os.PathLike[str]
+    shard_folder: str, tmp_path: os.PathLike[str], name: str
 ) -> None:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    pipeline = LOADER_PIPELINES[name]
     state_file = os.path.join(str(tmp_path), "loader.pt")
-    ds = Dataset(shard_folder, seed=5, node=(0, 1)).shuffle(6).decode().to_tuple("__key__", "cls")
-    loader = StatefulDataLoader(ds, batch_size=3, num_workers=2, multiprocessing_context="fork")
+    ds = eval(pipeline, {"Dataset": Dataset, "folder": shard_folder})
+    batch_size = None if ".batched(" in pipeline else 3
+    loader = StatefulDataLoader(
+        ds, batch_size=batch_size, num_workers=2, multiprocessing_context="fork"
+    )
     full = [[list(k), c.tolist()] for k, c in loader]
-    assert sum(len(keys) for keys, _ in full) == 38
+    assert sum(len(keys) for keys, _ in full) == (38 if name == "shuffled" else 20)
     stop = 5
-    head = _run(LOADER_SCRIPT, shard_folder, "first", str(stop), state_file)
+    args = (shard_folder, "first", str(stop), state_file, pipeline)
+    head = _run(LOADER_SCRIPT, *args)
     assert head == full[:stop]
-    assert _run(LOADER_SCRIPT, shard_folder, "rest", "0", state_file) == full[stop:]
+    rest = _run(LOADER_SCRIPT, shard_folder, "rest", "0", state_file, pipeline)
+    assert rest == full[stop:]
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
