@@ -152,7 +152,8 @@ def test_resume_in_a_new_process(shard_folder: str, tmp_path: os.PathLike[str]) 
 
 
 LOADER_PIPELINES = {
-    "shuffled": 'Dataset(folder, seed=5, node=(0, 1)).shuffle(6).decode().to_tuple("__key__", "cls")',
+    "shuffled": "Dataset(folder, seed=5, node=(0, 1)).shuffle(6).decode()"
+    '.to_tuple("__key__", "cls")',
     # per-worker stage counts: 10 batches of 2 per rank, read pass after pass
     "with-epoch": 'Dataset(folder, seed=5, node=(0, 1)).decode().to_tuple("__key__", "cls")'
     ".batched(2).with_epoch(10)",
