@@ -462,10 +462,13 @@ class _CachingReader(io.RawIOBase):
         elif self._check is None:
             return size is not None
         else:
-            with open(self._tmp, "rb") as copy:
-                if self._check(copy):
-                    return True
-            problem = "the stream ended cleanly but before the end of the shard"
+            try:
+                with open(self._tmp, "rb") as copy:
+                    if self._check(copy):
+                        return True
+                problem = "the stream ended cleanly but before the end of the shard"
+            except OSError as exc:
+                problem = f"cannot check the copy: {exc}"
         logger.warning("%s: not cached: %s", self._url, problem)
         return False
 
