@@ -16,7 +16,8 @@ How a block is run:
 * :data:`NOT_RUN` names the blocks that need what a test cannot start here (the repository's
   Makefile, a Ray or Dask cluster), with the tests that cover them instead.
 
-The folder holds ``images/`` (an ImageFolder of 64x64 JPEGs in three classes), ``list.csv``
+The folder holds ``images/`` (an ImageFolder of 64x64 JPEGs in three classes: one size,
+since the reading example batches decoded images as they are), ``list.csv``
 (path,label), ``old/shard-000000.tar`` .. ``old/shard-000099.tar``, ``data/`` (a
 ``shardkit build`` of ``images/``) and ``a.tar`` / ``b.tar`` (two of its shards).
 """
