@@ -168,7 +168,7 @@ def test_batched_keywords(urls: list[str]) -> None:
     batches = list(Dataset(urls).batched(batchsize=8, collation_fn=collation_fn))
     assert batches[0] == [f"s{i:05d}" for i in range(8)] and len(batches) == 3
     theirs = list(_wds(urls).batched(8, collation_fn=collation_fn))
-    assert batches == theirs
+    assert batches == theirs == list(Dataset(urls).batched(8, collation_fn))
 
 
 def test_shuffle_initial_and_seed(urls: list[str]) -> None:

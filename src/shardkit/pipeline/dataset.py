@@ -274,15 +274,16 @@ class Dataset(_Base):
     def batched(
         self,
         size: int = UNSET,
-        *,
         collate: Collate = UNSET,
         partial: bool = True,
+        *,
         batchsize: int = UNSET,
         collation_fn: Collate = UNSET,
     ) -> Dataset:
         """Batches of ``size`` items, collated by ``collate`` (``"auto"``, ``"numpy"``,
         ``"torch"``, None for lists, or a callable); ``partial=False`` drops a short last
-        batch. webdataset's ``batchsize=`` and ``collation_fn=`` are the same options."""
+        batch. webdataset's ``batchsize=`` and ``collation_fn=`` are the same options (and
+        ``collate`` may be passed second, as webdataset's ``collation_fn``)."""
         size = one_of("batched", size=size, batchsize=batchsize)
         collate = one_of("batched", collate=collate, collation_fn=collation_fn)
         if size is UNSET:
