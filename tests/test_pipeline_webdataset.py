@@ -194,6 +194,10 @@ def test_to_tuple_missing_and_none(urls: list[str]) -> None:
         list(Dataset(urls).to_tuple("__key__", "nope"))
     with pytest.raises(ValueError, match="None"):
         list(Dataset(urls).to_tuple("nope", missing_is_error=False, none_is_error=True))
+    nulls = Dataset(urls).decode().map_dict(txt=lambda _: None)
+    assert next(iter(nulls.to_tuple("__key__", "txt"))) == ("s00000", None)
+    with pytest.raises(ValueError, match="field 'txt' is None"):
+        next(iter(nulls.to_tuple("__key__", "txt", none_is_error=True)))
 
 
 def test_decode_partial(urls: list[str]) -> None:

@@ -221,9 +221,10 @@ class Dataset(_Base):
         """Tuples of fields; ``"jpg;png"`` takes the first alternative present.
 
         A missing field is bad data (to the handler) unless ``missing_is_error=False``,
-        which puts None in its place; ``none_is_error`` (default: ``missing_is_error``)
-        makes a None value bad data, as in webdataset."""
-        none = missing_is_error if none_is_error is None else none_is_error
+        which puts None in its place; ``none_is_error=True`` makes a None value (a missing
+        field, or a JSON null) bad data, as in webdataset. Unlike webdataset's, the default
+        lets a None value through, as shardkit always has."""
+        none = False if none_is_error is None else none_is_error
         return self._then(
             ToTuple(
                 parse_fields(fields),

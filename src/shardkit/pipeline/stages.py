@@ -193,7 +193,7 @@ class ToTuple(Stage):
     fields: tuple[tuple[str, ...], ...]
     handler: Handler = reraise
     missing_is_error: bool = True
-    none_is_error: bool = True
+    none_is_error: bool = False
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         fields, handler = self.fields, self.handler
