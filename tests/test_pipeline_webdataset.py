@@ -126,6 +126,8 @@ def test_dataset_keywords_of_webdataset(urls: list[str]) -> None:
     endless = Dataset(urls, resampled=True).with_epoch(50)
     assert len(keys(list(endless))) == len(endless) == 50
     assert keys(list(Dataset(urls, empty_check=False, detshuffle=True))) == in_order
+    defaults = {"cache_size": -1, "select_files": None, "mode": None, "verbose": False}
+    assert keys(list(Dataset(urls, **defaults))) == in_order  # webdataset's own defaults
     assert keys(list(Dataset(urls, seed=None).shuffle(5))) == keys(list(Dataset(urls).shuffle(5)))
 
 

@@ -33,6 +33,23 @@ _DATASET_WAYS = {
 }
 
 
+# webdataset's defaults of the arguments in _DATASET_WAYS (url_to_name's is a function).
+_DEFAULTS: dict[str, Any] = {
+    "cache_size": -1,
+    "select_files": None,
+    "rename_files": None,
+    "mode": None,
+    "verbose": False,
+}
+
+
+def _is_default(name: str, value: Any) -> bool:
+    if name == "url_to_name":
+        return getattr(value, "__name__", "") == "pipe_cleaner"
+    default = _DEFAULTS.get(name, UNSET)
+    return type(value) is type(default) and value == default
+
+
 def refuse(method: str, name: str, way: str) -> ConfigError:
     """The error for a webdataset argument shardkit does not take."""
     return ConfigError(f"{method}() has no {name}= argument: {way}")
@@ -67,6 +84,8 @@ def dataset_options(
         elif name == "empty_check":
             pass
         elif name in _DATASET_WAYS:
+            if _is_default(name, value):
+                continue  # webdataset's own default asks for nothing
             raise refuse("Dataset", name, _DATASET_WAYS[name])
         else:
             raise ConfigError(
