@@ -7,7 +7,7 @@ has not, a :class:`~shardkit.errors.ConfigError` names the shardkit way. Never a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
@@ -31,7 +31,6 @@ _DATASET_WAYS = {
     "mode": "use resampled=True, or .with_epoch(n)",
     "verbose": "shardkit logs through the 'shardkit' logger (logging.getLogger('shardkit'))",
 }
-
 
 # webdataset's defaults of the arguments in _DATASET_WAYS (url_to_name's is a function).
 _DEFAULTS: dict[str, Any] = {
@@ -74,7 +73,7 @@ def dataset_options(
     for name, value in extra.items():
         if name == "shardshuffle":
             out["shuffle_shards"] = _shardshuffle(value, shuffle_shards)
-        elif name in ("resampled", "repeat"):
+        elif name in ("resampled", "repeat") or (name, value) == ("mode", "resampled"):
             if value:
                 out["passes"] = None
         elif name in _BUILT_IN_SPLITTERS:
@@ -123,6 +122,5 @@ def _splitter(name: str, value: Any, node: tuple[int, int] | None) -> tuple[int,
 
 
 def _name(value: Any) -> str:
-    if isinstance(value, Callable):  # type: ignore[arg-type]
-        return getattr(value, "__qualname__", repr(value))
-    return repr(value)
+    name = getattr(value, "__qualname__", None) if callable(value) else None
+    return name if isinstance(name, str) else repr(value)
