@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -458,8 +459,13 @@ class Dataset(_Base):
         return state
 
     def __repr__(self) -> str:
-        stages = "".join(f".{type(s).__name__.lower()}()" for s in self._recipe.stages)
+        stages = "".join(f".{_method(type(s).__name__)}()" for s in self._recipe.stages)
         return f"Dataset({self._source!r}, seed={self._seed}){stages}"
+
+
+def _method(stage: str) -> str:
+    """The Dataset method that adds a stage of this class."""
+    return "with_epoch" if stage == "Take" else re.sub(r"(?<!^)([A-Z])", r"_\1", stage).lower()
 
 
 def _check_count(value: object, what: str, least: int) -> None:
