@@ -41,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.show import format_samples
 
     check_stdin(args.inputs)
-    samples = iter_samples(as_refs(args.inputs))
+    refs = as_refs(args.inputs)
+    samples = iter_samples(refs)
     if args.grid:
+        from ..tools._inputs import class_names
         from ..tools.grid import contact_sheet
 
         sheet = contact_sheet(
@@ -52,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
             columns=args.columns,
             tile=args.tile,
             image_field=args.image,
-            label=args.label,
+            label=args.label or None,
+            class_names=class_names(refs) if args.label else None,
         )
         width, height = sheet.size
         print(
