@@ -29,10 +29,12 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--fields", help="comma-separated fields to show (default: all)")
     parser.add_argument("--width", type=positive, default=60, help="preview width (chars)")
     parser.add_argument("--grid", metavar="PNG", help="write a contact sheet to this file")
-    parser.add_argument("--columns", type=positive, default=8, help="grid columns (default 8)")
-    parser.add_argument("--tile", type=positive, default=160, help="grid tile pixels (160)")
+    parser.add_argument("--columns", type=positive, default=8, help="grid columns")
+    parser.add_argument("--tile", type=positive, default=160, help="grid tile pixels")
     parser.add_argument("--image", help="image field for the grid (default: the first)")
-    parser.add_argument("--label", default="cls", help="grid label field spec (default cls)")
+    parser.add_argument(
+        "--label", default="cls", help="grid label field spec (cls also finds image/class/label)"
+    )
     parser.set_defaults(func=run)
 
 
