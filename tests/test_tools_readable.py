@@ -43,8 +43,10 @@ def test_show_and_tsv_escape_control_characters(tmp_path: Path) -> None:
     assert all(row.count("\t") == 2 for row in rows[:-1])
     key, txt, label = rows[1].split("\t")
     assert key == "k\\x1b[2J\\x1b]0;owned\\x07/x\\r\\u202eevil"
-    assert txt == label == (
-        "clear:\\x1b[2J nul:\\x00 del:\\x7f csi:\\x9b tab:\\t cr:\\r rtl:\\u202e end"
+    assert (
+        txt
+        == label
+        == ("clear:\\x1b[2J nul:\\x00 del:\\x7f csi:\\x9b tab:\\t cr:\\r rtl:\\u202e end")
     )
 
 
@@ -89,6 +91,8 @@ def test_stats_and_grid_show_class_names_from_the_manifest(tmp_path: Path) -> No
         assert json.loads(done.stdout)["classes"] == {"emu": 2, "\u00f1and\u00fa": 2}
         text = shardkit("stats", out).stdout.decode()
         assert "  \u00f1and\u00fa\t2" in text
+        shown = shardkit("show", out, "-c", "4").stdout.decode()
+        assert shown.count(" (emu)") == shown.count(" (\u00f1and\u00fa)") == 2
 
 
 def test_stats_plot_draws_an_image_size_histogram(tmp_path: Path) -> None:

@@ -39,14 +39,14 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tools._inputs import as_refs, iter_samples
+    from ..tools._inputs import as_refs, class_names, iter_samples
     from ..tools.show import format_samples
 
     check_stdin(args.inputs)
     refs = as_refs(args.inputs)
     samples = iter_samples(refs)
+    names = class_names(refs)
     if args.grid:
-        from ..tools._inputs import class_names
         from ..tools.grid import contact_sheet
 
         sheet = contact_sheet(
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             tile=args.tile,
             image_field=args.image,
             label=args.label or None,
-            class_names=class_names(refs) if args.label else None,
+            class_names=names,
         )
         width, height = sheet.size
         print(
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     fields = [f.strip() for f in args.fields.split(",")] if args.fields else None
     limit = args.count or 10
-    for index, text in enumerate(format_samples(samples, fields=fields, width=args.width)):
+    shown = format_samples(samples, fields=fields, width=args.width, class_names=names)
+    for index, text in enumerate(shown):
         print(text)
         if index + 1 >= limit:
             break
