@@ -253,3 +253,20 @@ def test_tfrecord_images_decode_exactly_like_the_tar_ones(corpus: str, tmp_path:
     for (fmt, spec, key), array in arrays.items():
         if fmt == "tar":
             assert np.array_equal(array, arrays["tfrecord", spec, key]), (spec, key)
+
+
+def relabel(sample: dict[str, Any]) -> dict[str, Any]:
+    return {**sample, "image/class/label": sample["image/class/label"] + 10}
+
+
+def test_map_shards_over_tfrecord_output_keeps_int_features(corpus: str, tmp_path: Path) -> None:
+    src, out = str(tmp_path / "t"), str(tmp_path / "m")
+    shardkit.build(corpus, src, options=BuildOptions(format="tfrecord", workers=1))
+    os.makedirs(out)
+    inputs = shard_files(src)
+    shardkit.map_shards(relabel, inputs, out + "/m-%06d.tfrecord", workers=1)
+    before = parse_all(inputs)
+    after = parse_all(shard_files(out))
+    assert before.keys() == after.keys() and len(after) == 12
+    for key, row in after.items():
+        assert row["image/class/label"] == before[key]["image/class/label"] + 10
