@@ -159,6 +159,11 @@ def test_dataset_decodes_its_own_tfrecord_output(corpus: str, tmp_path: Path) ->
             3,
         )
         assert isinstance(row["image/class/label"], int)
+    pairs = list(
+        shardkit.Dataset(out).decode("rgb8").to_tuple("image/encoded", "image/class/label")
+    )
+    assert sorted(label for _, label in pairs) == [0] * 4 + [1] * 4 + [2] * 4
+    assert all(image.ndim == 3 for image, _ in pairs)
 
 
 def test_show_and_stats_understand_the_tfrecord_output(corpus: str, tmp_path: Path) -> None:
