@@ -1,7 +1,11 @@
 """Print samples readably: the key, then each field's kind, size and a short preview.
 
 With --grid, draw a PNG contact sheet of the first -c images instead (key and label under
-each image; --columns tiles across, --tile pixels each).
+each image; --columns tiles across, --tile pixels each). Labels show as class names when
+the shards' manifest.json has class_to_idx; a TFRecord's image/encoded and
+image/class/label are found without flags. Control characters in keys and values are
+printed escaped (\\x1b). A --fields, --image or --label name that the first sample lacks
+is refused.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ def add_parser(sub: Any) -> None:
         sub, "show", help="print samples, or draw a contact sheet", doc=__doc__, epilog=EXAMPLES
     )
     parser.add_argument("inputs", nargs="+", metavar="SHARDS", help="shards, folders or '-'")
-    parser.add_argument("-c", "--count", type=positive, help="samples (default 10; grid 64)")
+    parser.add_argument("-c", "--count", type=positive, help="samples (default: 10; with --grid, 64)")
     parser.add_argument("--fields", help="comma-separated fields to show (default: all)")
-    parser.add_argument("--width", type=positive, default=60, help="preview width (chars)")
+    parser.add_argument("--width", type=positive, default=60, help="preview width in characters")
     parser.add_argument("--grid", metavar="PNG", help="write a contact sheet to this file")
     parser.add_argument("--columns", type=positive, default=8, help="grid columns")
     parser.add_argument("--tile", type=positive, default=160, help="grid tile pixels")
