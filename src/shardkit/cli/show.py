@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
         sub, "show", help="print samples, or draw a contact sheet", doc=__doc__, epilog=EXAMPLES
     )
     parser.add_argument("inputs", nargs="+", metavar="SHARDS", help="shards, folders or '-'")
-    parser.add_argument("-c", "--count", type=positive, help="samples (default: 10; with --grid, 64)")
+    parser.add_argument("-c", "--count", type=positive, help="samples (default: 10; grid: 64)")
     parser.add_argument("--fields", help="comma-separated fields to show (default: all)")
     parser.add_argument("--width", type=positive, default=60, help="preview width in characters")
     parser.add_argument("--grid", metavar="PNG", help="write a contact sheet to this file")
