@@ -141,3 +141,20 @@ def test_help_is_plain_text_and_shows_defaults() -> None:
     assert "shuffle seed (default: 0)" in texts["build"]
     assert "grid columns (default: 8)" in texts["show"]
     assert "(default: None)" not in "".join(texts.values())
+
+
+def test_contact_sheet_falls_back_to_pillows_font_without_matplotlib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from shardkit.tools import contact_sheet
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name)
+    )
+    jpeg = make_jpeg(random.Random(3), 1)
+    samples = [{"__key__": "\u00f1", "jpg": jpeg, "cls": b"1"}]
+    sheet = contact_sheet(samples, str(tmp_path / "s.png"), tile=64)
+    assert sheet.size == (64, 64) and os.path.getsize(tmp_path / "s.png") > 0
