@@ -84,12 +84,13 @@ class _Samples:
     def scan(self) -> None:
         """Go through the members (the hot loop: kept flat on purpose)."""
         sizes, offsets = self.seen.sizes, self.seen.offsets
-        read = self.scanner.read_data
+        read = self.scanner.read_data if self.decode else None
         for member, key, ext, new in self.grouping(self.scanner):
             if new:
                 self.new_sample(key, member.start)
-            sizes[-1] = member.end - offsets[-1]
-            if self.decode:
+            size = member.size
+            sizes[-1] = member.start + len(member.header) + size + (-size % 512) - offsets[-1]
+            if read is not None:
                 self.fields[ext] = read()
 
     def new_sample(self, key: str, offset: int) -> None:
