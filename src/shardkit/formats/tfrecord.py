@@ -20,7 +20,7 @@ trusted.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from crc32c import crc32c as _crc32c
@@ -33,7 +33,6 @@ __all__ = [
     "MAX_RECORD_LENGTH",
     "RECORD_OVERHEAD",
     "frame_record",
-    "iter_frames",
     "iter_records",
     "masked_crc32c",
 ]
@@ -81,6 +80,7 @@ def iter_records(
     url: str | None = None,
     verify: bool = True,
     max_record_length: int = MAX_RECORD_LENGTH,
+    on_bad_data: Callable[[ChecksumError], object] | None = None,
 ) -> Iterator[tuple[int, bytes]]:
     """Yield ``(offset, data)`` for each record of a TFRecord stream.
 
@@ -88,35 +88,20 @@ def iter_records(
     ``stream.read(n)`` is used, so pipes, sockets, HTTP bodies and ``gzip.GzipFile`` all work;
     short reads are retried until ``n`` bytes or end of stream. A record is yielded once its
     footer and the next record's 12-byte header have been read (or the stream has ended).
+    A length that lies allocates nothing the stream does not fill.
 
     Raises :class:`TruncatedShardError` if the stream ends inside a record,
     :class:`ChecksumError` if a CRC does not match (the data CRC only when ``verify``) and
     :class:`FormatError` for a length over ``max_record_length``; each carries ``url``
-    and the ``offset`` of the record where the problem is.
-    """
-    crc = masked_crc32c
-    for offset, data, stored in iter_frames(stream, url=url, max_record_length=max_record_length):
-        if verify and crc(data) != stored:
-            raise ChecksumError(
-                f"data CRC mismatch in a record of {len(data)} bytes", url=url, offset=offset
-            )
-        yield offset, data
-
-
-def iter_frames(
-    stream: BinaryIO, *, url: str | None = None, max_record_length: int = MAX_RECORD_LENGTH
-) -> Iterator[tuple[int, bytes, int]]:
-    """The framing parser: ``(offset, data, stored data CRC)`` for each record.
-
-    The length CRC is checked (:class:`ChecksumError`), the length against
-    ``max_record_length`` before anything is read (:class:`FormatError`), truncation is a
-    :class:`TruncatedShardError`; the data CRC is left to the caller (``verify`` goes on
-    after a bad one). A length that lies allocates nothing it does not fill.
+    and the ``offset`` of the record where the problem is. With ``on_bad_data``, a data
+    CRC mismatch is passed to it instead and the record is yielded all the same (its
+    length was good: ``verify`` goes on after it).
     """
     check_limit("max_record_length", max_record_length)
     read = stream.read
     unpack_header = _HEADER.unpack_from
     unpack_u32 = _U32.unpack_from
+    crc = masked_crc32c
     offset = 0
     header = read_bounded(read, _HEADER_SIZE)
     while header:
@@ -146,7 +131,14 @@ def iter_frames(
             raise TruncatedShardError(
                 f"stream ends inside a record of {length} bytes", url=url, offset=offset
             )
-        yield offset, data, unpack_u32(footer)[0]
+        if verify and crc(data) != unpack_u32(footer)[0]:
+            error = ChecksumError(
+                f"data CRC mismatch in a record of {length} bytes", url=url, offset=offset
+            )
+            if on_bad_data is None:
+                raise error
+            on_bad_data(error)
+        yield offset, data
         offset += length + RECORD_OVERHEAD
         header = next_header
 

@@ -156,24 +156,26 @@ def check_tfrecord(
 ) -> tuple[Seen, int]:
     """Check TFRecord framing, both CRCs and each Example; returns (seen, bytes read).
 
-    The framing is :func:`shardkit.formats.tfrecord.iter_frames`, with the reader's
-    limits. A bad data CRC or a malformed Example is reported and skipped (the length was
+    The framing is the reader's (:func:`shardkit.formats.tfrecord.iter_records`, with its
+    limits). A bad data CRC or a malformed Example is reported and skipped (the length was
     good); a bad length CRC, a length over the limit or a truncated record ends the check
     (nothing after it is trusted).
     """
     from ..formats.example import decode_example
-    from ..formats.tfrecord import RECORD_OVERHEAD, iter_frames, masked_crc32c
+    from ..formats.tfrecord import RECORD_OVERHEAD, iter_records
 
     seen = Seen()
     first: dict[str, int] = {}
-    offset = 0
+    bad: list[int] = []
+
+    def bad_data(exc: FormatError) -> None:
+        report(None, exc.offset, exc.message)
+        bad.append(exc.offset or 0)
+
     try:
-        for offset, data, stored in iter_frames(stream, url=url):
-            length = len(data)
+        for offset, data in iter_records(stream, url=url, on_bad_data=bad_data):
             key = f"{len(seen.keys):08d}"
-            if masked_crc32c(data) != stored:
-                report(None, offset, f"data CRC mismatch in a record of {length} bytes")
-            else:
+            if not bad or bad[-1] != offset:
                 try:
                     features = decode_example(data, url=url, offset=offset)
                 except FormatError as exc:
@@ -183,7 +185,7 @@ def check_tfrecord(
                     _check_example(key, features, offset, first, report, decode)
             seen.keys.append(key)
             seen.offsets.append(offset)
-            seen.sizes.append(length + RECORD_OVERHEAD)
+            seen.sizes.append(len(data) + RECORD_OVERHEAD)
     except TruncatedShardError as exc:
         report(None, exc.offset, f"truncated: {exc.message}")
         return seen, exc.offset or 0
