@@ -68,7 +68,6 @@ __all__ = [
     "read_exact",
     "safe_member_path",
     "sample_size",
-    "scanner",
     "split_name",
 ]
 
@@ -105,18 +104,6 @@ def check_key_order(previous: str | None, key: str) -> str:
 # --------------------------------------------------------------------------- reading
 
 
-def scanner(
-    stream: BinaryIO,
-    *,
-    url: str | None = None,
-    max_member_size: int = MAX_MEMBER_SIZE,
-    **options: Any,
-) -> TarScanner:
-    """The member parser over ``stream``, with the reader's limits (see
-    :class:`~shardkit.formats._tarparse.TarScanner` for ``options``)."""
-    return TarScanner(stream, url=url, max_member_size=max_member_size, **options)
-
-
 def iter_members(
     stream: BinaryIO,
     *,
@@ -133,7 +120,7 @@ def iter_members(
     are limited to 1 MiB); other members are streamed past, never held. Names are
     returned as they are, ``../`` and all: see :func:`safe_member_path`.
     """
-    members = scanner(stream, url=url, max_member_size=max_member_size, readahead=False)
+    members = TarScanner(stream, url=url, max_member_size=max_member_size, readahead=False)
     for member in members:
         if member.typeflag in REGULAR_TYPES:
             yield TarMember(member.name, members.read_data(), member.offset)
@@ -222,7 +209,7 @@ def iter_samples(
     that is whole before the cut: the sample being read is yielded when the cut is in a
     member of the next one.
     """
-    members = scanner(stream, url=url, max_member_size=max_member_size, readahead=False)
+    members = TarScanner(stream, url=url, max_member_size=max_member_size, readahead=False)
     read = members.read_data
     current: dict[str, Any] | None = None
     try:

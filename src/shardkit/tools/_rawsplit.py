@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import storage
 from ..errors import ConfigError
-from ..formats.tar import END_OF_ARCHIVE, Grouping, TarScanner, check_key_order, scanner
+from ..formats.tar import END_OF_ARCHIVE, Grouping, TarScanner, check_key_order
 from ..writer import ShardInfo, shard_name
 from ._inputs import ShardRef, gzip_errors, open_shard
 
@@ -162,7 +162,7 @@ def split_raw(
         for ref in refs:
             raw, stream = open_shard(ref, storage_options=storage_options)
             try:
-                members = scanner(stream, url=ref.url, chunk_size=chunk_size)
+                members = TarScanner(stream, url=ref.url, chunk_size=chunk_size)
                 sink.before_commit = members.flush_copy
                 with gzip_errors(ref.url):
                     going = _split_shard(members, sink)

@@ -15,7 +15,7 @@ from itertools import islice
 from typing import Any
 
 from ..errors import ConfigError
-from ..formats.tar import Grouping, TarScanner, scanner
+from ..formats.tar import Grouping, TarScanner
 from ..handlers import Handler, reraise
 from ..writer import Format
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
@@ -140,7 +140,7 @@ def _copy_shard(
         return
     raw, stream = open_shard(ref, storage_options=storage_options)
     try:
-        members = scanner(stream, url=ref.url)
+        members = TarScanner(stream, url=ref.url)
         with gzip_errors(ref.url):
             try:
                 _copy_members(members, out, window)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..codecs import image_extension, image_size
 from ..errors import DataError
-from ..formats.tar import Grouping, scanner
+from ..formats.tar import Grouping, TarScanner
 from ..formats.tfschema import HEIGHT, WIDTH
 from ._inputs import Inputs, ShardRef, as_refs, class_names, gzip_errors, open_shard
 from .tsv import check_spec, escape_controls, label_text
@@ -162,7 +162,7 @@ def _tar_shard(ref: ShardRef, shard: ShardStats, collect: _Collector, options: A
     raw, stream = open_shard(ref, storage_options=options, buffer_size=0 if seekable else 1 << 20)
     seekable = seekable and stream is raw
     try:
-        members = scanner(stream, url=ref.url, chunk_size=1 << 16, seek=seekable)
+        members = TarScanner(stream, url=ref.url, chunk_size=1 << 16, seek=seekable)
         key: str | None = None
         fields: dict[str, Any] = {}
         sizes: dict[str, int] = {}

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, cast
 
 from .. import storage
 from ..errors import FormatError, StorageError
-from ..formats.tar import scanner
+from ..formats.tar import TarScanner
 from ._checks import Seen, check_tar, check_tfrecord
 from ._inputs import (
     MANIFEST,
@@ -209,7 +209,7 @@ def _check_stream(
         else:
             seek = hashing is None and not zipped
             chunk = _SEEK_CHUNK if seek else _READ_CHUNK
-            members = scanner(stream, url=ref.url, chunk_size=chunk, seek=seek)
+            members = TarScanner(stream, url=ref.url, chunk_size=chunk, seek=seek)
             seen = check_tar(members, report, decode=decode)
         if (zipped or hashing is not None) and not seen.stopped:
             while stream.read(_READ_CHUNK):
