@@ -47,9 +47,7 @@ def _keys_and_labels(out: str) -> dict[str, int]:
     return {s["__key__"]: int(s["cls"]) for s in read_samples(out)}
 
 
-def test_a_link_back_to_an_enclosing_folder_is_a_loop_and_skipped(
-    src: str, tmp_path: Path
-) -> None:
+def test_a_link_back_to_an_enclosing_folder_is_a_loop_and_skipped(src: str, tmp_path: Path) -> None:
     os.symlink("..", os.path.join(src, "cat", "up"))  # SRC itself: dog would be packed as cat
     os.symlink(".", os.path.join(src, "dog", "here"))
     os.makedirs(os.path.join(src, "dog", "deep", "er"))
