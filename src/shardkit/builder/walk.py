@@ -114,7 +114,7 @@ class FolderWalk:
             elif entry.is_dir(follow_symlinks=False):
                 self._folder(entry.path, sub, cls)
             else:
-                self._file(entry.path, sub, cls, follow=False)
+                self._file(entry, sub, cls)
 
     def _link(self, path: str, rel: str, cls: str) -> None:
         """A link inside a class: files are decided now, folders after the real ones."""
@@ -126,7 +126,7 @@ class FolderWalk:
         if stat.S_ISDIR(info.st_mode):
             self._links.append((path, rel, cls))
         elif self._inside(path, rel):
-            self._file(path, rel, cls, follow=True)
+            self._file(path, rel, cls)
 
     def _followed_folder(self, path: str, rel: str) -> bool:
         """Whether the folder link at ``path`` is walked (else it is reported skipped)."""
@@ -158,13 +158,14 @@ class FolderWalk:
     def _show(self, target: str) -> str:
         return os.path.relpath(target, self.real_root).replace(os.sep, "/")
 
-    def _file(self, path: str, rel: str, cls: str, follow: bool) -> None:
+    def _file(self, file: os.DirEntry[str] | str, rel: str, cls: str) -> None:
+        """A file (a DirEntry that is no link, or the path of a link to follow)."""
         problem = self._is_image(rel.rpartition("/")[2])
         if problem:
             self.skipped.append((rel, problem))
             return
         try:
-            info = os.stat(path, follow_symlinks=follow)
+            info = os.stat(file) if isinstance(file, str) else file.stat(follow_symlinks=False)
         except OSError as exc:
             self.skipped.append((rel, f"cannot stat: {_reason(exc)}"))
             return
