@@ -228,3 +228,25 @@ def test_an_unreadable_source_is_one_line_and_exit_2(shared: str) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [f"Error: {src}: cannot list the folder: Permission denied"]
     assert os.listdir(out) == []
+
+
+def test_a_very_deep_folder_is_walked_without_recursion() -> None:
+    # Outside pytest's tmp_path: its clean-up (shutil.rmtree) recurses too; rm -rf does not.
+    top = tempfile.mkdtemp(prefix="shardkit-deep-")
+    here, depth = os.getcwd(), 1500
+    try:
+        src = os.path.join(top, "src")
+        write(src, "cat/a.jpg", make_corpus_jpeg(0))
+        os.chdir(os.path.join(src, "cat"))  # relative mkdirs: no path too long for one call
+        for _ in range(depth):
+            os.mkdir("d")
+            os.chdir("d")
+        with open("deep.jpg", "wb") as f:
+            f.write(make_corpus_jpeg(9))
+        os.chdir(here)
+        out = os.path.join(top, "out")
+        assert shardkit.build(src, out, options=BuildOptions(workers=1)).samples == 2
+        assert set(_keys_and_labels(out)) == {"cat/a", "cat/" + "d/" * depth + "deep"}
+    finally:
+        os.chdir(here)
+        subprocess.run(["rm", "-rf", top], check=True)

@@ -89,7 +89,9 @@ class FolderWalk:
                 self.skipped.append((entry.name, "not inside a class folder"))
         for entry in class_links:  # after the real folders: a real class wins over a link
             if not entry.is_dir():  # follows the link
-                self.skipped.append((entry.name, "not inside a class folder"))
+                broken = not os.path.exists(entry.path)
+                reason = "broken symbolic link" if broken else "not inside a class folder"
+                self.skipped.append((entry.name, reason))
             elif self._followed_folder(entry.path, entry.name):
                 self.classes.append(entry.name)
                 self._folder(entry.path, entry.name, entry.name)
@@ -100,21 +102,27 @@ class FolderWalk:
         self.classes.sort()
 
     def _folder(self, path: str, rel: str, cls: str) -> None:
-        try:
-            self._visited.add(_identity(os.stat(path)))
-            with os.scandir(path) as scan:
-                entries = sorted((e for e in scan if not e.name.startswith(".")), key=_name)
-        except OSError as exc:
-            self.skipped.append((rel, f"cannot list the folder: {_reason(exc)}"))
-            return
-        for entry in entries:
-            sub = f"{rel}/{entry.name}"
-            if entry.is_symlink():
-                self._link(entry.path, sub, cls)
-            elif entry.is_dir(follow_symlinks=False):
-                self._folder(entry.path, sub, cls)
-            else:
-                self._file(entry, sub, cls)
+        """Walk a folder and its real subfolders (a stack, not recursion: any depth)."""
+        stack = [(path, rel)]
+        while stack:
+            path, rel = stack.pop()
+            try:
+                self._visited.add(_identity(os.stat(path)))
+                with os.scandir(path) as scan:
+                    entries = sorted((e for e in scan if not e.name.startswith(".")), key=_name)
+            except OSError as exc:
+                self.skipped.append((rel, f"cannot list the folder: {_reason(exc)}"))
+                continue
+            folders = []
+            for entry in entries:
+                sub = f"{rel}/{entry.name}"
+                if entry.is_symlink():
+                    self._link(entry.path, sub, cls)
+                elif entry.is_dir(follow_symlinks=False):
+                    folders.append((entry.path, sub))
+                else:
+                    self._file(entry, sub, cls)
+            stack.extend(reversed(folders))  # name order
 
     def _link(self, path: str, rel: str, cls: str) -> None:
         """A link inside a class: files are decided now, folders after the real ones."""
