@@ -142,6 +142,27 @@ def test_an_image_swapped_for_a_fifo_after_listing_is_skipped_not_waited_on(
     assert done.stdout.split(" ", 1) == ["2", "not a regular file (a FIFO)\n"]
 
 
+def test_a_fifo_swapped_in_between_stat_and_open_does_not_block(tmp_path: Path) -> None:
+    """The narrowest race: ``stat`` still saw the image, ``open`` gets the FIFO."""
+    fifo, image = str(tmp_path / "swapped.jpg"), str(tmp_path / "image.jpg")
+    os.mkfifo(fifo)
+    Path(image).write_bytes(b"x" * 10)
+    script = f"""
+import os
+from shardkit.builder import sources
+real_stat = os.stat
+os.stat = lambda path, *a, **k: real_stat({image!r} if path == {fifo!r} else path, *a, **k)
+try:
+    sources.read_file({fifo!r}, 10)
+except sources.DataError as exc:
+    print(exc.message)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout == "not a regular file (a FIFO)\n", done.stderr
+
+
 def test_fifos_in_a_folder_and_in_a_list_are_skipped(src: str, tmp_path: Path) -> None:
     os.mkfifo(os.path.join(src, "cat", "pipe.jpg"))
     os.mkfifo(os.path.join(src, "dog", "pipe.png"))
