@@ -379,3 +379,27 @@ def test_bad_resize_modes_and_encodings_are_config_errors(
 ) -> None:
     with pytest.raises(shardkit.ConfigError, match=re.escape(message)):
         BuildOptions(**options)
+
+
+def test_resizing_samples_that_are_not_image_files_is_refused(corpus: str, tmp_path: Path) -> None:
+    shards = str(tmp_path / "shards")
+    shardkit.build(corpus, shards, options=BuildOptions(workers=1))
+    shard = os.path.join(shards, "shard-000000.tar")
+    for options in (
+        BuildOptions(resize=8, resize_mode="center-crop"),
+        BuildOptions(encode="png"),
+        BuildOptions(max_side=8),
+    ):
+        with pytest.raises(shardkit.ConfigError, match="a shards source packs its samples as"):
+            shardkit.build(shard, str(tmp_path / "o"), options=options)
+        with pytest.raises(shardkit.ConfigError, match="a dataset source packs its samples as"):
+            shardkit.build(_Items(), str(tmp_path / "p"), options=options)
+    assert not os.path.exists(tmp_path / "o") and not os.path.exists(tmp_path / "p")
+
+
+class _Items:
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"__key__": f"k{i}", "txt": "x"}

@@ -42,6 +42,12 @@ def build(
         # The worker server boots while the source is listed.
         warm_up(("cv2", "simplejpeg", "PIL.Image") if options.transforms else ())
     listing = list_source(source, out_path, options, to_sample)
+    if options.transforms and listing.kind not in ("image_folder", "table"):
+        raise ConfigError(
+            "resize, max_side and encode apply to image files (a folder or a CSV/JSONL list); "
+            f"a {listing.kind} source packs its samples as they are: transform them in "
+            "to_sample, or with shardkit proc / map_shards"
+        )
     if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
         from .store import ObjectStore
 
