@@ -271,3 +271,17 @@ def test_a_very_deep_folder_is_walked_without_recursion() -> None:
     finally:
         os.chdir(here)
         subprocess.run(["rm", "-rf", top], check=True)
+
+
+def test_a_bind_mount_of_the_source_inside_it_is_not_walked_again(src: str) -> None:
+    """Not a link but the same folder twice (needs root, as CI runs; the disk tests mount too)."""
+    loop = os.path.join(src, "cat", "loop")
+    os.mkdir(loop)
+    subprocess.run(["mount", "--bind", src, loop], check=True)
+    try:
+        out = os.path.join(os.path.dirname(src), "out")
+        shardkit.build(src, out, options=BuildOptions(workers=1))
+        assert _keys_and_labels(out) == {"cat/a": 0, "cat/b": 0, "dog/c": 1}
+        assert _skipped(out) == {"cat/loop": "the same folder as one packed already"}
+    finally:
+        subprocess.run(["umount", "-l", loop], check=True)

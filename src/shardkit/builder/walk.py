@@ -46,7 +46,7 @@ _KINDS = (
 
 def file_kind(mode: int) -> str:
     """What a file that is not a regular file is, in words (``"a FIFO"``)."""
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
 
 
 def _reason(exc: OSError) -> str:
@@ -107,7 +107,11 @@ class FolderWalk:
         while stack:
             path, rel = stack.pop()
             try:
-                self._visited.add(_identity(os.stat(path)))
+                identity = _identity(os.stat(path))
+                if identity in self._visited:  # a bind mount of a folder walked already
+                    self.skipped.append((rel, "the same folder as one packed already"))
+                    continue
+                self._visited.add(identity)
                 with os.scandir(path) as scan:
                     entries = sorted((e for e in scan if not e.name.startswith(".")), key=_name)
             except OSError as exc:
