@@ -44,7 +44,18 @@ def test_empty_source_and_no_class_folders(tmp_path: Path) -> None:
     (empty / "loose.jpg").write_bytes(b"\xff\xd8\xff")
     _fails_cleanly([str(empty), out], out, "no class subfolders")
     (empty / "cats").mkdir()
-    _fails_cleanly([str(empty), out], out, "no images found")
+    (empty / "loose.jpg").unlink()
+    _fails_cleanly([str(empty), out], out, "no images found")  # nothing at all
+    (empty / "loose.jpg").write_bytes(b"\xff\xd8\xff")
+    (empty / "cats" / "notes.txt").write_bytes(b"")  # something skipped: exit 1 and the reasons
+    result = run_cli(str(empty), out)
+    assert result.returncode == 1 and not os.path.exists(out)
+    assert result.stderr.splitlines() == [
+        f"Error: {empty}: no images found in the class folders: all 2 files found were skipped; "
+        "nothing was written",
+        "  skipped cats/notes.txt: not an image file (extension 'txt')",
+        "  skipped loose.jpg: not inside a class folder",
+    ]
 
 
 def test_output_inside_the_source(corpus: str) -> None:

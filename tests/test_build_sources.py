@@ -264,3 +264,15 @@ def test_the_same_file_listed_twice_under_two_spellings_is_an_error(tmp_path: Pa
     (tmp_path / "list.csv").write_text(f"path\n{rels[0]}\nimgs/../{rels[0]}\n")
     with pytest.raises(BuildError, match=r"listed twice \(as 'imgs/class0/01600.jpg'\)"):
         shardkit.build(str(tmp_path / "list.csv"), str(tmp_path / "out"))
+
+
+def test_a_list_whose_every_row_is_skipped_fails_with_the_reasons(tmp_path: Path) -> None:
+    (tmp_path / "list.csv").write_text("path\nmissing.jpg\nnotes.txt\n")
+    out = str(tmp_path / "out")
+    with pytest.raises(shardkit.EmptyBuildError, match="all 2 files found were skipped") as caught:
+        shardkit.build(str(tmp_path / "list.csv"), out)
+    assert caught.value.skipped == [
+        ("missing.jpg", "cannot read: No such file or directory"),
+        ("notes.txt", "not an image file (extension 'txt')"),
+    ]
+    assert not os.path.exists(out)

@@ -20,11 +20,11 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 from .. import config
 from ..codecs import normalize_image_extension
-from ..errors import BuildError, DataError
+from ..errors import BuildError, DataError, EmptyBuildError
 from .keys import make_keys
 from .store import endpoint_options
 from .walk import FolderWalk, file_kind
@@ -201,10 +201,10 @@ def list_image_folder(root: str) -> Listing:
     classes = walk.classes
     label_of = {name: label for label, name in enumerate(classes)}
     found = [(label_of[f.cls], f.rel, f.info.st_size, f.info.st_mtime_ns) for f in walk.found]
-    if not found:
-        raise BuildError("no images found in the class folders", url=root)
-    found.sort()  # by (label, path): paths are unique, so the rest is never compared
     skipped = sorted(walk.skipped)
+    if not found:
+        nothing_found("no images found in the class folders", skipped, root)
+    found.sort()  # by (label, path): paths are unique, so the rest is never compared
     fingerprint = _fingerprint(classes, ((rel, size, mtime) for _, rel, size, mtime in found))
     return Listing(
         kind="image_folder",
@@ -215,6 +215,15 @@ def list_image_folder(root: str) -> Listing:
         skipped=skipped,
         fingerprint=fingerprint,
     )
+
+
+def nothing_found(message: str, skipped: list[tuple[str, str]], url: str) -> NoReturn:
+    """Raise for a listing with nothing to pack: with the reasons when files were skipped
+    (:class:`EmptyBuildError`), else a plain :class:`BuildError`."""
+    if skipped:
+        what = f"{message}: all {len(skipped)} files found were skipped; nothing was written"
+        raise EmptyBuildError(what, skipped=skipped, url=url)
+    raise BuildError(message, url=url)
 
 
 def not_an_image(name: str) -> str:
@@ -261,7 +270,7 @@ def list_remote_folder(url: str) -> Listing:
         version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
         found.append((label_of[parts[0]], rel, int(info.get("size") or 0), version))
     if not found:
-        raise BuildError("no images found in the class folders", url=root)
+        nothing_found("no images found in the class folders", skipped, root)
     found.sort()  # by (label, path), as on disk
     fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
     return Listing(

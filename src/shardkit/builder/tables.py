@@ -24,7 +24,7 @@ from ..codecs import normalize_image_extension
 from ..errors import BuildError
 from .keys import make_keys, relative_paths
 from .options import BuildOptions
-from .sources import FileSource, Item, Listing, not_an_image
+from .sources import FileSource, Item, Listing, not_an_image, nothing_found
 from .walk import file_kind
 
 __all__ = ["list_table"]
@@ -62,7 +62,7 @@ def list_table(path: str, options: BuildOptions) -> Listing:
         items.append(Item(rel, key, label, ext, size, text))
         digest.update(f"{text}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
     if not items:
-        raise BuildError("no image files found from the list", url=path)
+        nothing_found("no image files found from the list", skipped, path)
     return Listing(
         kind="table",
         path=path,
