@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +277,6 @@ def test_a_list_whose_every_row_is_skipped_fails_with_the_reasons(tmp_path: Path
         ("notes.txt", "not an image file (extension 'txt')"),
     ]
     assert not os.path.exists(out)
+    back = pickle.loads(pickle.dumps(caught.value))  # e.g. from a Ray driver
+    assert type(back) is shardkit.EmptyBuildError and back.skipped == caught.value.skipped
+    assert str(back) == str(caught.value)
