@@ -39,6 +39,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ..codecs import image_size
 from ..errors import ConfigError, DataError
 
 __all__ = [
@@ -116,19 +117,6 @@ def plan_shape(
 def output_extension(ext: str, encode: str) -> str:
     """The extension a re-encoded ``ext`` image gets (``encode`` ``keep``: module docstring)."""
     return _LOSSY.get(ext, "png") if encode == "keep" else encode
-
-
-def image_size(data: bytes) -> tuple[int, int]:
-    """(width, height) from the image header, without decoding the pixels."""
-    from PIL import Image
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(data)) as image:
-                return image.size  # type: ignore[no-any-return]
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
-        raise DataError(f"cannot read the image header: {exc}") from exc
 
 
 def transform_image(

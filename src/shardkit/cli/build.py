@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from ..builder.options import ENCODE_FORMATS, RESIZE_MODES
 from ..errors import EmptyBuildError
+from ._toolargs import HelpFormatter, plain
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
@@ -22,55 +23,56 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "build",
         help="pack images / a file list / shards into shards (parallel, resumable)",
-        description=__doc__,
+        description=plain(__doc__),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("src", help="image folder, .csv/.jsonl list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
     add = parser.add_argument
-    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format (tar)")
-    add("--max-count", type=int, default=10_000, metavar="N", help="samples per shard (10000)")
-    add("--max-size", default="250MB", metavar="SIZE", help="bytes per shard: 100MB, 1GiB (250MB)")
+    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format")
+    add("--max-count", type=int, default=10_000, metavar="N", help="samples per shard")
+    add("--max-size", default="250MB", metavar="SIZE", help="bytes per shard: 100MB, 1GiB")
     add("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
     add("--shuffle", action=argparse.BooleanOptionalAction, default=True, help="seeded shuffle")
-    add("--seed", type=int, default=0, help="shuffle seed (0)")
-    add("--prefix", default="shard", help="shard name prefix (shard)")
+    add("--seed", type=int, default=0, help="shuffle seed")
+    add("--prefix", default="shard", help="shard name prefix")
     add(
         "--validate",
         choices=("none", "header", "full"),
         default="header",
-        help="image checks: header (default: signature and complete file), full (decode)",
+        help="image checks: header (signature and complete file), full (decode), none",
     )
     add("--resize", type=int, default=None, metavar="N", help="scale the shorter side to N px")
     add(
         "--resize-mode",
         choices=RESIZE_MODES,
         default="keep-ratio",
-        help="keep-ratio (default: shorter side N), center-crop or pad (exactly N x N)",
+        help="with --resize: keep-ratio (shorter side N), center-crop or pad (exactly N x N)",
     )
     add("--max-side", type=int, default=None, metavar="N", help="shrink the longer side to N px")
     add(
         "--encode",
         choices=ENCODE_FORMATS,
         default="keep",
-        help="store images as jpg, png or webp (keep: JPEG/WebP stay, resized others become PNG)",
+        help="store images as jpg, png or webp; keep: JPEG/WebP stay, resized others become PNG",
     )
     add("--quality", type=int, default=90, metavar="Q", help="JPEG/WebP quality when re-encoding")
     add(
         "--on-error",
         choices=("skip", "fail"),
         default="skip",
-        help="bad images: skip and report them (default) or stop",
+        help="bad images: skip and report them, or stop",
     )
     add("--overwrite", action="store_true", help="replace a dataset already in OUT")
-    add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column (path)")
-    add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column (label)")
+    add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column")
+    add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column")
     add(
         "--root",
         default=None,
         metavar="DIR",
-        help="CSV/JSONL: folder of the relative paths and keys (default: the list's folder)",
+        help="CSV/JSONL: folder of the relative paths and where keys start (default: the "
+        "list's folder)",
     )
     add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
     add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
