@@ -185,3 +185,13 @@ def _help_of(parser: argparse.ArgumentParser, command: str) -> str:
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         parser.parse_args([command, "--help"])
     return out.getvalue()
+
+
+def test_skipped_names_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write(str(src), "cat/ok.jpg", make_corpus_jpeg(0))
+    write(str(src), "cat/\x1b[2J\u202egpj.jpg", b"not an image")
+    result = run_cli(str(src), str(tmp_path / "out"), "--workers", "1")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+    assert "  skipped cat/\\x1b[2J\\u202egpj.jpg: not an image" in result.stdout

@@ -127,19 +127,14 @@ _SHOWN = 10  # skipped files listed without -v
 
 
 def _list_skipped(skipped: list[tuple[str, str]], every: bool, file: TextIO) -> None:
+    from ..tools.tsv import escape_controls  # names come from the data: no raw controls
+
     shown = skipped if every else skipped[:_SHOWN]
     for path, reason in shown:
-        print(f"  skipped {_printable(path)}: {_printable(reason)}", file=file)
+        print(f"  skipped {escape_controls(path)}: {escape_controls(reason)}", file=file)
     if len(skipped) > len(shown):
         more = len(skipped) - len(shown)
         print(f"  ... and {more} more (-v lists them all)", file=file)
-
-
-def _printable(text: str) -> str:
-    """``text`` with control characters and undecodable bytes escaped (one line)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 class _ProgressBar:
