@@ -31,10 +31,15 @@ from .writer import ShardInfo, ShardWriter
 
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
-    from .pipeline import Dataset
+    from .pipeline import Dataset, Loader
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
-_LAZY = {"Dataset": ".pipeline", "ShardResult": ".mapshards", "map_shards": ".mapshards"}
+_LAZY = {
+    "Dataset": ".pipeline",
+    "Loader": ".pipeline",
+    "ShardResult": ".mapshards",
+    "map_shards": ".mapshards",
+}
 
 __all__ = [
     "BuildError",
@@ -49,6 +54,7 @@ __all__ = [
     "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "Loader",
     "ShardInfo",
     "ShardResult",
     "ShardWriter",

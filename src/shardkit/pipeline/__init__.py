@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from .dataset import Dataset
+from .loader import Loader
 from .urls import ShardList, resolve_source
 
-__all__ = ["Dataset", "ShardList", "resolve_source"]
+__all__ = ["Dataset", "Loader", "ShardList", "resolve_source"]
