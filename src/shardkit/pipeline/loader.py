@@ -1,7 +1,7 @@
 """``shardkit.Loader``: a torch ``DataLoader`` over a :class:`Dataset` whose position,
 workers included, is one ``state_dict()``; and stages run in the main process after it.
 
-Each worker hands every item on with its stream's ``ds.state_dict()`` (a small dict of
+Each worker hands every batch on with its stream's ``ds.state_dict()`` (a small dict of
 ints); the loader keeps, per worker, the state that came with the last item it yielded,
 so prefetched batches never count. ``load_state_dict()`` gives the dataset the states of
 all its streams: on the same topology each worker continues its own stream; on another
@@ -189,19 +189,20 @@ class Loader:
 
 
 class _Tagged:
-    """The dataset, each item paired with its stream's state (run in the workers)."""
+    """The dataset, each item paired with this object (run in the workers). The
+    DataLoader's fetcher collates right after pulling a batch's items, so
+    :class:`_Collate` reads the stream's position then: the state after the last item."""
 
     def __init__(self, dataset: Dataset) -> None:
         self.dataset = dataset
 
-    def __iter__(self) -> Iterator[tuple[Any, dict[str, Any]]]:
-        ds = self.dataset
-        for item in ds:
-            yield item, ds.state_dict()
+    def __iter__(self) -> Iterator[tuple[Any, _Tagged]]:
+        for item in self.dataset:
+            yield item, self
 
 
 class _Collate:
-    """The user's collate function over the items, passing the last state on."""
+    """The user's collate function over the items, and the stream's state after them."""
 
     def __init__(self, collate: Callable[[Any], Any], batched: bool) -> None:
         self.collate = collate
@@ -209,9 +210,10 @@ class _Collate:
 
     def __call__(self, tagged: Any) -> tuple[Any, dict[str, Any]]:
         if self.batched:
-            return self.collate([item for item, _ in tagged]), tagged[-1][1]
-        item, state = tagged
-        return self.collate(item), state
+            source = tagged[-1][1]
+            return self.collate([item for item, _ in tagged]), source.dataset.state_dict()
+        item, source = tagged
+        return self.collate(item), source.dataset.state_dict()
 
 
 register_iterable_dataset(_Tagged)
