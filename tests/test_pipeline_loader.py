@@ -10,8 +10,13 @@ from typing import Any
 
 import pytest
 from conftest_pipeline import write_shards
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardkit import ConfigError, Dataset, Loader
+from shardkit.pipeline.elastic import merge
+from shardkit.pipeline.epochs import stream_ranges, through_space
+from shardkit.pipeline.state import Position
 
 COUNTS = [10, 14, 9, 11, 12, 8]  # 64 samples
 
@@ -101,7 +106,6 @@ def test_elastic_resume_of_an_elastic_resume(folder: str) -> None:
 
 
 def test_elastic_resume_is_refused_where_it_cannot_be_exact(folder: str) -> None:
-    shuffled = Dataset(folder, node=(0, 2)).shuffle(10).to_tuple("__key__")
     states = []
     for rank in range(2):
         ds = Dataset(folder, node=(rank, 2)).shuffle(10).to_tuple("__key__")
@@ -116,7 +120,6 @@ def test_elastic_resume_is_refused_where_it_cannot_be_exact(folder: str) -> None
     plain.load_state_dict(states[:1])
     with pytest.raises(ConfigError, match="needs the states of all 2 ranks x 1 workers"):
         next(iter(plain))
-    del shuffled
 
 
 def test_loader_applies_stages_in_the_main_process(folder: str) -> None:
@@ -150,3 +153,45 @@ def test_select_dropping_everything_ends_a_with_epoch_epoch(
 def test_a_shuffle_buffer_larger_than_a_pass_still_fills_a_with_epoch_epoch(folder: str) -> None:
     ds = Dataset(folder + "/shard-000000.tar").shuffle(30).with_epoch(25)
     assert len(list(ds)) == 25
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    total=st.integers(1, 300),
+    before=st.tuples(st.integers(1, 4), st.integers(1, 3)),
+    after=st.tuples(st.integers(1, 4), st.integers(1, 3)),
+    mode=st.sampled_from(["pad", "drop"]),
+    granularity=st.sampled_from([1, 4]),
+    data=st.data(),
+)
+def test_elastic_merge_leaves_each_unseen_position_to_exactly_one_new_stream(
+    total: int,
+    before: tuple[int, int],
+    after: tuple[int, int],
+    mode: Any,
+    granularity: int,
+    data: st.DataObject,
+) -> None:
+    world, workers = before
+    saved, seen, epoch = [], [], set()
+    for rank in range(world):
+        for worker in range(workers):
+            ranges = stream_ranges(total, mode, rank, world, worker, workers, granularity)
+            positions = [p for a, b in ranges for p in range(a, b)]
+            epoch |= set(positions)
+            consumed = data.draw(st.integers(0, len(positions)))
+            seen += positions[:consumed]
+            saved.append(Position(0, consumed, False, 0, world, workers, (), rank, worker))
+    space = merge(saved, total, mode, granularity)
+    assert set(seen).isdisjoint(p for a, b in space for p in range(a, b))
+    size = sum(b - a for a, b in space)
+    world2, workers2 = after
+    new = []
+    for rank in range(world2):
+        for worker in range(workers2):
+            ranges = stream_ranges(size, mode, rank, world2, worker, workers2, granularity)
+            new += [p for r in ranges for a, b in through_space(space, *r) for p in range(a, b)]
+    if mode == "drop":  # drop mode repeats nothing: each remaining position once, or dropped
+        assert len(new) == len(set(new)) and size - len(new) < world2
+    else:
+        assert set(new) == epoch - set(seen)
