@@ -58,8 +58,6 @@ def test_loader_resumes_with_workers_in_one_call(folder: str) -> None:
     again.load_state_dict(state)
     rest = [k for batch in again for k in batch]
     assert sorted(head + rest) == sorted(full)
-    # each worker continues its own stream: its samples come in the uninterrupted order
-    assert [k for k in full if k in set(rest)] == sorted(rest, key=full.index)
     assert again.epoch == 1 and again.state_dict()["streams"] == []
 
 
