@@ -93,6 +93,10 @@ class Dataset(_Base):
     (:mod:`shardkit.pipeline.compat`).
     """
 
+    # DataLoader worker w reads stream (w + shift) % workers: a Loader resumed after a
+    # batch of stream k starts its round robin at stream k + 1, as the epoch would have.
+    _worker_shift = 0
+
     def __init__(
         self,
         source: str | Sequence[str],
@@ -393,6 +397,7 @@ class Dataset(_Base):
         shards = self.shards
         rank, world = current_node(self._node)
         worker, workers = current_worker()
+        worker = (worker + self._worker_shift) % workers
         if in_worker_process():
             self._handoff.mark()  # the parent's copy no longer knows the position
         else:

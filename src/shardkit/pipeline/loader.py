@@ -2,11 +2,13 @@
 workers included, is one ``state_dict()``; and stages run in the main process after it.
 
 Each worker hands every batch on with its stream's ``ds.state_dict()`` (a small dict of
-ints); the loader keeps, per worker, the state that came with the last item it yielded,
-so prefetched batches never count. ``load_state_dict()`` gives the dataset the states of
-all its streams: on the same topology each worker continues its own stream; on another
-one (other ranks or workers, gathered from every rank) the epoch continues elastically
-(:mod:`shardkit.pipeline.elastic`).
+ints); the loader keeps, per worker, the state that came with the last batch it yielded
+(so prefetched batches never count) and which worker's batch comes next.
+``load_state_dict()`` gives the dataset the states of all its streams: on the same
+topology each worker continues its own stream and the round robin of workers continues
+where it was, so the rest of the epoch is exactly the uninterrupted one; on another
+topology (other ranks or workers, states gathered from every rank) the epoch continues
+elastically (:mod:`shardkit.pipeline.elastic`).
 
 Main-process stages (webdataset's ``WebLoader(...).unbatched().shuffle(n).batched(b)``)
 are the :class:`Dataset` stage objects, applied to the loader's output: the loader takes
@@ -79,6 +81,8 @@ class Loader:
         self._after: tuple[Stage, ...] = ()
         self._epoch = dataset.epoch
         self._streams: dict[int, dict[str, Any]] = {}
+        self._shift = 0  # the stream the next iteration's first batch comes from
+        self._last = -1  # the stream of the last batch yielded
 
     # ------------------------------------------------------------------ stages
 
@@ -115,6 +119,7 @@ class Loader:
         self._dataset.set_epoch(epoch)
         self._epoch = epoch
         self._streams = {}
+        self._shift = 0
 
     def __len__(self) -> int:
         """``len(dataset)``, when the loader neither batches nor adds stages."""
@@ -134,7 +139,8 @@ class Loader:
         starts = ds._stream_states(workers)
         batched = self._options["batch_size"] is not None
         collate = self._collate or (default_collate if batched else default_convert)
-        tagged: Any = _Tagged(ds)  # a virtual IterableDataset (see _torch)
+        tagged: Any = _Tagged(ds, self._shift)  # a virtual IterableDataset (see _torch)
+        self._last = self._shift - 1
         loader: Any = DataLoader(tagged, collate_fn=_Collate(collate, batched), **self._options)
         self._streams = {i: state for i, state in enumerate(starts)}
         items: Iterator[Any] = self._batches(loader, epoch)
@@ -146,10 +152,12 @@ class Loader:
 
     def _batches(self, loader: Any, epoch: int) -> Iterator[Any]:
         for batch, state in loader:
-            self._streams[state["worker"] or 0] = state
+            self._last = state["worker"] or 0
+            self._streams[self._last] = state
             yield batch
         self._epoch = epoch + 1
         self._streams = {}
+        self._shift = 0
 
     # ------------------------------------------------------------------ resume
 
@@ -162,7 +170,13 @@ class Loader:
                 "so no position is exact; resume without main-process buffers or batching"
             )
         streams = [self._streams[i] for i in sorted(self._streams)]
-        return {"version": LOADER_STATE_VERSION, "epoch": self._epoch, "streams": streams}
+        following = (self._last + 1) % len(streams) if streams else 0
+        return {
+            "version": LOADER_STATE_VERSION,
+            "epoch": self._epoch,
+            "streams": streams,
+            "next_stream": following,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Continue where ``state`` was saved. ``state``: this rank's ``state_dict()``, or
@@ -186,6 +200,15 @@ class Loader:
             self._dataset.set_epoch(epoch)
         self._epoch = epoch
         self._streams = {}
+        self._shift = _next_stream(states, max(1, self._options["num_workers"]))
+
+
+def _next_stream(states: list[Mapping[str, Any]], workers: int) -> int:
+    """Where the round robin of workers resumes: the saved one, on the same topology."""
+    if len(states) != 1 or len(states[0].get("streams") or ()) != workers:
+        return 0
+    following = states[0].get("next_stream", 0)
+    return following if isinstance(following, int) and 0 <= following < workers else 0
 
 
 class _Tagged:
@@ -193,10 +216,13 @@ class _Tagged:
     DataLoader's fetcher collates right after pulling a batch's items, so
     :class:`_Collate` reads the stream's position then: the state after the last item."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset, shift: int) -> None:
         self.dataset = dataset
+        self.shift = shift
 
     def __iter__(self) -> Iterator[tuple[Any, _Tagged]]:
+        if self.shift:
+            self.dataset._worker_shift = self.shift  # this worker's copy
         for item in self.dataset:
             yield item, self
 
