@@ -81,6 +81,9 @@ _reporter: Reporter | None = None
 def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> None:
     """Install the build context and progress reporter in this process."""
     global _context, _reporter
+    from .shards import close_streams
+
+    close_streams()  # input streams cached for an earlier run must not serve this one
     _context, _reporter = context, reporter
     if context is not None and context.options.transforms:
         from .transform import limit_threads
