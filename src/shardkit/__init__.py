@@ -20,6 +20,7 @@ from .errors import (
     DecodeError,
     EncodeError,
     FormatError,
+    MissingDependencyError,
     ShardkitError,
     StorageError,
     TruncatedShardError,
@@ -31,9 +32,15 @@ from .writer import ShardInfo, ShardWriter
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
     from .pipeline import Dataset
+    from .reader import read_shard
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
-_LAZY = {"Dataset": ".pipeline", "ShardResult": ".mapshards", "map_shards": ".mapshards"}
+_LAZY = {
+    "Dataset": ".pipeline",
+    "ShardResult": ".mapshards",
+    "map_shards": ".mapshards",
+    "read_shard": ".reader",
+}
 
 __all__ = [
     "BuildError",
@@ -47,6 +54,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "FormatError",
+    "MissingDependencyError",
     "ShardInfo",
     "ShardResult",
     "ShardWriter",
@@ -58,6 +66,7 @@ __all__ = [
     "__version__",
     "build",
     "map_shards",
+    "read_shard",
 ]
 
 

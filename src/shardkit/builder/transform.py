@@ -30,7 +30,9 @@ import io
 import warnings
 from typing import Any
 
-from ..errors import ConfigError, DataError
+from .._optional import require
+from ..codecs._failures import image_failures
+from ..errors import DataError
 
 __all__ = ["check_available", "image_size", "limit_threads", "target_size", "transform_image"]
 
@@ -42,14 +44,9 @@ _AREA_ABOVE = 2.0  # shrink ratios from which OpenCV averages areas instead of b
 
 
 def check_available() -> None:
-    """Raise ConfigError unless the image libraries that resizing needs are installed."""
-    import importlib.util
-
-    missing = [m for m in ("PIL", "simplejpeg", "cv2") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(
-            f"resize and max_side need {', '.join(missing)}: pip install 'shardkit[images]'"
-        )
+    """Raise MissingDependencyError unless the image libraries resizing needs are here."""
+    for module in ("PIL.Image", "simplejpeg", "cv2"):
+        require(module, "resize and max_side")
 
 
 def target_size(
@@ -69,6 +66,7 @@ def target_size(
 
 def image_size(data: bytes) -> tuple[int, int]:
     """(width, height) from the image header, without decoding the pixels."""
+    require("PIL.Image", "reading image sizes")
     from PIL import Image
 
     try:
@@ -76,7 +74,7 @@ def image_size(data: bytes) -> tuple[int, int]:
             warnings.simplefilter("ignore")
             with Image.open(io.BytesIO(data)) as image:
                 return image.size  # type: ignore[no-any-return]
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
+    except image_failures() as exc:
         raise DataError(f"cannot read the image header: {exc}") from exc
 
 
@@ -88,6 +86,7 @@ def transform_image(
         fast = _transform_jpeg(data, resize, max_side, quality)
         if fast is not None:
             return fast
+    require("PIL.Image", "resize and max_side")
     from PIL import Image
 
     try:
@@ -101,7 +100,7 @@ def transform_image(
                 return _encode(_resized(image, size, out_ext), out_ext, quality), out_ext, size
     except DataError:
         raise
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
+    except image_failures() as exc:
         raise DataError(f"cannot decode: {exc}") from exc
 
 
@@ -109,6 +108,7 @@ def _transform_jpeg(
     data: bytes, resize: int | None, max_side: int | None, quality: int
 ) -> tuple[bytes, str, tuple[int, int]] | None:
     """The fast path (module docstring); None for a JPEG it does not handle (CMYK)."""
+    require("simplejpeg", "resize and max_side")
     import simplejpeg
 
     try:
@@ -150,6 +150,7 @@ def _dct_scale(width: int, height: int, size: tuple[int, int]) -> int:
 
 def limit_threads() -> None:
     """One OpenCV thread per worker: a build with N workers uses N cores."""
+    require("cv2", "resize and max_side")
     import cv2
 
     cv2.setNumThreads(1)
@@ -157,6 +158,7 @@ def limit_threads() -> None:
 
 def _resize_array(pixels: Any, size: tuple[int, int]) -> Any:
     """HxWxC uint8 pixels resized to ``size`` (width, height) with OpenCV."""
+    require("cv2", "resize and max_side")
     import cv2
 
     height, width = pixels.shape[:2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from .._optional import require
 from ..errors import ConfigError
 
 __all__ = [
@@ -97,6 +98,8 @@ def normalize_image_extension(ext: str) -> str:
 
 def _from_array(value: Any) -> Any:
     import numpy as np
+
+    require("PIL.Image", "encoding images")
     import PIL.Image
 
     arr = np.asarray(value)
@@ -120,6 +123,7 @@ def encode_image(image: Any, ext: str, *, quality: int = 90) -> bytes:
     rounded. ``quality`` applies to the lossy formats (jpg, webp). Pillow writes no
     timestamps, so the same image always gives the same bytes.
     """
+    require("PIL.Image", "encoding images")
     import PIL.Image
 
     fmt = _SAVE_FORMATS.get(_ALIASES.get(last_component(ext), last_component(ext)))

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import ConfigError, EncodeError
+from ..errors import ConfigError, EncodeError, MissingDependencyError
 from . import _builtin as b
 from ._images import ENCODABLE_IMAGE_EXTENSIONS, encode_image, last_component
 from ._tenbin import decode_tenbin, encode_tenbin
@@ -125,6 +125,8 @@ class Codecs:
             )
         try:
             data = entry.encode(value)
+        except MissingDependencyError:
+            raise  # not bad data: the extra is missing
         except Exception as exc:
             raise EncodeError(
                 f"field {field!r}: cannot encode a {kind} as {ext!r}: {exc}", key=key

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+from .._optional import require
 from ..errors import ConfigError
 
 __all__ = ["ENGINES", "Engine", "InitFn", "check_engine", "make_executor"]
@@ -42,6 +43,8 @@ def check_engine(engine: object, address: object) -> None:
         raise ConfigError(f"address must be a string like 'HOST:PORT', not {address!r}")
     if address is not None and engine == "local":
         raise ConfigError("address applies to engine='ray' or 'dask', not to 'local'")
+    if engine != "local":  # fail before anything starts, not once the cluster is needed
+        require("ray" if engine == "ray" else "distributed", f"engine={engine!r}")
 
 
 def make_executor(

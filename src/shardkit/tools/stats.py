@@ -246,7 +246,9 @@ def format_stats(result: Stats, *, top: int = 20) -> str:
 
 def plot_stats(result: Stats, output: str, *, top: int = 50) -> None:
     """Histograms of sample sizes and per-class counts, as a PNG (matplotlib, Agg)."""
-    import matplotlib
+    from .._optional import require
+
+    matplotlib = require("matplotlib", "stats --plot")
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
