@@ -22,10 +22,12 @@ are in flight. A command that exits non-zero, or leaves no files, either fails t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -132,19 +134,14 @@ def run_on_sample(
             SHARDKIT_STEM=stem,
             SHARDKIT_FIELDS=" ".join(exts),
         )
-        try:
-            status = subprocess.run(
-                command,
-                shell=True,
-                cwd=folder,
-                env=env,
-                stdout=2,  # fd 2: stdout may carry the output stream
-                stdin=subprocess.DEVNULL,
-                timeout=timeout,
-                check=False,
-            ).returncode
-        except subprocess.TimeoutExpired:
-            raise ProcError(f"command timed out after {timeout} s", key=key, url=url) from None
+        if any("\0" in value for value in env.values()):
+            # The reader accepts such keys (TFRecord, pax); an environment cannot hold them.
+            raise ProcError(
+                "the key or URL holds a NUL byte: no command can be given it", key=key, url=url
+            )
+        status = _run(command, folder, env, timeout)
+        if status is None:
+            raise ProcError(f"command timed out after {timeout} s", key=key, url=url)
         if status != 0:
             raise ProcError(f"command exited with status {status}", key=key, url=url)
         out = _pack(folder, key)
@@ -153,6 +150,30 @@ def run_on_sample(
         return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(command: str, folder: str, env: dict[str, str], timeout: float | None) -> int | None:
+    """Run ``command`` through the shell in a session of its own; its exit status, or None
+    once ``timeout`` passed, after killing the whole session (the shell and whatever it
+    started: children left alive would hold the output pipes open)."""
+    process = subprocess.Popen(
+        command,
+        shell=True,
+        cwd=folder,
+        env=env,
+        stdout=2,  # fd 2: stdout may carry the output stream
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, whose id is its pid
+    )
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if process.returncode is None:  # timed out, or interrupted (KeyboardInterrupt)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def run_on_samples(
