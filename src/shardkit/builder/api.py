@@ -38,6 +38,10 @@ def build(
         from .transform import check_available
 
         check_available()
+    if options.engine != "local":  # before anything is listed or written
+        from ..engines import check_reachable
+
+        check_reachable(options.engine, options.address)
     if (options.workers or config.default_workers()) > 1:
         # The worker server boots while the source is listed.
         warm_up(("cv2", "simplejpeg", "PIL.Image") if options.transforms else ())

@@ -24,8 +24,17 @@ from typing import Any, Literal
 
 from .._optional import require
 from ..errors import ConfigError
+from ._connect import CONNECT_TIMEOUT_S, check_reachable
 
-__all__ = ["ENGINES", "Engine", "InitFn", "check_engine", "make_executor"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "ENGINES",
+    "Engine",
+    "InitFn",
+    "check_engine",
+    "check_reachable",
+    "make_executor",
+]
 
 Engine = Literal["local", "ray", "dask"]
 ENGINES: tuple[str, ...] = ("local", "ray", "dask")
@@ -56,6 +65,7 @@ def make_executor(
 ) -> Any:
     """A Ray or Dask executor connected to ``address`` (None: start a local one)."""
     check_engine(engine, address)
+    check_reachable(engine, address)
     if engine == "ray":
         from ._ray import RayExecutor
 
