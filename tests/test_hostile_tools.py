@@ -55,7 +55,7 @@ def _proc(
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TMPDIR": str(sandbox / "tmp")}
     return subprocess.run(
-        [sys.executable, "-m", "shardkit", "proc", str(shard), "-c", command, *extra],
+        [sys.executable, "-m", "shardkit", "proc", str(shard), "-e", command, *extra],
         cwd=sandbox / "cwd",
         env=env,
         capture_output=True,

@@ -6,14 +6,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..engines import Engine, check_engine
 from ..errors import ConfigError
+from ..handlers import OnError, check_on_error
 from ..units import parse_size
 
 __all__ = ["BuildOptions", "OnError", "OutputFormat", "ValidateMode"]
 
 OutputFormat = Literal["tar", "tfrecord"]
 ValidateMode = Literal["none", "header", "full"]
-OnError = Literal["skip", "fail"]
 
 # Options that do not change the output bytes: they are left out of the stored fingerprint.
 _RUN_ONLY = frozenset({"workers", "overwrite", "engine", "address"})
@@ -46,7 +47,7 @@ class BuildOptions:
     overwrite: bool = False
     path_column: str = "path"
     label_column: str | None = "label"
-    engine: Literal["local", "ray", "dask"] = "local"  # where tasks run (docs/scaling.md)
+    engine: Engine = "local"  # where tasks run (docs/scaling.md)
     address: str | None = None  # the Ray/Dask cluster (None: start a local one)
 
     def __post_init__(self) -> None:
@@ -54,7 +55,7 @@ class BuildOptions:
         object.__setattr__(self, "max_size", size)
         _choice("format", self.format, ("tar", "tfrecord"))
         _choice("validate", self.validate, ("none", "header", "full"))
-        _choice("on_error", self.on_error, ("skip", "fail"))
+        check_on_error(self.on_error)
         _positive_int("max_count", self.max_count)
         if self.workers is not None:
             _positive_int("workers", self.workers)
@@ -69,8 +70,6 @@ class BuildOptions:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an int, not {self.seed!r}")
         _check_prefix(self.prefix)
-        from ..engines import check_engine
-
         check_engine(self.engine, self.address)
         if not isinstance(self.shuffle, bool):
             raise ConfigError(f"shuffle must be True or False, not {self.shuffle!r}")

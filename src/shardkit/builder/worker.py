@@ -24,6 +24,7 @@ from .store import LocalStore, ObjectStore
 from .validate import check_image
 
 __all__ = [
+    "WORKER_MODULE",
     "PartInfo",
     "Reporter",
     "TaskResult",
@@ -73,6 +74,9 @@ class TaskResult:
     input_bytes: int = 0
     sizes: list[int] = field(default_factory=list)  # per sample, for the Assembler
 
+
+#: This module: the local pool's forkserver imports it once for every worker process.
+WORKER_MODULE = __name__
 
 _context: WorkerContext | None = None
 _reporter: Reporter | None = None

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
-from typing import Any
+from typing import Any, get_args
+
+from ..builder.options import BuildOptions, OutputFormat, ValidateMode
+from ..engines import ENGINES
+from ..handlers import ON_ERROR
+from ..units import format_size
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
@@ -24,61 +30,54 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("src", help="image folder, .csv/.jsonl list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
-    add = parser.add_argument
-    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format (tar)")
-    add("--max-count", type=int, default=10_000, metavar="N", help="samples per shard (10000)")
-    add("--max-size", default="250MB", metavar="SIZE", help="bytes per shard: 100MB, 1GiB (250MB)")
-    add("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
-    add("--shuffle", action=argparse.BooleanOptionalAction, default=True, help="seeded shuffle")
-    add("--seed", type=int, default=0, help="shuffle seed (0)")
-    add("--prefix", default="shard", help="shard name prefix (shard)")
+    # Every option is a BuildOptions field of the same name; its default is that field's.
+    default = {f.name: f.default for f in dataclasses.fields(BuildOptions)}
+
+    def add(flag: str, help: str, **kwargs: Any) -> None:
+        name = flag.removeprefix("--").replace("-", "_")
+        kwargs.setdefault("default", default[name])
+        shown = kwargs["default"]
+        shown = format_size(shown) if name == "max_size" else shown
+        note = "" if shown is None or isinstance(shown, bool) else f" (default {shown})"
+        parser.add_argument(flag, help=help + note, **kwargs)
+
+    add("--format", "shard format", choices=get_args(OutputFormat))
+    add("--max-count", "samples per shard", type=int, metavar="N")
+    add("--max-size", "bytes per shard: 100MB, 1GiB", metavar="SIZE")
+    add("--workers", "processes (default: every usable core)", type=int, metavar="N")
+    add("--shuffle", "seeded shuffle (default on)", action=argparse.BooleanOptionalAction)
+    add("--seed", "shuffle seed", type=int)
+    add("--prefix", "shard name prefix")
     add(
         "--validate",
-        choices=("none", "header", "full"),
-        default="header",
-        help="image checks: header (default: signature and complete file), full (decode)",
+        "image checks: none, header (signature and complete file) or full (decode)",
+        choices=get_args(ValidateMode),
     )
-    add("--resize", type=int, default=None, metavar="N", help="scale the shorter side to N px")
-    add("--max-side", type=int, default=None, metavar="N", help="shrink the longer side to N px")
-    add("--quality", type=int, default=90, metavar="Q", help="JPEG/WebP quality when re-encoding")
-    add(
-        "--on-error",
-        choices=("skip", "fail"),
-        default="skip",
-        help="bad images: skip and report them (default) or stop",
-    )
-    add("--overwrite", action="store_true", help="replace a dataset already in OUT")
-    add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column (path)")
-    add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column (label)")
-    add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
-    add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
-    add("-q", "--quiet", action="store_true", help="no progress bar")
+    add("--resize", "scale the shorter side to N px", type=int, metavar="N")
+    add("--max-side", "shrink the longer side to N px", type=int, metavar="N")
+    add("--quality", "JPEG/WebP quality when re-encoding", type=int, metavar="Q")
+    add("--on-error", "bad images: skip (and report) them, or fail", choices=ON_ERROR)
+    add("--overwrite", "replace a dataset already in OUT", action="store_true")
+    add("--path-column", "CSV/JSONL path column", metavar="NAME")
+    add("--label-column", "CSV/JSONL label column ('' for none)", metavar="NAME")
+    add("--engine", "where tasks run (docs/scaling.md)", choices=ENGINES)
+    add("--address", "Ray/Dask cluster (HOST:PORT)", metavar="ADDR")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..builder import BuildOptions, build
-    from ..units import format_size
+def options_from(args: argparse.Namespace) -> BuildOptions:
+    """The BuildOptions the command line gives (its options are named after the fields)."""
+    fields = {f.name for f in dataclasses.fields(BuildOptions)}
+    values = {name: value for name, value in vars(args).items() if name in fields}
+    values["label_column"] = values["label_column"] or None
+    return BuildOptions(**values)
 
-    options = BuildOptions(
-        format=args.format,
-        max_count=args.max_count,
-        max_size=args.max_size,
-        workers=args.workers,
-        shuffle=args.shuffle,
-        seed=args.seed,
-        prefix=args.prefix,
-        validate=args.validate,
-        resize=args.resize,
-        max_side=args.max_side,
-        quality=args.quality,
-        on_error=args.on_error,
-        overwrite=args.overwrite,
-        path_column=args.path_column,
-        label_column=args.label_column or None,
-        engine=args.engine,
-        address=args.address,
-    )
+
+def run(args: argparse.Namespace) -> int:
+    from ..builder import build
+
+    options = options_from(args)
     with _ProgressBar(disable=args.quiet) as bar:
         result = build(args.src, args.out, options=options, progress=bar.update)
     state = "already complete: " if result.resumed_tasks < 0 else ""
