@@ -8,6 +8,7 @@ data and propagates as it is.
 
 from __future__ import annotations
 
+import functools
 import pickle
 import struct
 import tokenize
@@ -53,6 +54,7 @@ NPY_FAILURES: tuple[type[Exception], ...] = (
 )
 
 
+@functools.cache
 def image_failures() -> tuple[type[Exception], ...]:
     """What Pillow and simplejpeg raise on a broken image: OSError (UnidentifiedImageError),
     ValueError, EOFError, struct.error, zlib.error, SyntaxError from a format plugin's
