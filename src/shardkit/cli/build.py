@@ -5,12 +5,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from typing import Any, get_args
+import sys
+from typing import Any, TextIO, get_args
 
-from ..builder.options import BuildOptions, OutputFormat, ValidateMode
+from ..builder.options import (
+    ENCODE_FORMATS,
+    RESIZE_MODES,
+    BuildOptions,
+    OutputFormat,
+    ValidateMode,
+)
 from ..engines import ENGINES
+from ..errors import EmptyBuildError
 from ..handlers import ON_ERROR
 from ..units import format_size
+from ._toolargs import HelpFormatter, plain
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
@@ -24,45 +33,57 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "build",
         help="pack images / a file list / shards into shards (parallel, resumable)",
-        description=__doc__,
+        description=plain(__doc__),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("src", help="image folder, .csv/.jsonl list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
-    # Every option is a BuildOptions field of the same name; its default is that field's.
+    # Every option is a BuildOptions field of the same name; its default is that field's
+    # (HelpFormatter shows it).
     default = {f.name: f.default for f in dataclasses.fields(BuildOptions)}
 
     def add(flag: str, help: str, **kwargs: Any) -> None:
-        name = flag.removeprefix("--").replace("-", "_")
-        kwargs.setdefault("default", default[name])
-        shown = kwargs["default"]
-        shown = format_size(shown) if name == "max_size" else shown
-        note = "" if shown is None or isinstance(shown, bool) else f" (default {shown})"
-        parser.add_argument(flag, help=help + note, **kwargs)
+        kwargs.setdefault("default", default[flag.removeprefix("--").replace("-", "_")])
+        parser.add_argument(flag, help=help, **kwargs)
 
     add("--format", "shard format", choices=get_args(OutputFormat))
     add("--max-count", "samples per shard", type=int, metavar="N")
-    add("--max-size", "bytes per shard: 100MB, 1GiB", metavar="SIZE")
-    add("--workers", "processes (default: every usable core)", type=int, metavar="N")
-    add("--shuffle", "seeded shuffle (default on)", action=argparse.BooleanOptionalAction)
+    size = format_size(BuildOptions().size_limit)
+    add("--max-size", f"bytes per shard: 100MB, 1GiB (default: {size})", metavar="SIZE")
+    add("--workers", "processes (default: all cores)", type=int, metavar="N")
+    add("--shuffle", "seeded shuffle", action=argparse.BooleanOptionalAction)
     add("--seed", "shuffle seed", type=int)
     add("--prefix", "shard name prefix")
     add(
         "--validate",
-        "image checks: none, header (signature and complete file) or full (decode)",
+        "image checks: header (signature and complete file), full (decode), none",
         choices=get_args(ValidateMode),
     )
     add("--resize", "scale the shorter side to N px", type=int, metavar="N")
+    add(
+        "--resize-mode",
+        "with --resize: keep-ratio (shorter side N), center-crop or pad (exactly N x N)",
+        choices=RESIZE_MODES,
+    )
     add("--max-side", "shrink the longer side to N px", type=int, metavar="N")
+    add(
+        "--encode",
+        "store images as jpg, png or webp; keep: JPEG/WebP stay, resized others become PNG",
+        choices=ENCODE_FORMATS,
+    )
     add("--quality", "JPEG/WebP quality when re-encoding", type=int, metavar="Q")
-    add("--on-error", "bad images: skip (and report) them, or fail", choices=ON_ERROR)
+    add("--on-error", "bad images: skip and report them, or stop", choices=ON_ERROR)
     add("--overwrite", "replace a dataset already in OUT", action="store_true")
     add("--path-column", "CSV/JSONL path column", metavar="NAME")
     add("--label-column", "CSV/JSONL label column ('' for none)", metavar="NAME")
+    add(
+        "--root",
+        "CSV/JSONL: folder of the relative paths and where keys start (default: the list's folder)",
+        metavar="DIR",
+    )
     add("--engine", "where tasks run (docs/scaling.md)", choices=ENGINES)
     add("--address", "Ray/Dask cluster (HOST:PORT)", metavar="ADDR")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
 
@@ -78,15 +99,36 @@ def run(args: argparse.Namespace) -> int:
     from ..builder import build
 
     options = options_from(args)
-    with _ProgressBar(disable=args.quiet) as bar:
-        result = build(args.src, args.out, options=options, progress=bar.update)
+    try:
+        with _ProgressBar(disable=args.quiet) as bar:
+            result = build(args.src, args.out, options=options, progress=bar.update)
+    except EmptyBuildError as exc:  # a data problem, like verify's: exit 1, with the reasons
+        print(f"Error: {exc}", file=sys.stderr)
+        _list_skipped(exc.skipped, every=args.verbose, file=sys.stderr)
+        return 1
     state = "already complete: " if result.resumed_tasks < 0 else ""
     print(
         f"{state}{result.samples} samples in {len(result.shards)} shards "
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
         f"{result.seconds:.1f} s -> {os.path.join(args.out, 'manifest.json')}"
     )
+    if not args.quiet:
+        _list_skipped(result.skipped, every=args.verbose, file=sys.stdout)
     return 0
+
+
+_SHOWN = 10  # skipped files listed without -v
+
+
+def _list_skipped(skipped: list[tuple[str, str]], every: bool, file: TextIO) -> None:
+    from ..tools.tsv import escape_controls  # names come from the data: no raw controls
+
+    shown = skipped if every else skipped[:_SHOWN]
+    for path, reason in shown:
+        print(f"  skipped {escape_controls(path)}: {escape_controls(reason)}", file=file)
+    if len(skipped) > len(shown):
+        more = len(skipped) - len(shown)
+        print(f"  ... and {more} more (-v lists them all)", file=file)
 
 
 class _ProgressBar:
