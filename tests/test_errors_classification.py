@@ -61,6 +61,27 @@ def test_registered_decoders_bad_bytes_are_data_but_bugs_propagate() -> None:
     assert (info.value.key, info.value.url) == ("k", "u.tar")
 
 
+def _buggy_encoder(value: Any) -> bytes:
+    return bytes(undefined_codec.pack(value))  # type: ignore[name-defined]  # noqa: F821
+
+
+def test_a_bug_in_a_registered_encoder_propagates_but_bad_values_are_encode_errors(
+    tmp_path: Path,
+) -> None:
+    """The encoding side of #11 bug 2: every exception became EncodeError (a DataError), so
+    a build from Python samples with on_error="skip" dropped every sample."""
+    from shardkit.errors import EncodeError
+
+    codecs = Codecs()
+    codecs.register("pts", encoder=_buggy_encoder)
+    with pytest.raises(NameError):
+        codecs.encode_sample({"__key__": "k", "pts": [1, 2]})
+    with pytest.raises(EncodeError, match="cannot pickle"):
+        codecs.encode_sample({"__key__": "k", "pyd": lambda: 1})
+    with pytest.raises(EncodeError, match="not JSON serializable"):
+        codecs.encode_sample({"__key__": "k", "json": {1, 2}})
+
+
 def _png_folder(tmp_path: Path) -> str:
     folder = str(tmp_path / "src")
     for i in range(4):

@@ -114,7 +114,16 @@ def gzip_bytes(data: bytes) -> bytes:
 
 
 def encode_pickle(value: Any) -> bytes:
-    return pickle.dumps(value, protocol=PICKLE_PROTOCOL)
+    return _pickled(pickle.dumps, value, protocol=PICKLE_PROTOCOL)
+
+
+def _pickled(dump: Any, value: Any, *args: Any, **options: Any) -> Any:
+    """``dump(value, ...)`` of a pickler; what it refuses (a lambda, a local class: a
+    PicklingError or an AttributeError) is a TypeError: a value that cannot be encoded."""
+    try:
+        return dump(value, *args, **options)
+    except (pickle.PicklingError, AttributeError) as exc:
+        raise TypeError(f"cannot pickle it: {exc}") from exc
 
 
 def unpickle(data: bytes) -> Any:
@@ -135,7 +144,7 @@ def encode_torch(value: Any) -> bytes:
     import torch
 
     buffer = io.BytesIO()
-    torch.save(value, buffer)
+    _pickled(torch.save, value, buffer)
     return buffer.getvalue()
 
 

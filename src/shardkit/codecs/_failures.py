@@ -20,6 +20,7 @@ from ..errors import DecodeError
 
 __all__ = [
     "DECODE_FAILURES",
+    "ENCODE_FAILURES",
     "GUNZIP_FAILURES",
     "NPY_FAILURES",
     "TEXT_FAILURES",
@@ -30,6 +31,12 @@ __all__ = [
 #: What a decoder a user registers (and any library that follows Python's conventions)
 #: raises for bytes it cannot decode.
 DECODE_FAILURES: tuple[type[Exception], ...] = (ValueError, EOFError, OSError)
+
+#: What an encoder raises for a value it cannot encode: TypeError (json's "not JSON
+#: serializable", a bool as a class index, an unpicklable object), ValueError (a float
+#: image outside [0, 1], a circular structure), OverflowError (an int too big for msgpack),
+#: OSError (Pillow cannot save that mode in that format).
+ENCODE_FAILURES: tuple[type[Exception], ...] = (TypeError, ValueError, OverflowError, OSError)
 
 #: ``int()``, ``bytes.decode`` and ``json.loads``: ValueError (UnicodeDecodeError and
 #: JSONDecodeError are ValueErrors); json recurses on nesting.
