@@ -114,7 +114,7 @@ def gzip_bytes(data: bytes) -> bytes:
 
 
 def encode_pickle(value: Any) -> bytes:
-    return _pickled(pickle.dumps, value, protocol=PICKLE_PROTOCOL)
+    return bytes(_pickled(pickle.dumps, value, protocol=PICKLE_PROTOCOL))
 
 
 def _pickled(dump: Any, value: Any, *args: Any, **options: Any) -> Any:
