@@ -10,6 +10,7 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
 
     ShardkitError
     ├── ConfigError (ValueError)          bad option or argument
+    │   └── ManifestError (+ FormatError)  a manifest.json that is not one
     ├── DataError (ValueError)            something wrong with the data
     │   ├── FormatError                   malformed tar / TFRecord / Example
     │   │   ├── TruncatedShardError       the shard ends in the middle of a record
@@ -31,6 +32,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "FormatError",
+    "ManifestError",
     "ShardkitError",
     "StorageError",
     "TruncatedShardError",
@@ -97,6 +99,13 @@ class TruncatedShardError(FormatError):
 
 class ChecksumError(FormatError):
     """A checksum (TFRecord CRC32C, manifest sha256) does not match."""
+
+
+class ManifestError(ConfigError, FormatError):
+    """A ``manifest.json`` is not one (bad JSON, no shard list, a bad count).
+
+    Both a ConfigError (the dataset named cannot be opened) and a FormatError (a malformed
+    file), as the reading pipeline and the tools each raised one of them before."""
 
 
 class DecodeError(DataError):

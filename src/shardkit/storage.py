@@ -27,8 +27,10 @@ __all__ = [
     "atomic_write",
     "basename",
     "cache_path",
+    "check_data_url",
     "expand_urls",
     "filesystem",
+    "is_executing",
     "is_local",
     "is_transient",
     "join",
@@ -98,6 +100,22 @@ def is_local(url: str) -> bool:
     return (
         not _SCHEME.match(url) and not url.startswith("pipe:") and url != "-"
     ) or url.startswith("file://")
+
+
+def is_executing(url: str) -> bool:
+    """Whether opening ``url`` runs a command (``pipe:CMD``)."""
+    return url.startswith("pipe:")
+
+
+def check_data_url(url: str, *, found_in: str) -> None:
+    """Refuse a URL read from a data file (``found_in``: a manifest, a list) that would run
+    a command, unless ``SHARDKIT_ALLOW_PIPE=all`` (:func:`shardkit.config.pipe_policy`)."""
+    if is_executing(url) and config.pipe_policy() != "all":
+        raise ConfigError(
+            f"{found_in} names a pipe: URL, which would run a shell command; only URLs "
+            "given directly may (set SHARDKIT_ALLOW_PIPE=all to trust it)",
+            url=url,
+        )
 
 
 def local_path(url: str) -> str:
@@ -195,7 +213,7 @@ def open_read(
     try:
         if url == "-":
             return cast(BinaryIO, sys.stdin.buffer)
-        if url.startswith("pipe:"):
+        if is_executing(url):
             if not config.allow_pipe_urls():
                 raise StorageError("pipe: URLs are disabled (SHARDKIT_ALLOW_PIPE=0)", url=url)
             return io.BufferedReader(_PipeReader(url[5:]), stream_buffer)

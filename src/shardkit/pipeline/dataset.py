@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import ConfigError
+from ..formats.names import Format
 from ..handlers import Handler, HandlerName, resolve_handler
-from ..writer import Format
 from ._torch import register_iterable_dataset
 from .chain import Equalize, Recipe
 from .collate import Collate

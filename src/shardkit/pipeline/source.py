@@ -17,8 +17,8 @@ from typing import Any
 
 from .. import reader, storage
 from ..errors import FormatError
+from ..formats.names import Format
 from ..handlers import Handler, reraise
-from ..writer import Format
 from .epochs import EpochPlan, Segment, drop_front
 from .urls import ShardList
 

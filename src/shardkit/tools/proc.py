@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, DataError, ShardkitError
-from ..writer import Format
+from ..formats.names import Format
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
 

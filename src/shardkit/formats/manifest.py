@@ -1,0 +1,164 @@
+"""``manifest.json``: the one reader (every shape any entry point accepts) and the one writer.
+
+A manifest is JSON: an object with a ``shards`` list (webdataset's ``shardlist`` is read
+too), or the list itself. An entry is a shard URL, or an object naming the shard (``url``,
+``name`` or ``path``) with optional ``samples`` (or ``nsamples``, ``count``,
+``num_samples``), ``bytes`` and ``sha256``. The object may state the dataset's
+``format`` (``tar`` / ``tfrecord``) and total ``samples``; other fields (a shardkit
+build's classes, options, skipped files, ...) are kept in :attr:`ManifestContents.document`.
+This module parses bytes; opening a manifest URL and resolving its shard names is
+:func:`shardkit.reader.load_manifest`'s job.
+
+Names that are not valid UTF-8 (a class folder or file name from a Linux file system) come
+to Python as str holding lone surrogates U+DC80..U+DCFF (PEP 383, ``surrogateescape``),
+which no strict JSON/UTF-8 parser accepts. The writer keeps the manifest strict UTF-8 JSON
+by writing each such byte 0xNN as the private-use character U+EFNN (the range
+U+EF80..U+EFFF, as MirBSD's OPTU-8 does); :func:`decode_name` maps them back, so
+``os.fsencode(decode_name(name))`` gives the original bytes. Any other lone surrogate
+(not from a file name) is written as U+FFFD. Valid names are written as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ManifestError
+from .names import FORMATS, MANIFEST_NAME, Format
+
+__all__ = [
+    "MANIFEST_NAME",
+    "MANIFEST_VERSION",
+    "ManifestContents",
+    "ManifestShard",
+    "decode_name",
+    "encode_manifest",
+    "encode_name",
+    "parse_manifest",
+]
+
+MANIFEST_VERSION = 1
+
+_URL_KEYS = ("url", "name", "path")
+_COUNT_KEYS = ("samples", "nsamples", "count", "num_samples")
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_OTHER_SURROGATE = re.compile("[\ud800-\udfff]")
+_PRIVATE_BYTE = re.compile("[\uef80-\uefff]")
+_OFFSET = 0xEF80 - 0xDC80
+
+
+@dataclass(frozen=True)
+class ManifestShard:
+    """One shard entry as written: its name (relative or a URL) and what it states."""
+
+    name: str
+    samples: int | None = None
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class ManifestContents:
+    """A parsed manifest: its shards, the format and total it states, the whole document."""
+
+    shards: tuple[ManifestShard, ...]
+    format: Format | None
+    samples: int | None
+    document: Any
+
+    @property
+    def counts(self) -> tuple[int, ...] | None:
+        """Every shard's sample count, or None unless every shard states one."""
+        counts = tuple(s.samples for s in self.shards if s.samples is not None)
+        return counts if len(counts) == len(self.shards) else None
+
+
+def parse_manifest(data: bytes | str | Any, *, url: str | None = None) -> ManifestContents:
+    """Parse a manifest from its bytes (or an already-decoded JSON document).
+
+    Raises :class:`~shardkit.errors.ManifestError` (a ConfigError and a FormatError)
+    naming ``url`` when it is not one."""
+    document = data
+    if isinstance(data, (bytes, bytearray, str)):
+        try:
+            document = json.loads(data)
+        except ValueError as exc:
+            raise ManifestError(f"manifest is not valid JSON: {exc}", url=url) from exc
+    entries = document
+    if isinstance(document, Mapping):
+        entries = document.get("shards", document.get("shardlist"))
+    if not isinstance(entries, list) or not entries:
+        raise ManifestError("a manifest needs a non-empty 'shards' list", url=url)
+    shards = tuple(_entry(entry, index, url) for index, entry in enumerate(entries))
+    fmt: Format | None = None
+    total: int | None = None
+    if isinstance(document, Mapping):
+        stated = document.get("format")
+        fmt = next((f for f in FORMATS if f == stated), None)
+        stated_total = document.get("samples")
+        if isinstance(stated_total, int) and not isinstance(stated_total, bool):
+            total = stated_total
+    return ManifestContents(shards, fmt, total, document)
+
+
+def _entry(entry: Any, index: int, url: str | None) -> ManifestShard:
+    if isinstance(entry, str):
+        return ManifestShard(entry)
+    if not isinstance(entry, Mapping):
+        raise ManifestError(f"manifest shard {index} is neither a URL nor an object", url=url)
+    name = next((entry[k] for k in _URL_KEYS if isinstance(entry.get(k), str)), None)
+    if name is None:
+        raise ManifestError(f"manifest shard {index} has no 'url', 'name' or 'path'", url=url)
+    count = next((entry[k] for k in _COUNT_KEYS if k in entry), None)
+    sha = entry.get("sha256")
+    return ManifestShard(
+        name,
+        _count(count, f"shard {index} ({name}): bad sample count", url),
+        _count(entry.get("bytes"), f"shard {index} ({name}): bad byte count", url),
+        sha if isinstance(sha, str) else None,
+    )
+
+
+def _count(value: Any, what: str, url: str | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ManifestError(f"manifest {what} {value!r}", url=url)
+    return value
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def encode_name(text: str) -> str:
+    """A str safe in strict UTF-8 JSON (see the module docs); valid text is unchanged."""
+    if text.isascii():
+        return text
+    text = _ESCAPED_BYTE.sub(lambda m: chr(ord(m.group()) + _OFFSET), text)
+    return _OTHER_SURROGATE.sub("\ufffd", text)
+
+
+def decode_name(text: str) -> str:
+    """The name :func:`encode_name` wrote, as Python holds file names (surrogateescape)."""
+    if text.isascii():
+        return text
+    return _PRIVATE_BYTE.sub(lambda m: chr(ord(m.group()) - _OFFSET), text)
+
+
+def _safe(value: Any) -> Any:
+    if isinstance(value, str):
+        return encode_name(value)
+    if isinstance(value, Mapping):
+        return {_safe(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_safe(v) for v in value]
+    return value
+
+
+def encode_manifest(document: Mapping[str, Any]) -> bytes:
+    """The bytes of ``manifest.json``: indented UTF-8 JSON, names made safe, one newline."""
+    text = json.dumps(_safe(document), indent=2, ensure_ascii=False) + "\n"
+    return text.encode("utf-8")
