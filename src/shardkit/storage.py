@@ -28,6 +28,7 @@ __all__ = [
     "basename",
     "cache_path",
     "check_data_url",
+    "data_url_problem",
     "expand_urls",
     "filesystem",
     "is_executing",
@@ -107,15 +108,23 @@ def is_executing(url: str) -> bool:
     return url.startswith("pipe:")
 
 
-def check_data_url(url: str, *, found_in: str) -> None:
-    """Refuse a URL read from a data file (``found_in``: a manifest, a list) that would run
-    a command, unless ``SHARDKIT_ALLOW_PIPE=all`` (:func:`shardkit.config.pipe_policy`)."""
+def data_url_problem(url: str) -> str | None:
+    """Why a URL read from a data file (a manifest, a CSV/JSONL list) may not be opened:
+    it would run a command and ``SHARDKIT_ALLOW_PIPE`` is not ``all``
+    (:func:`shardkit.config.pipe_policy`); None when it may."""
     if is_executing(url) and config.pipe_policy() != "all":
-        raise ConfigError(
-            f"{found_in} names a pipe: URL, which would run a shell command; only URLs "
-            "given directly may (set SHARDKIT_ALLOW_PIPE=all to trust it)",
-            url=url,
+        return (
+            "a pipe: URL read from a data file would run a shell command; only URLs given "
+            "directly may (set SHARDKIT_ALLOW_PIPE=all to trust the file)"
         )
+    return None
+
+
+def check_data_url(url: str, *, found_in: str) -> None:
+    """ConfigError naming ``found_in`` (a manifest) when :func:`data_url_problem` says no."""
+    problem = data_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"{found_in}: {problem}", url=url)
 
 
 def local_path(url: str) -> str:

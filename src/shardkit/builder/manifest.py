@@ -90,6 +90,8 @@ def read_manifest(store: Store) -> dict[str, Any] | None:
         problem = bare_name_problem(shard.name)
         if problem is not None:
             raise BuildError(
-                f"{MANIFEST_NAME} names a shard outside the output: {problem}", url=store.url
+                f"{MANIFEST_NAME} names a shard outside the output: {problem}; it is not "
+                "shardkit's, remove it by hand to build here",
+                url=store.url,
             )
     return data

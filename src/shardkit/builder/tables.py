@@ -1,12 +1,14 @@
 """CSV / TSV / JSONL lists: one row per sample, a path column and a label column.
 
 Paths are relative to the list's folder, absolute, or URLs (read with
-:func:`shardkit.storage.open_read`). The list itself may be a URL (``s3://b/train.csv``);
-its relative paths then name objects beside it, whose sizes are learnt when they are
-read. Labels are integers (used as they are) or class names (numbered in sorted order,
-like an image folder's classes). Every other column goes into the sample's ``json``
-together with the path, class and label. Rows whose file is missing or not an image file
-are skipped and reported; the same path twice is an error of the list.
+:func:`shardkit.storage.open_read`); a ``pipe:`` row would run a shell command, so it is
+skipped with the reason unless ``SHARDKIT_ALLOW_PIPE=all`` (the list is data). The list
+itself may be a URL (``s3://b/train.csv``); its relative paths then name objects beside
+it, whose sizes are learnt when they are read. Labels are integers (used as they are) or
+class names (numbered in sorted order, like an image folder's classes). Every other column
+goes into the sample's ``json`` together with the path, class and label. Rows whose file
+is missing or not an image file are skipped and reported; the same path twice is an error
+of the list.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from .. import storage
 from ..codecs import normalize_image_extension
 from ..errors import BuildError
 from .keys import make_keys
@@ -74,8 +77,6 @@ def list_table(path: str, options: BuildOptions) -> Listing:
 
 def _rows(path: str) -> Iterator[dict[str, Any]]:
     import io
-
-    from .. import storage
 
     lower = path.lower()
     try:
@@ -141,6 +142,10 @@ def _files(
         if rel in seen:
             raise BuildError(f"{rel!r} is listed twice", url=path)
         seen.add(rel)
+        problem = storage.data_url_problem(rel)
+        if problem is not None:
+            skipped.append((rel, problem))
+            continue
         ext = rel.rpartition(".")[2].lower() if "." in rel else ""
         if ext not in FOLDER_EXTENSIONS:
             skipped.append((rel, f"not an image file (extension {ext or 'none'!r})"))

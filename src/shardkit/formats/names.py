@@ -106,7 +106,7 @@ def check_pattern(pattern: str, *, option: str = "pattern") -> None:
             )
         spec = match.group("spec")
         width_text = match.group("width")
-        if spec is not None:
+        if spec:
             brace = _BRACE_SPEC.fullmatch(spec)
             if brace is None:
                 raise ConfigError(
@@ -135,8 +135,8 @@ def shard_name(pattern: str, index: int) -> str:
         last = match.end()
         if match.group("pct"):
             out.append("%")
-        elif match.group("spec") is not None:
-            out.append(format(index, match.group("spec")[1:] or "d"))
+        elif match.group(0).startswith("{"):
+            out.append(format(index, (match.group("spec") or ":d")[1:] or "d"))
         else:
             out.append(match.group(0) % index)
     out.append(pattern[last:])
