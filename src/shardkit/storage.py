@@ -53,7 +53,7 @@ def expand_urls(spec: str | Sequence[str]) -> list[str]:
     """Brace-expand one URL spec (``a-{000..009}.tar``, ``{a,b}.tar``) or a list of them."""
     if not isinstance(spec, str):
         return [url for item in spec for url in expand_urls(item)]
-    if spec.startswith("pipe:"):
+    if is_executing(spec):
         return [spec]  # a shell command: braces are the shell's business
     start = spec.find("{")
     if start < 0:
@@ -98,9 +98,9 @@ def _split_top_level(body: str) -> list[str]:
 
 def is_local(url: str) -> bool:
     """True for plain paths and ``file:`` URLs."""
-    return (
-        not _SCHEME.match(url) and not url.startswith("pipe:") and url != "-"
-    ) or url.startswith("file://")
+    return (not _SCHEME.match(url) and not is_executing(url) and url != "-") or url.startswith(
+        "file://"
+    )
 
 
 def is_executing(url: str) -> bool:

@@ -29,7 +29,7 @@ class OutputFolder:
         ext = re.escape(options.extension)
         self.final = re.compile(rf"{re.escape(options.prefix)}-\d{{6}}\.{ext}")
         prefix = options.prefix
-        self.hidden = (f".{prefix}-", f"..{prefix}-", ".manifest.json.tmp-")
+        self.hidden = (f".{prefix}-", f"..{prefix}-", f".{MANIFEST_NAME}.tmp-")
 
     def final_name(self, index: int) -> str:
         return f"{self.options.prefix}-{index:06d}.{self.options.extension}"

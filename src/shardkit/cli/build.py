@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 _EPILOG = """\
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{state}{result.samples} samples in {len(result.shards)} shards "
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
-        f"{result.seconds:.1f} s -> {os.path.join(args.out, 'manifest.json')}"
+        f"{result.seconds:.1f} s -> {result.manifest}"
     )
     return 0
 
