@@ -185,6 +185,13 @@ def test_names_that_are_not_utf8_keep_the_manifest_strict_json(tmp_path: Path) -
     assert not report.other and not any(shard.problems for shard in report.shards)
     again = shardkit.build(src, out, options=options)
     assert again.resumed_tasks == -1 and again.samples == 12
+    assert main(["index", out]) == 0  # index files hold the keys, strict UTF-8 too
+    for name in os.listdir(out):
+        if name.endswith(".idx"):
+            with open(os.path.join(out, name), "rb") as f:
+                json.loads(f.read().decode("utf-8"))
+    report = verify(out)  # every index matches what the reader yields
+    assert not report.other and not any(shard.problems for shard in report.shards)
 
 
 # --------------------------------------------------------------------------- manifest counts

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import FormatError
-from .names import Format
+from .names import Format, decode_name, encode_name
 
 __all__ = ["INDEX_SUFFIX", "ShardIndex", "compare_index", "index_url"]
 
@@ -54,12 +54,12 @@ class ShardIndex:
         doc = {
             "format": _FORMAT,
             "version": 1,
-            "shard": self.shard,
+            "shard": encode_name(self.shard),
             "shard_format": self.shard_format,
             "compressed": self.compressed,
             "bytes": self.shard_bytes,
             "sha256": self.sha256,
-            "keys": list(self.keys),
+            "keys": [encode_name(key) for key in self.keys],
             "offsets": list(self.offsets),
             "sizes": list(self.sizes),
         }
@@ -75,11 +75,11 @@ class ShardIndex:
             if not len(keys) == len(offsets) == len(sizes):
                 raise ValueError("keys, offsets and sizes differ in length")
             return cls(
-                str(doc["shard"]),
+                decode_name(str(doc["shard"])),
                 "tfrecord" if doc["shard_format"] == "tfrecord" else "tar",
                 bool(doc["compressed"]),
                 doc.get("bytes"),
-                tuple(map(str, keys)),
+                tuple(decode_name(str(key)) for key in keys),
                 tuple(map(int, offsets)),
                 tuple(map(int, sizes)),
                 doc.get("sha256"),

@@ -9,25 +9,20 @@ build's classes, options, skipped files, ...) are kept in :attr:`ManifestContent
 This module parses bytes; opening a manifest URL and resolving its shard names is
 :func:`shardkit.reader.load_manifest`'s job.
 
-Names that are not valid UTF-8 (a class folder or file name from a Linux file system) come
-to Python as str holding lone surrogates U+DC80..U+DCFF (PEP 383, ``surrogateescape``),
-which no strict JSON/UTF-8 parser accepts. The writer keeps the manifest strict UTF-8 JSON
-by writing each such byte 0xNN as the private-use character U+EFNN (the range
-U+EF80..U+EFFF, as MirBSD's OPTU-8 does); :func:`decode_name` maps them back, so
-``os.fsencode(decode_name(name))`` gives the original bytes. Any other lone surrogate
-(not from a file name) is written as U+FFFD. Valid names are written as they are.
+The writer keeps the manifest strict UTF-8 JSON whatever the names are: every string goes
+through :func:`shardkit.formats.names.encode_name` (names that are not valid UTF-8 are
+written reversibly; :func:`decode_name` maps them back).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ManifestError
-from .names import FORMATS, MANIFEST_NAME, Format
+from .names import FORMATS, MANIFEST_NAME, Format, decode_name, encode_name
 
 __all__ = [
     "MANIFEST_NAME",
@@ -44,10 +39,6 @@ MANIFEST_VERSION = 1
 
 _URL_KEYS = ("url", "name", "path")
 _COUNT_KEYS = ("samples", "nsamples", "count", "num_samples")
-_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-_OTHER_SURROGATE = re.compile("[\ud800-\udfff]")
-_PRIVATE_BYTE = re.compile("[\uef80-\uefff]")
-_OFFSET = 0xEF80 - 0xDC80
 
 
 @dataclass(frozen=True)
@@ -131,21 +122,6 @@ def _count(value: Any, what: str, url: str | None) -> int | None:
 
 
 # --------------------------------------------------------------------------- writing
-
-
-def encode_name(text: str) -> str:
-    """A str safe in strict UTF-8 JSON (see the module docs); valid text is unchanged."""
-    if text.isascii():
-        return text
-    text = _ESCAPED_BYTE.sub(lambda m: chr(ord(m.group()) + _OFFSET), text)
-    return _OTHER_SURROGATE.sub("\ufffd", text)
-
-
-def decode_name(text: str) -> str:
-    """The name :func:`encode_name` wrote, as Python holds file names (surrogateescape)."""
-    if text.isascii():
-        return text
-    return _PRIVATE_BYTE.sub(lambda m: chr(ord(m.group()) - _OFFSET), text)
 
 
 def _safe(value: Any) -> Any:

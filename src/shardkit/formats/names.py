@@ -11,7 +11,15 @@ same thing everywhere:
   one integer placeholder, at most :data:`MAX_PATTERN_WIDTH` characters wide; ``%%`` is a
   literal ``%``;
 - a **bare name** (a shard or part named by a manifest or a journal, read back from a
-  folder) is one path component: not empty, not ``.`` or ``..``, no ``/``, ``\\`` or NUL.
+  folder) is one path component: not empty, not ``.`` or ``..``, no ``/``, ``\\`` or NUL;
+- a **name in a JSON file** shardkit writes (manifest, index) is strict UTF-8: names that
+  are not valid UTF-8 (a class folder or file name from a Linux file system) come to
+  Python as str holding lone surrogates U+DC80..U+DCFF (PEP 383, ``surrogateescape``),
+  which no strict JSON/UTF-8 parser accepts, so :func:`encode_name` writes each such byte
+  0xNN as the private-use character U+EFNN (the range U+EF80..U+EFFF, as MirBSD's OPTU-8
+  does) and :func:`decode_name` maps them back: ``os.fsencode(decode_name(name))`` gives
+  the original bytes. Any other lone surrogate is written as U+FFFD; valid names are
+  written as they are.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ __all__ = [
     "Format",
     "bare_name_problem",
     "check_pattern",
+    "decode_name",
+    "encode_name",
     "format_from_name",
     "is_pattern",
     "is_shard_name",
@@ -56,6 +66,11 @@ _TOKEN = re.compile(
 _BRACE_SPEC = re.compile(r":0?(?P<width>\d*)d?")
 # What makes an output a pattern rather than one file (a %-escape such as %20 does not).
 _PLACEHOLDER = re.compile(r"%0?\d*d|\{shard(:[^}]*)?\}")
+
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_OTHER_SURROGATE = re.compile("[\ud800-\udfff]")
+_PRIVATE_BYTE = re.compile("[\uef80-\uefff]")
+_OFFSET = 0xEF80 - 0xDC80
 
 
 def _stem(name: str) -> str:
@@ -155,3 +170,21 @@ def bare_name_problem(name: object) -> str | None:
     if "/" in name or "\\" in name or "\0" in name:
         return f"{name!r} is not a bare file name (it holds a path separator or NUL)"
     return None
+
+
+# --------------------------------------------------------------------------- names in JSON
+
+
+def encode_name(text: str) -> str:
+    """A str safe in strict UTF-8 JSON (see the module docs); valid text is unchanged."""
+    if text.isascii():
+        return text
+    text = _ESCAPED_BYTE.sub(lambda m: chr(ord(m.group()) + _OFFSET), text)
+    return _OTHER_SURROGATE.sub("\ufffd", text)
+
+
+def decode_name(text: str) -> str:
+    """The name :func:`encode_name` wrote, as Python holds file names (surrogateescape)."""
+    if text.isascii():
+        return text
+    return _PRIVATE_BYTE.sub(lambda m: chr(ord(m.group()) - _OFFSET), text)
