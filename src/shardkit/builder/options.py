@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from ..formats.names import FORMATS, Format
 from ..units import parse_size
 
 __all__ = ["BuildOptions", "OnError", "OutputFormat", "ValidateMode"]
 
-OutputFormat = Literal["tar", "tfrecord"]
+OutputFormat = Format
 ValidateMode = Literal["none", "header", "full"]
 OnError = Literal["skip", "fail"]
 
@@ -52,7 +53,7 @@ class BuildOptions:
     def __post_init__(self) -> None:
         size = parse_size(self.max_size, name="max_size")
         object.__setattr__(self, "max_size", size)
-        _choice("format", self.format, ("tar", "tfrecord"))
+        _choice("format", self.format, FORMATS)
         _choice("validate", self.validate, ("none", "header", "full"))
         _choice("on_error", self.on_error, ("skip", "fail"))
         _positive_int("max_count", self.max_count)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..formats.names import FORMATS
+
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
 label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
@@ -24,7 +26,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("src", help="image folder, .csv/.jsonl list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
     add = parser.add_argument
-    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format (tar)")
+    add("--format", choices=FORMATS, default="tar", help="shard format (tar)")
     add("--max-count", type=int, default=10_000, metavar="N", help="samples per shard (10000)")
     add("--max-size", default="250MB", metavar="SIZE", help="bytes per shard: 100MB, 1GiB (250MB)")
     add("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import ConfigError
-from ..formats.names import Format
+from ..formats.names import FORMATS, Format
 from ..handlers import Handler, HandlerName, resolve_handler
 from ._torch import register_iterable_dataset
 from .chain import Equalize, Recipe
@@ -104,7 +104,7 @@ class Dataset(_Base):
             raise TypeError(f"seed must be an int, not {seed!r}")
         if equalize not in (None, "pad", "drop"):
             raise ConfigError(f"equalize must be 'pad', 'drop' or None, not {equalize!r}")
-        if format not in (None, "tar", "tfrecord"):
+        if format is not None and format not in FORMATS:
             raise ConfigError(f"format must be 'tar', 'tfrecord' or None, not {format!r}")
         if node is not None:
             current_node(node)  # validates
