@@ -192,6 +192,16 @@ def test_names_that_are_not_utf8_keep_the_manifest_strict_json(tmp_path: Path) -
                 json.loads(f.read().decode("utf-8"))
     report = verify(out)  # every index matches what the reader yields
     assert not report.other and not any(shard.problems for shard in report.shards)
+    prefixed = str(tmp_path / "prefixed")  # shard names that are not UTF-8 either
+    options = BuildOptions(max_count=5, workers=1, prefix=os.fsdecode(b"p\xe9"))
+    first = shardkit.build(src, prefixed, options=options)
+    assert os.fsencode(first.shards[0].name) == b"p\xe9-000000.tar"
+    assert len(list(shardkit.Dataset(prefixed))) == 12
+    report = verify(prefixed)
+    assert not report.other and not any(shard.problems for shard in report.shards)
+    again = shardkit.build(src, prefixed, options=options)
+    assert again.resumed_tasks == -1 and again.shards == first.shards
+    assert again.skipped == first.skipped
 
 
 # --------------------------------------------------------------------------- manifest counts

@@ -32,6 +32,7 @@ __all__ = [
     "decode_name",
     "encode_manifest",
     "encode_name",
+    "encode_names",
     "parse_manifest",
 ]
 
@@ -43,7 +44,8 @@ _COUNT_KEYS = ("samples", "nsamples", "count", "num_samples")
 
 @dataclass(frozen=True)
 class ManifestShard:
-    """One shard entry as written: its name (relative or a URL) and what it states."""
+    """One shard entry: its name (relative or a URL; :func:`decode_name` applied) and what
+    it states."""
 
     name: str
     samples: int | None = None
@@ -97,7 +99,7 @@ def parse_manifest(data: bytes | str | Any, *, url: str | None = None) -> Manife
 
 def _entry(entry: Any, index: int, url: str | None) -> ManifestShard:
     if isinstance(entry, str):
-        return ManifestShard(entry)
+        return ManifestShard(decode_name(entry))
     if not isinstance(entry, Mapping):
         raise ManifestError(f"manifest shard {index} is neither a URL nor an object", url=url)
     name = next((entry[k] for k in _URL_KEYS if isinstance(entry.get(k), str)), None)
@@ -106,7 +108,7 @@ def _entry(entry: Any, index: int, url: str | None) -> ManifestShard:
     count = next((entry[k] for k in _COUNT_KEYS if k in entry), None)
     sha = entry.get("sha256")
     return ManifestShard(
-        name,
+        decode_name(name),
         _count(count, f"shard {index} ({name}): bad sample count", url),
         _count(entry.get("bytes"), f"shard {index} ({name}): bad byte count", url),
         sha if isinstance(sha, str) else None,
@@ -124,17 +126,19 @@ def _count(value: Any, what: str, url: str | None) -> int | None:
 # --------------------------------------------------------------------------- writing
 
 
-def _safe(value: Any) -> Any:
+def encode_names(value: Any) -> Any:
+    """``value`` (JSON-like) with every string through :func:`encode_name`, as the manifest
+    stores it: compare what is read back with this, not with the original."""
     if isinstance(value, str):
         return encode_name(value)
     if isinstance(value, Mapping):
-        return {_safe(k): _safe(v) for k, v in value.items()}
+        return {encode_names(k): encode_names(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_safe(v) for v in value]
+        return [encode_names(v) for v in value]
     return value
 
 
 def encode_manifest(document: Mapping[str, Any]) -> bytes:
     """The bytes of ``manifest.json``: indented UTF-8 JSON, names made safe, one newline."""
-    text = json.dumps(_safe(document), indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(encode_names(document), indent=2, ensure_ascii=False) + "\n"
     return text.encode("utf-8")
