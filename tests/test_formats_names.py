@@ -100,6 +100,7 @@ def test_shard_name_patterns() -> None:
     assert shard_name("out/{shard:05d}.tar", 12) == "out/00012.tar"
     assert shard_name("out/100%%-%d.tar", 3) == "out/100%-3.tar"
     assert shard_name("out/{shard}.tar", 3) == "out/3.tar"
+    assert shard_name("s3://b/a%20b/{shard:03d}.tar", 3) == "s3://b/a%20b/003.tar"
 
 
 @pytest.mark.parametrize(
@@ -109,7 +110,7 @@ def test_shard_name_patterns() -> None:
         ("out/%2147483647d.tar", "width 2147483647 is over 20"),
         ("out/{shard:99999999d}.tar", "width 99999999 is over 20"),
         ("out/%06d-%06d.tar", "exactly one"),
-        ("out/%06d-{shard}.tar", "exactly one"),
+        ("out/{shard}-{shard}.tar", "exactly one"),
         ("out/{shard:x}.tar", "not an integer placeholder"),
         ("out/shard.tar", "exactly one"),
         ("out/%06d-%", "not a shard-number placeholder"),

@@ -8,8 +8,9 @@ same thing everywhere:
   optionally followed by ``.gz`` (case does not matter), and is not hidden (no leading
   dot); ``.tfrecord*`` and ``.tfr`` are TFRecord, the rest tar;
 - a **shard-name pattern** (``out/shard-%06d.tar``, ``out/{shard:06d}.tar``) holds exactly
-  one integer placeholder, at most :data:`MAX_PATTERN_WIDTH` characters wide; ``%%`` is a
-  literal ``%``;
+  one integer placeholder, at most :data:`MAX_PATTERN_WIDTH` characters wide. In a
+  ``%`` pattern every ``%`` is a conversion (``%%`` is a literal ``%``); in a pattern with
+  ``{shard}``, ``%`` is an ordinary character (URL escapes such as ``%20`` stay);
 - a **bare name** (a shard or part named by a manifest or a journal, read back from a
   folder) is one path component: not empty, not ``.`` or ``..``, no ``/``, ``\\`` or NUL;
 - a **name in a JSON file** shardkit writes (manifest, index) is strict UTF-8: names that
@@ -25,6 +26,7 @@ same thing everywhere:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Literal
 
 from ..errors import ConfigError
@@ -59,10 +61,9 @@ GZIP_SUFFIX = ".gz"
 
 MAX_PATTERN_WIDTH = 20
 
-# %% | %[0][width]d | any other conversion (refused) | {shard[:spec]}
-_TOKEN = re.compile(
-    r"%(?:(?P<pct>%)|(?P<int>0?(?P<width>\d*)d)|(?P<other>.?))|\{shard(?P<spec>:[^}]*)?\}"
-)
+# %% | %[0][width]d | any other conversion (refused); {shard[:spec]}
+_PRINTF_TOKEN = re.compile(r"%(?:(?P<pct>%)|0?(?P<width>\d*)d|(?P<other>.?))")
+_BRACE_TOKEN = re.compile(r"\{shard(?P<spec>:[^}]*)?\}")
 _BRACE_SPEC = re.compile(r":0?(?P<width>\d*)d?")
 # What makes an output a pattern rather than one file (a %-escape such as %20 does not).
 _PLACEHOLDER = re.compile(r"%0?\d*d|\{shard(:[^}]*)?\}")
@@ -111,18 +112,18 @@ def check_pattern(pattern: str, *, option: str = "pattern") -> None:
     if not isinstance(pattern, str):
         raise ConfigError(f"{option} must be a string, not {type(pattern).__name__}")
     found = 0
-    for match in _TOKEN.finditer(pattern):
-        if match.group("pct"):
-            continue
-        if match.group("other") is not None:
-            raise ConfigError(
-                f"{option} {pattern!r}: {match.group(0)!r} is not a shard-number placeholder "
-                "(use one '%06d' or '{shard:06d}'; write '%%' for a literal '%')"
-            )
-        spec = match.group("spec")
-        width_text = match.group("width")
-        if spec:
-            brace = _BRACE_SPEC.fullmatch(spec)
+    for match in _tokens(pattern):
+        if match.re is _PRINTF_TOKEN:
+            if match.group("pct"):
+                continue
+            if match.group("other") is not None:
+                raise ConfigError(
+                    f"{option} {pattern!r}: {match.group(0)!r} is not a shard-number "
+                    "placeholder (use one '%06d' or '{shard:06d}'; '%%' is a literal '%')"
+                )
+            width_text = match.group("width")
+        else:
+            brace = _BRACE_SPEC.fullmatch(match.group("spec") or ":")
             if brace is None:
                 raise ConfigError(
                     f"{option} {pattern!r}: {match.group(0)!r} is not an integer placeholder"
@@ -145,17 +146,21 @@ def shard_name(pattern: str, index: int) -> str:
     """Fill a shard pattern (``%06d`` or ``{shard:06d}``) with an index."""
     check_pattern(pattern)
     out, last = [], 0
-    for match in _TOKEN.finditer(pattern):
+    for match in _tokens(pattern):
         out.append(pattern[last : match.start()])
         last = match.end()
-        if match.group("pct"):
-            out.append("%")
-        elif match.group(0).startswith("{"):
+        if match.re is _BRACE_TOKEN:
             out.append(format(index, (match.group("spec") or ":d")[1:] or "d"))
         else:
-            out.append(match.group(0) % index)
+            out.append("%" if match.group("pct") else match.group(0) % index)
     out.append(pattern[last:])
     return "".join(out)
+
+
+def _tokens(pattern: str) -> Iterator[re.Match[str]]:
+    """The placeholders of a pattern: ``{shard...}`` ones if it has any, else ``%`` ones."""
+    brace = list(_BRACE_TOKEN.finditer(pattern))
+    return iter(brace) if brace else _PRINTF_TOKEN.finditer(pattern)
 
 
 # --------------------------------------------------------------------------- bare names
