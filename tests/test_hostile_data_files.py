@@ -4,6 +4,7 @@ a manifest that under-counts a shard is an error, not silently dropped samples."
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -138,9 +139,12 @@ def test_a_manifest_in_out_naming_a_file_outside_is_refused(tmp_path: Path) -> N
     manifest["shards"][0]["name"] = "../victim"
     with open(path, "w") as f:
         json.dump(manifest, f)
-    with pytest.raises(BuildError, match="outside the output"):
-        shardkit.build(src, out, options=options)
-    assert os.path.exists(tmp_path / "victim")
+    before = sorted(os.listdir(out))
+    for overwrite in (False, True):  # --overwrite reads the list of files to delete from it
+        with pytest.raises(BuildError, match="outside the output"):
+            shardkit.build(src, out, options=dataclasses.replace(options, overwrite=overwrite))
+        assert os.path.exists(tmp_path / "victim")
+        assert sorted(os.listdir(out)) == before
 
 
 # --------------------------------------------------------------------------- names not UTF-8
