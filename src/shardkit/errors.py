@@ -16,6 +16,7 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
     │   │   ├── TruncatedShardError       the shard ends in the middle of a record
     │   │   └── ChecksumError             a CRC or sha256 does not match
     │   ├── DecodeError                   a field does not decode
+    │   ├── MissingFieldError (KeyError)  a sample lacks a field a stage needs
     │   └── EncodeError (also TypeError)  a value cannot be encoded
     ├── UnsafeDataError                   refusing to unpickle without opt-in
     ├── StorageError (OSError)            opening / reading / writing a URL failed
@@ -33,6 +34,7 @@ __all__ = [
     "EncodeError",
     "FormatError",
     "ManifestError",
+    "MissingFieldError",
     "ShardkitError",
     "StorageError",
     "TruncatedShardError",
@@ -110,6 +112,10 @@ class ManifestError(ConfigError, FormatError):
 
 class DecodeError(DataError):
     """A sample field could not be decoded."""
+
+
+class MissingFieldError(DataError, KeyError):
+    """A sample lacks a field that ``map_dict``, ``to_tuple`` or ``rename`` needs."""
 
 
 class EncodeError(DataError, TypeError):

@@ -17,7 +17,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, BinaryIO, cast
 
 from . import config
@@ -206,6 +206,7 @@ def open_read(
     buffer_size: int = 1 << 20,
     cache_dir: str | None = None,
     retries: int = 5,
+    cache_check: Callable[[BinaryIO], bool] | None = None,
 ) -> BinaryIO:
     """Open a URL for streaming reads; the caller closes the stream.
 
@@ -214,7 +215,10 @@ def open_read(
     ``retries`` times with backoff, resuming at the byte offset reached (a Range request).
     With ``cache_dir``, a remote object is read from its cached copy when there is one;
     otherwise it streams as usual while a copy is written beside it, which takes its
-    final name only once the whole object has been read (so it is never partial).
+    final name only once the stream provably ended where the object ends: at its end of
+    stream, with as many bytes as the server said (where it said), and, with
+    ``cache_check``, only if ``cache_check(copy)`` confirms the content is whole (an HTTP
+    body without a length can end cleanly yet early). Otherwise the copy is dropped.
     ``buffer_size=0`` opens a local file unbuffered (for readers that seek over data);
     a pipe or a remote stream keeps a buffer of the default size.
     """
@@ -233,10 +237,11 @@ def open_read(
             if os.path.exists(cached):
                 return open(cached, "rb", buffering=buffer_size)
         fs, path = _fs(url, storage_options)
-        raw: io.RawIOBase = _ResumableReader(fs, path, url, retries=retries)
-        if cache_dir is not None:
-            raw = _CachingReader(raw, cache_path(url, cache_dir))
-        return io.BufferedReader(raw, stream_buffer)
+        remote = _ResumableReader(fs, path, url, retries=retries)
+        if cache_dir is None:
+            return io.BufferedReader(remote, stream_buffer)
+        copying = _CachingReader(remote, cache_path(url, cache_dir), url, cache_check)
+        return io.BufferedReader(copying, stream_buffer)
     except StorageError:
         raise
     except FileNotFoundError as exc:
@@ -297,6 +302,11 @@ class _ResumableReader(io.RawIOBase):
     HTTP(S) is one streaming GET (a Range request when resuming), so the first bytes come
     before the rest have been sent; other fsspec protocols read ranged blocks.
     """
+
+    @property
+    def size(self) -> int | None:
+        """The object's length in bytes, where the server said it."""
+        return self._end
 
     def __init__(self, fs: Any, path: str, url: str, *, retries: int) -> None:
         self._fs, self._path, self._url, self._retries = fs, path, url, retries
@@ -426,14 +436,24 @@ class _ResumableReader(io.RawIOBase):
 
 
 class _CachingReader(io.RawIOBase):
-    """Pass a stream through while copying it to ``path``, committed only when complete."""
+    """Pass a stream through while copying it to ``path``, committed only when complete
+    (see :func:`open_read`)."""
 
-    def __init__(self, raw: io.RawIOBase, path: str) -> None:
+    def __init__(
+        self,
+        raw: _ResumableReader,
+        path: str,
+        url: str,
+        check: Callable[[BinaryIO], bool] | None,
+    ) -> None:
         folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)
         self._raw = raw
         self._path = path
+        self._url = url
+        self._check = check
+        self._written = 0
         self._tmp = f"{path}.tmp-{os.getpid()}-{id(self):x}"
         self._out: BinaryIO | None = open(self._tmp, "wb")  # noqa: SIM115
 
@@ -445,15 +465,39 @@ class _CachingReader(io.RawIOBase):
         if self._out is not None:
             if n:
                 self._out.write(memoryview(buffer)[:n])
+                self._written += n
             else:
                 self._commit()
         return n
 
     def _commit(self) -> None:
         out, self._out = self._out, None
-        if out is not None:
-            out.close()
+        if out is None:
+            return
+        out.close()
+        if self._complete():
             os.replace(self._tmp, self._path)
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self._tmp)
+
+    def _complete(self) -> bool:
+        """Whether the copy provably holds the whole object (see :func:`open_read`)."""
+        size = self._raw.size
+        if size is not None and size != self._written:
+            problem = f"{self._written} bytes arrived, the server announced {size}"
+        elif self._check is None:
+            return size is not None
+        else:
+            try:
+                with open(self._tmp, "rb") as copy:
+                    if self._check(copy):
+                        return True
+                problem = "the stream ended cleanly but before the end of the shard"
+            except OSError as exc:
+                problem = f"cannot check the copy: {exc}"
+        logger.warning("%s: not cached: %s", self._url, problem)
+        return False
 
     def close(self) -> None:
         if self.closed:
