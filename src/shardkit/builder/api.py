@@ -127,8 +127,11 @@ def _list_shards(
 def _shard_folder(path: str) -> list[str] | None:
     """The shards of a folder of shards (no subfolders; its manifest's, else every shard
     file by name), or None when it is not one (an image folder)."""
-    with os.scandir(path) as scan:
-        entries = list(scan)
+    try:
+        with os.scandir(path) as scan:
+            entries = list(scan)
+    except OSError:
+        return None  # unreadable: the image-folder listing reports it
     if any(entry.is_dir() for entry in entries):
         return None
     names = {entry.name for entry in entries}
