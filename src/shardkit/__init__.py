@@ -21,6 +21,8 @@ from .errors import (
     EmptyBuildError,
     EncodeError,
     FormatError,
+    ManifestError,
+    MissingDependencyError,
     ShardkitError,
     StorageError,
     TruncatedShardError,
@@ -32,6 +34,7 @@ from .writer import ShardInfo, ShardWriter
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
     from .pipeline import Dataset, Loader
+    from .reader import read_shard
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
 _LAZY = {
@@ -39,6 +42,7 @@ _LAZY = {
     "Loader": ".pipeline",
     "ShardResult": ".mapshards",
     "map_shards": ".mapshards",
+    "read_shard": ".reader",
 }
 
 __all__ = [
@@ -55,6 +59,8 @@ __all__ = [
     "EncodeError",
     "FormatError",
     "Loader",
+    "ManifestError",
+    "MissingDependencyError",
     "ShardInfo",
     "ShardResult",
     "ShardWriter",
@@ -66,6 +72,7 @@ __all__ = [
     "__version__",
     "build",
     "map_shards",
+    "read_shard",
 ]
 
 
