@@ -18,8 +18,11 @@ from .errors import (
     ConfigError,
     DataError,
     DecodeError,
+    EmptyBuildError,
     EncodeError,
     FormatError,
+    ManifestError,
+    MissingDependencyError,
     ShardkitError,
     StorageError,
     TruncatedShardError,
@@ -30,10 +33,17 @@ from .writer import ShardInfo, ShardWriter
 
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
-    from .pipeline import Dataset
+    from .pipeline import Dataset, Loader
+    from .reader import read_shard
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
-_LAZY = {"Dataset": ".pipeline", "ShardResult": ".mapshards", "map_shards": ".mapshards"}
+_LAZY = {
+    "Dataset": ".pipeline",
+    "Loader": ".pipeline",
+    "ShardResult": ".mapshards",
+    "map_shards": ".mapshards",
+    "read_shard": ".reader",
+}
 
 __all__ = [
     "BuildError",
@@ -45,8 +55,12 @@ __all__ = [
     "DataError",
     "Dataset",
     "DecodeError",
+    "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "Loader",
+    "ManifestError",
+    "MissingDependencyError",
     "ShardInfo",
     "ShardResult",
     "ShardWriter",
@@ -58,6 +72,7 @@ __all__ = [
     "__version__",
     "build",
     "map_shards",
+    "read_shard",
 ]
 
 
