@@ -42,7 +42,7 @@ TOOLS: dict[str, list[str]] = {
     "stats": ["stats", "IN"],
     "show": ["show", "IN"],
     "convert": ["convert", "IN", "-o", "OUT/all.tfrecord"],
-    "proc": ["proc", "IN", "-c", "true", "-o", "OUT/p.tar"],
+    "proc": ["proc", "IN", "-e", "true", "-o", "OUT/p.tar"],
 }
 
 
