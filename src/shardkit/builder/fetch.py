@@ -23,13 +23,14 @@ import errno
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from ..errors import ConfigError
 from ..formats.tar import MAX_MEMBER_SIZE
-from .sources import Item, Source
+from .sources import Item
 
 __all__ = ["HOST_FAILURES", "Download", "close_fetcher", "prefetch"]
 
@@ -60,14 +61,22 @@ class _Fetcher:
             target=self.loop.run_forever, name="shardkit-fetch", daemon=True
         )
         self.thread.start()
-        self.session: Any = self._run(self._open(concurrency)).result()
+        try:
+            self.session: Any = self._run(self._open(concurrency)).result()
+        except BaseException:
+            self._stop()
+            raise
 
     def _run(self, coro: Any) -> Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     async def _open(self, concurrency: int) -> Any:
-        import aiohttp
-
+        try:
+            import aiohttp
+        except ImportError:
+            raise ConfigError(
+                "downloading http(s) URLs needs aiohttp: pip install 'shardkit[http]'"
+            ) from None
         connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
         return aiohttp.ClientSession(connector=connector, raise_for_status=False)
 
@@ -123,9 +132,12 @@ class _Fetcher:
     def close(self) -> None:
         if self.settings[2] == os.getpid():  # never another process's loop after a fork
             self._run(self.session.close()).result()
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join()
-            self.loop.close()
+            self._stop()
+
+    def _stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
 
 
 async def _body(response: Any) -> Download:
@@ -167,14 +179,11 @@ def close_fetcher() -> None:
 
 
 def prefetch(
-    source: Source, items: list[Item], *, concurrency: int, timeout: float
+    url_of: Callable[[Item], str], items: list[Item], *, concurrency: int, timeout: float
 ) -> Iterator[tuple[Item, Future[Download] | None]]:
-    """Each item, in order, with its download when it is an http(s) URL (else None: the
-    source loads it). Up to ``concurrency`` items ahead are downloading meanwhile."""
-    url_of = getattr(source, "http_url", None)
-    if url_of is None:
-        yield from ((item, None) for item in items)
-        return
+    """Each item, in order, with its download when ``url_of`` gives it an http(s) URL
+    (else None: the source loads it). Up to ``concurrency`` items ahead are downloading
+    meanwhile."""
     fetcher: _Fetcher | None = None
     window: deque[tuple[Item, Future[Download] | None]] = deque()
     pending = iter(items)

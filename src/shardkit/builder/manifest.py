@@ -19,7 +19,14 @@ from .results import ShardRecord
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["MANIFEST_NAME", "ShardRecord", "make_manifest", "read_manifest", "write_manifest"]
+__all__ = [
+    "MANIFEST_NAME",
+    "ShardRecord",
+    "fetch_total",
+    "make_manifest",
+    "read_manifest",
+    "write_manifest",
+]
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
@@ -33,11 +40,15 @@ def make_manifest(
     class_counts: dict[int, int],
     skipped: list[tuple[str, str]],
     timing: dict[str, Any],
+    fetch: list[dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The manifest as a dict (``identity`` is the journal header: options, seed, inputs)."""
+    """The manifest as a dict (``identity`` is the journal header: options, seed, inputs).
+
+    ``fetch`` holds each task's http(s) download counts by outcome, in plan order; the
+    manifest gets them (with their total) only when something was downloaded."""
     options = identity["options"]
     counts: dict[str, int] = {name: class_counts.get(i, 0) for i, name in enumerate(classes)}
-    return {
+    manifest = {
         "shardkit_manifest": MANIFEST_VERSION,
         "format": options["format"],
         "samples": sum(s.samples for s in shards),
@@ -56,6 +67,18 @@ def make_manifest(
         "shardkit_version": __version__,
         "timing": timing,
     }
+    if fetch and any(fetch):
+        manifest["fetch"] = {"total": fetch_total(fetch), "tasks": fetch}
+    return manifest
+
+
+def fetch_total(counts: list[dict[str, int]]) -> dict[str, int]:
+    """The sum of per-task download counts, by outcome (sorted by name)."""
+    total: dict[str, int] = {}
+    for one in counts:
+        for category, n in one.items():
+            total[category] = total.get(category, 0) + n
+    return dict(sorted(total.items()))
 
 
 def write_manifest(

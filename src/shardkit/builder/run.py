@@ -100,7 +100,7 @@ class _Driver:
         manifest = self.folder.check(self.identity)
         if manifest is not None:
             shards, skipped = self.folder.already_built(manifest)
-            return self._result(shards, skipped, resumed=-1)
+            return self._result(shards, skipped, resumed=-1, fetch=_fetched(manifest))
         resumed = self.journal.load()
         if resumed:
             for task in self.committer.resume():
@@ -284,6 +284,7 @@ class _Driver:
             class_counts=counts,
             skipped=skipped,
             timing=timing,
+            fetch=[result.fetch for result in results],
         )
         manifest["source"] = {**manifest["source"], "path": self.listing.path}
         self.guard()
@@ -291,7 +292,7 @@ class _Driver:
         write_manifest(self.store.join(MANIFEST_NAME), manifest, options)
         self.journal.remove()
         self.folder.remove_strays()
-        return self._result(shards, skipped, resumed=self.resumed)
+        return self._result(shards, skipped, resumed=self.resumed, fetch=_fetched(manifest))
 
     def _nothing_packed(self, skipped: list[tuple[str, str]]) -> None:
         """Leave OUT without a manifest, journal or parts, so a rerun starts afresh; raise."""
@@ -303,7 +304,11 @@ class _Driver:
         raise EmptyBuildError(message, skipped=skipped, url=self.store.url)
 
     def _result(
-        self, shards: list[ShardRecord], skipped: list[tuple[str, str]], resumed: int
+        self,
+        shards: list[ShardRecord],
+        skipped: list[tuple[str, str]],
+        resumed: int,
+        fetch: dict[str, int],
     ) -> BuildResult:
         return BuildResult(
             out=self.store.url,
@@ -313,7 +318,17 @@ class _Driver:
             skipped=skipped,
             resumed_tasks=resumed,
             seconds=time.perf_counter() - self.started,
+            fetch=fetch,
         )
+
+
+def _fetched(manifest: dict[str, Any]) -> dict[str, int]:
+    """A manifest's total of downloads by outcome ({} when it has none, or a bad one)."""
+    total = manifest.get("fetch")
+    total = total.get("total") if isinstance(total, dict) else None
+    if not isinstance(total, dict):
+        return {}
+    return {str(k): v for k, v in total.items() if isinstance(v, int)}
 
 
 def _order(job: Task | ShardPlan) -> tuple[bool, int]:

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DataError
 from ..formats.tar import END_OF_ARCHIVE
 from .options import BuildOptions
 from .partwriter import PartWriter, StreamPartWriter, tar_chunks
 from .plan import Task
-from .sources import Item, Source
+from .sources import Item, Source, check_listed_size
 from .store import LocalStore, ObjectStore
 from .validate import check_image
+
+if TYPE_CHECKING:
+    from .fetch import Download
 
 __all__ = [
     "PartInfo",
@@ -73,6 +78,7 @@ class TaskResult:
     class_counts: dict[int, int] = field(default_factory=dict)
     input_bytes: int = 0
     sizes: list[int] = field(default_factory=list)  # per sample, for the Assembler
+    fetch: dict[str, int] = field(default_factory=dict)  # http(s) downloads by outcome
 
 
 _context: WorkerContext | None = None
@@ -83,6 +89,9 @@ def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> Non
     """Install the build context and progress reporter in this process."""
     global _context, _reporter
     _context, _reporter = context, reporter
+    fetch = sys.modules.get(f"{__package__}.fetch")  # imported only where URLs were read
+    if context is None and fetch is not None:
+        fetch.close_fetcher()
     if context is not None and context.options.transforms:
         from .transform import limit_threads
 
@@ -131,12 +140,16 @@ def run_task(task: Task) -> TaskResult:
     writer = _part_writer(context, part_name(options, task.index))
     result = TaskResult(task.index, [])
     progress = _Progress()
+    fetches = _with_downloads(context, task.items)
     try:
-        for item in task.items:
+        for item, download in fetches:
             try:
-                chunks, size, label = encode_item(context, item)
+                loaded = _loaded(context, item, download, result.fetch)
+                chunks, size, label = encode_item(context, item, loaded)
                 writer.add(item.key, chunks, size)
             except DataError as exc:
+                if download is not None and download.result().data is not None:
+                    _count(result.fetch, "invalid image", "ok")
                 if options.on_error == "fail":
                     raise type(exc)(
                         exc.message, url=context.source.describe(item), key=item.key
@@ -156,6 +169,43 @@ def run_task(task: Task) -> TaskResult:
     return result
 
 
+def _with_downloads(
+    context: WorkerContext, items: list[Item]
+) -> Iterator[tuple[Item, Future[Download] | None]]:
+    """The items with their downloads, when some are http(s) URLs (see :mod:`.fetch`)."""
+    url_of = getattr(context.source, "http_url", None)
+    if url_of is None or not any(map(url_of, items)):
+        return ((item, None) for item in items)
+    from .fetch import prefetch  # asyncio and aiohttp only where something is downloaded
+
+    options = context.options
+    return prefetch(
+        url_of, items, concurrency=options.fetch_concurrency, timeout=options.fetch_timeout
+    )
+
+
+def _loaded(
+    context: WorkerContext, item: Item, download: Future[Download] | None, counts: dict[str, int]
+) -> bytes | Mapping[str, Any]:
+    """The item's bytes: its download (counted in ``counts``), or what the source loads."""
+    if download is None:
+        return context.source.load(item)
+    data, category, message = download.result()
+    _count(counts, category)
+    if data is None:
+        raise DataError(message)
+    check_listed_size(data, item.size, context.source.describe(item))
+    return data
+
+
+def _count(counts: dict[str, int], category: str, instead_of: str = "") -> None:
+    counts[category] = counts.get(category, 0) + 1
+    if instead_of:
+        counts[instead_of] -= 1
+        if not counts[instead_of]:
+            del counts[instead_of]
+
+
 def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
     options = context.options
     if context.assemble:  # one part, samples back to back; the driver cuts the shards
@@ -169,12 +219,16 @@ def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
     return StreamPartWriter(store, pattern, **limits)  # an upload per part
 
 
-def encode_item(context: WorkerContext, item: Item) -> tuple[list[bytes], int, int]:
-    """One item's output bytes (as chunks), their size and its label.
+def encode_item(
+    context: WorkerContext, item: Item, loaded: bytes | Mapping[str, Any] | None = None
+) -> tuple[list[bytes], int, int]:
+    """One item's output bytes (as chunks), their size and its label; ``loaded`` is what
+    the source loads for it, when already loaded.
 
     Raises :class:`~shardkit.errors.DataError` for bad data (the item is then skipped).
     """
-    loaded = context.source.load(item)
+    if loaded is None:
+        loaded = context.source.load(item)
     if isinstance(loaded, Mapping):
         return _encode_python(context, item, loaded)
     options = context.options

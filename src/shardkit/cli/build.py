@@ -74,6 +74,20 @@ def add_parser(sub: Any) -> None:
         help="CSV/JSONL: folder of the relative paths and where keys start (default: the "
         "list's folder)",
     )
+    add(
+        "--fetch-concurrency",
+        type=int,
+        default=32,
+        metavar="N",
+        help="http(s) lists: downloads in flight per worker",
+    )
+    add(
+        "--fetch-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="http(s) lists: seconds per download; a host that keeps failing is skipped",
+    )
     add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
     add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
     parser.set_defaults(func=run)
@@ -104,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
         root=args.root,
         engine=args.engine,
         address=args.address,
+        fetch_concurrency=args.fetch_concurrency,
+        fetch_timeout=args.fetch_timeout,
     )
     try:
         with _ProgressBar(disable=args.quiet) as bar:
@@ -118,6 +134,11 @@ def run(args: argparse.Namespace) -> int:
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
         f"{result.seconds:.1f} s -> {os.path.join(args.out, 'manifest.json')}"
     )
+    if result.fetch:
+        from ..tools.tsv import escape_controls
+
+        counts = ", ".join(f"{n} {escape_controls(what)}" for what, n in result.fetch.items())
+        print(f"downloads: {counts}")
     if not args.quiet:
         _list_skipped(result.skipped, every=args.verbose, file=sys.stdout)
     return 0
