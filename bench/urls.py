@@ -210,10 +210,11 @@ def report(rows: list[tuple[str, str, dict[str, Any]]], info: dict[str, Any], wo
     )
     print(
         "| mode | contender | images | images/s | wall s | own s | CPU s | RSS max MB | "
-        "RSS sum MB | corrupt packed | shardkit / img2dataset (wall; own) |"
+        "RSS sum MB | corrupt packed | shardkit / img2dataset (wall; own; per CPU s) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     own = {(mode, name): r["images"] / r["self_s"] for mode, name, r in rows}
+    per_cpu = {(mode, name): r["images"] / r["cpu"] for mode, name, r in rows}
     rates = {(mode, name): r["rate"] for mode, name, r in rows}
     for mode, name, r in rows:
         peer = rates.get((mode, "img2dataset"))
@@ -221,6 +222,8 @@ def report(rows: list[tuple[str, str, dict[str, Any]]], info: dict[str, Any], wo
         if name == "shardkit" and peer:
             mine, theirs = own[(mode, "shardkit")], own[(mode, "img2dataset")]
             ratio = f"{rates[(mode, 'shardkit')] / peer:.2f}x; {mine / theirs:.2f}x"
+            cpu_ratio = per_cpu[(mode, "shardkit")] / per_cpu[(mode, "img2dataset")]
+            ratio += f"; {cpu_ratio:.2f}x"
         print(
             f"| {mode} | {name} | {r['images']} | {r['rate']:.0f} | {r['wall']:.1f} | "
             f"{r['self_s']:.1f} | "
