@@ -21,14 +21,18 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, BinaryIO, cast
 
 from . import config
+from ._optional import missing, require
 from .errors import ConfigError, StorageError
 
 __all__ = [
     "atomic_write",
     "basename",
     "cache_path",
+    "check_data_url",
+    "data_url_problem",
     "expand_urls",
     "filesystem",
+    "is_executing",
     "is_local",
     "is_transient",
     "join",
@@ -50,7 +54,7 @@ def expand_urls(spec: str | Sequence[str]) -> list[str]:
     """Brace-expand one URL spec (``a-{000..009}.tar``, ``{a,b}.tar``) or a list of them."""
     if not isinstance(spec, str):
         return [url for item in spec for url in expand_urls(item)]
-    if spec.startswith("pipe:"):
+    if is_executing(spec):
         return [spec]  # a shell command: braces are the shell's business
     start = spec.find("{")
     if start < 0:
@@ -95,9 +99,33 @@ def _split_top_level(body: str) -> list[str]:
 
 def is_local(url: str) -> bool:
     """True for plain paths and ``file:`` URLs."""
-    return (
-        not _SCHEME.match(url) and not url.startswith("pipe:") and url != "-"
-    ) or url.startswith("file://")
+    return (not _SCHEME.match(url) and not is_executing(url) and url != "-") or url.startswith(
+        "file://"
+    )
+
+
+def is_executing(url: str) -> bool:
+    """Whether opening ``url`` runs a command (``pipe:CMD``)."""
+    return url.startswith("pipe:")
+
+
+def data_url_problem(url: str) -> str | None:
+    """Why a URL read from a data file (a manifest, a CSV/JSONL list) may not be opened:
+    it would run a command and ``SHARDKIT_ALLOW_PIPE`` is not ``all``
+    (:func:`shardkit.config.pipe_policy`); None when it may."""
+    if is_executing(url) and config.pipe_policy() != "all":
+        return (
+            "a pipe: URL read from a data file would run a shell command; only URLs given "
+            "directly may (set SHARDKIT_ALLOW_PIPE=all to trust the file)"
+        )
+    return None
+
+
+def check_data_url(url: str, *, found_in: str) -> None:
+    """ConfigError naming ``found_in`` (a manifest) when :func:`data_url_problem` says no."""
+    problem = data_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"{found_in}: {problem}", url=url)
 
 
 def local_path(url: str) -> str:
@@ -127,9 +155,25 @@ def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
         raise StorageError("fsspec is required for remote URLs", url=url) from exc
     try:
         fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except (ImportError, ValueError) as exc:
+    except ImportError as exc:
+        scheme = url.partition("://")[0].lower()
+        if scheme in _SCHEME_MODULES:
+            raise missing(_SCHEME_MODULES[scheme], f"{scheme}:// URLs") from exc
+        raise StorageError(f"cannot open this URL scheme: {exc}", url=url) from exc
+    except ValueError as exc:
         raise StorageError(f"cannot open this URL scheme: {exc}", url=url) from exc
     return fs, path
+
+
+# The fsspec implementations shardkit's extras install (see shardkit._optional.EXTRAS).
+_SCHEME_MODULES = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "http": "aiohttp",
+    "https": "aiohttp",
+}
 
 
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
@@ -199,7 +243,7 @@ def open_read(
     try:
         if url == "-":
             return cast(BinaryIO, sys.stdin.buffer)
-        if url.startswith("pipe:"):
+        if is_executing(url):
             if not config.allow_pipe_urls():
                 raise StorageError("pipe: URLs are disabled (SHARDKIT_ALLOW_PIPE=0)", url=url)
             return io.BufferedReader(_PipeReader(url[5:]), stream_buffer)
@@ -264,7 +308,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _http_timeout() -> Any:
-    import aiohttp
+    aiohttp = require("aiohttp", "http:// URLs")
 
     return aiohttp.ClientTimeout(total=None, sock_connect=_HTTP_CONNECT_S, sock_read=_HTTP_STALL_S)
 

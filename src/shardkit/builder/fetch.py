@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError
+from .._optional import require
 from ..formats.tar import MAX_MEMBER_SIZE
 from .sources import Item
 
@@ -71,12 +71,7 @@ class _Fetcher:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     async def _open(self, concurrency: int) -> Any:
-        try:
-            import aiohttp
-        except ImportError:
-            raise ConfigError(
-                "downloading http(s) URLs needs aiohttp: pip install 'shardkit[http]'"
-            ) from None
+        aiohttp = require("aiohttp", "downloading http(s) URLs")
         connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
         return aiohttp.ClientSession(connector=connector, raise_for_status=False)
 

@@ -6,7 +6,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..engines import Engine, check_engine
 from ..errors import ConfigError
+from ..formats.names import FORMATS, Format
+from ..handlers import OnError, check_on_error
 from ..units import parse_size
 
 __all__ = [
@@ -18,9 +21,8 @@ __all__ = [
     "ValidateMode",
 ]
 
-OutputFormat = Literal["tar", "tfrecord"]
+OutputFormat = Format
 ValidateMode = Literal["none", "header", "full"]
-OnError = Literal["skip", "fail"]
 ResizeMode = Literal["keep-ratio", "center-crop", "pad"]
 EncodeFormat = Literal["keep", "jpg", "png", "webp"]
 RESIZE_MODES: tuple[ResizeMode, ...] = ("keep-ratio", "center-crop", "pad")
@@ -73,7 +75,7 @@ class BuildOptions:
     path_column: str = "path"
     label_column: str | None = "label"
     root: str | None = None
-    engine: Literal["local", "ray", "dask"] = "local"  # where tasks run (docs/scaling.md)
+    engine: Engine = "local"  # where tasks run (docs/scaling.md)
     address: str | None = None  # the Ray/Dask cluster (None: start a local one)
     fetch_concurrency: int = 32
     fetch_timeout: float = 10.0
@@ -81,9 +83,9 @@ class BuildOptions:
     def __post_init__(self) -> None:
         size = parse_size(self.max_size, name="max_size")
         object.__setattr__(self, "max_size", size)
-        _choice("format", self.format, ("tar", "tfrecord"))
+        _choice("format", self.format, FORMATS)
         _choice("validate", self.validate, ("none", "header", "full"))
-        _choice("on_error", self.on_error, ("skip", "fail"))
+        check_on_error(self.on_error)
         _choice("resize_mode", self.resize_mode, RESIZE_MODES)
         _choice("encode", self.encode, ENCODE_FORMATS)
         _positive_int("max_count", self.max_count)
@@ -105,8 +107,6 @@ class BuildOptions:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an int, not {self.seed!r}")
         _check_prefix(self.prefix)
-        from ..engines import check_engine
-
         check_engine(self.engine, self.address)
         if not isinstance(self.shuffle, bool):
             raise ConfigError(f"shuffle must be True or False, not {self.shuffle!r}")

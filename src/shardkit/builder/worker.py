@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .fetch import Download
 
 __all__ = [
+    "WORKER_MODULE",
     "PartInfo",
     "Reporter",
     "TaskResult",
@@ -81,6 +82,9 @@ class TaskResult:
     fetch: dict[str, int] = field(default_factory=dict)  # http(s) downloads by outcome
 
 
+#: This module: the local pool's forkserver imports it once for every worker process.
+WORKER_MODULE = __name__
+
 _context: WorkerContext | None = None
 _reporter: Reporter | None = None
 
@@ -88,6 +92,9 @@ _reporter: Reporter | None = None
 def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> None:
     """Install the build context and progress reporter in this process."""
     global _context, _reporter
+    from .shards import close_streams
+
+    close_streams()  # input streams cached for an earlier run must not serve this one
     _context, _reporter = context, reporter
     fetch = sys.modules.get(f"{__package__}.fetch")  # imported only where URLs were read
     if context is None and fetch is not None:

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import ConfigError
+from ..formats.names import FORMATS, Format
 from ..handlers import Handler, HandlerName, resolve_handler
-from ..writer import Format
 from ._torch import register_iterable_dataset
 from .chain import Equalize, Recipe
 from .collate import Collate
@@ -77,8 +77,10 @@ class Dataset(_Base):
       pipeline has a ``.shuffle()`` stage.
     * ``equalize``: with per-shard counts (a manifest), every rank yields the same number
       of samples each epoch: ``"pad"`` (repeat, the default there) or ``"drop"``.
-    * ``handler``: policy for bad data: ``"raise"`` (default), ``"warn"`` (skip the
-      sample), ``"skip"`` (skip the rest of the shard), ``"ignore"`` or a callable.
+    * ``handler``: policy for bad data (:mod:`shardkit.handlers`): ``"raise"`` (default),
+      ``"warn"`` or ``"skip"`` (drop the bad sample, logged), ``"ignore"`` (the same, not
+      logged), ``"warn_and_stop"`` / ``"ignore_and_stop"`` (drop the rest of the shard),
+      or a callable.
     * ``format``: ``"tar"`` or ``"tfrecord"``; default from each shard's name.
     * ``node``: ``(rank, world_size)``; default from torch.distributed or the environment.
     * ``storage_options``: fsspec options (endpoint, credentials) for remote URLs.
@@ -117,7 +119,7 @@ class Dataset(_Base):
             raise TypeError(f"seed must be an int, not {seed!r}")
         if equalize not in (None, "pad", "drop"):
             raise ConfigError(f"equalize must be 'pad', 'drop' or None, not {equalize!r}")
-        if format not in (None, "tar", "tfrecord"):
+        if format is not None and format not in FORMATS:
             raise ConfigError(f"format must be 'tar', 'tfrecord' or None, not {format!r}")
         wds = dataset_options(webdataset, shuffle_shards=shuffle_shards, node=node)
         node = wds["node"]

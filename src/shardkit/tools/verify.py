@@ -23,6 +23,8 @@ from typing import Any, BinaryIO, cast
 
 from .. import storage
 from ..errors import FormatError, StorageError
+from ..formats.index import compare_index
+from ..reader import load_index
 from ._checks import Seen, check_tar, check_tfrecord
 from ._inputs import (
     MANIFEST,
@@ -40,6 +42,7 @@ __all__ = [
     "Problem",
     "ShardCheck",
     "VerifyReport",
+    "compare_index",
     "scan_shard",
     "verify",
     "verify_shard",
@@ -243,8 +246,6 @@ def _against_index(
     report: Callable[[str | None, int | None, str], None],
     storage_options: dict[str, Any] | None,
 ) -> None:
-    from .index import compare_index, load_index
-
     if ref.stdin:
         return
     try:
