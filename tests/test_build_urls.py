@@ -154,3 +154,16 @@ def test_fetch_options_do_not_change_the_dataset_identity(
         result.fetch
         == json.loads((tmp_path / "out" / "manifest.json").read_text())["fetch"]["total"]
     )
+
+
+def test_downloads_in_flight_together_all_count_toward_the_breaker(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path, hanging_host: str
+) -> None:
+    urls, _ = served
+    hung = [f"{hanging_host}/z{i}.jpg" for i in range(100)]
+    options = BuildOptions(workers=1, fetch_concurrency=32, fetch_timeout=1)
+    result = shardkit.build(_list(tmp_path, hung + urls), tmp_path / "out", options=options)
+    # The first 32 time out together: the host is closed after that one round, not three.
+    assert result.fetch["timeout"] <= 40, result.fetch
+    assert result.fetch["timeout"] + result.fetch["host skipped"] == 100
+    assert result.samples == GOOD

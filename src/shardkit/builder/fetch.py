@@ -79,7 +79,7 @@ class _Fetcher:
         return self._run(self._get(url))
 
     async def _get(self, url: str) -> Download:
-        host = urlsplit(url).netloc.lower()
+        host = urlsplit(url).netloc.rpartition("@")[2].lower()  # never a password
         for attempt in range(_RETRIES + 1):
             count, last = self.failures.get(host, (0, ""))
             if count >= HOST_FAILURES:
@@ -90,7 +90,9 @@ class _Fetcher:
                 )
             result, retry = await self._attempt(url)
             if result.category in ("timeout", "refused", "cannot connect"):
-                self.failures[host] = (count + 1, result.category)
+                # Read again: other downloads from this host may have failed meanwhile.
+                now = self.failures.get(host, (0, ""))[0]
+                self.failures[host] = (now + 1, result.category)
             elif result.data is not None or result.category.startswith("http"):
                 self.failures.pop(host, None)  # the host answered
             if not retry or attempt == _RETRIES:
@@ -108,9 +110,8 @@ class _Fetcher:
                 status = response.status
                 if status != 200:
                     what = f"http {status}"
-                    return Download(None, what, f"download failed: {what}"), status >= 500 or (
-                        status == 429
-                    )
+                    retry = status >= 500 or status == 429
+                    return Download(None, what, f"download failed: {what}"), retry
                 return await _body(response), False
         except asyncio.TimeoutError:
             return Download(None, "timeout", f"download timed out after {self.timeout:g} s"), False
