@@ -68,7 +68,7 @@ def test_concurrent_downloads_give_the_bytes_of_one_at_a_time(
     assert sorted(s["jpg"] for s in packed) == sorted(good.values())  # nothing broken packed
 
 
-def test_the_manifest_counts_downloads_per_task_and_in_total(
+def test_the_manifest_counts_downloads_per_shard_and_in_total(
     served: tuple[list[str], dict[str, bytes]], tmp_path: Path
 ) -> None:
     urls, _ = served
@@ -77,9 +77,12 @@ def test_the_manifest_counts_downloads_per_task_and_in_total(
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     fetch = manifest["fetch"]
     assert fetch["total"] == {"http 404": MISSING, "invalid image": BROKEN, "ok": GOOD}
+    assert len(fetch["shards"]) == len(manifest["shards"]) == 4
+    for counts, shard in zip(fetch["shards"], manifest["shards"], strict=True):
+        assert counts.get("ok", 0) == shard["samples"]  # every sample is a download
     summed: dict[str, int] = {}
-    for task in fetch["tasks"]:
-        for what, n in task.items():
+    for counts in fetch["shards"]:
+        for what, n in counts.items():
             summed[what] = summed.get(what, 0) + n
     assert summed == fetch["total"]
     reasons = {r["reason"] for r in manifest["skipped"]}

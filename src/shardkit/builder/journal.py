@@ -316,5 +316,5 @@ def _decode(obj: dict[str, Any]) -> TaskResult:
         class_counts={int(k): int(v) for k, v in obj["classes"]},
         input_bytes=int(obj["input_bytes"]),
         sizes=[int(n) for n in obj["sizes"]],
-        fetch={str(k): int(v) for k, v in obj.get("fetch", {}).items()},
+        fetch=[(int(n), str(what)) for n, what in obj.get("fetch", [])],
     )

@@ -42,8 +42,9 @@ def make_manifest(
 ) -> dict[str, Any]:
     """The manifest as a dict (``identity`` is the journal header: options, seed, inputs).
 
-    ``fetch`` holds each task's http(s) download counts by outcome, in plan order; the
-    manifest gets them (with their total) only when something was downloaded."""
+    ``fetch`` holds each shard's http(s) download counts by outcome (a skipped download
+    counts in the shard of the next sample packed after it); the manifest gets them, with
+    their total, only when something was downloaded."""
     options = identity["options"]
     counts: dict[str, int] = {name: class_counts.get(i, 0) for i, name in enumerate(classes)}
     manifest = {
@@ -66,7 +67,7 @@ def make_manifest(
         "timing": timing,
     }
     if fetch and any(fetch):
-        manifest["fetch"] = {"total": fetch_total(fetch), "tasks": fetch}
+        manifest["fetch"] = {"total": fetch_total(fetch), "shards": fetch}
     return manifest
 
 

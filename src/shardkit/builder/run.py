@@ -23,7 +23,9 @@ one file) or an object-store prefix (locked with a lease object, journal as obje
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -286,7 +288,7 @@ class _Driver:
             class_counts=counts,
             skipped=skipped,
             timing=timing,
-            fetch=[result.fetch for result in results],
+            fetch=_fetch_by_shard(results, shards),
         )
         manifest["source"] = {**manifest["source"], "path": self.listing.path}
         self.guard()
@@ -322,6 +324,21 @@ class _Driver:
             seconds=time.perf_counter() - self.started,
             fetch=fetch,
         )
+
+
+def _fetch_by_shard(results: list[TaskResult], shards: list[ShardRecord]) -> list[dict[str, int]]:
+    """Each shard's download counts by outcome. Shards hold the packed samples in plan
+    order, so a download's place among them (its task's offset plus its index in the
+    task) names its shard; one skipped after the last sample counts in the last shard."""
+    ends = list(itertools.accumulate(shard.samples for shard in shards))
+    counts: list[dict[str, int]] = [{} for _ in shards]
+    offset = 0
+    for result in results:
+        for index, category in result.fetch:
+            shard = min(bisect.bisect_right(ends, offset + index), len(shards) - 1)
+            counts[shard][category] = counts[shard].get(category, 0) + 1
+        offset += sum(part.samples for part in result.parts)
+    return [dict(sorted(c.items())) for c in counts]
 
 
 def _fetched(manifest: dict[str, Any]) -> dict[str, int]:

@@ -79,7 +79,9 @@ class TaskResult:
     class_counts: dict[int, int] = field(default_factory=dict)
     input_bytes: int = 0
     sizes: list[int] = field(default_factory=list)  # per sample, for the Assembler
-    fetch: dict[str, int] = field(default_factory=dict)  # http(s) downloads by outcome
+    # Each http(s) download's outcome, with the index (in this task) of the sample it is,
+    # or of the next sample packed after it when it was skipped: its shard is known later.
+    fetch: list[tuple[int, str]] = field(default_factory=list)
 
 
 #: This module: the local pool's forkserver imports it once for every worker process.
@@ -148,15 +150,16 @@ def run_task(task: Task) -> TaskResult:
     result = TaskResult(task.index, [])
     progress = _Progress()
     fetches = _with_downloads(context, task.items)
+    packed = 0
     try:
         for item, download in fetches:
             try:
-                loaded = _loaded(context, item, download, result.fetch)
+                loaded = _loaded(context, item, download, result.fetch, packed)
                 chunks, size, label = encode_item(context, item, loaded)
                 writer.add(item.key, chunks, size)
             except DataError as exc:
                 if download is not None and download.result().data is not None:
-                    _count(result.fetch, "invalid image", "ok")
+                    result.fetch[-1] = (result.fetch[-1][0], "invalid image")
                 if options.on_error == "fail":
                     raise type(exc)(
                         exc.message, url=context.source.describe(item), key=item.key
@@ -165,6 +168,7 @@ def run_task(task: Task) -> TaskResult:
                 progress.add(0, item.size, 1)
                 continue
             result.class_counts[label] = result.class_counts.get(label, 0) + 1
+            packed += 1
             result.input_bytes += item.size
             progress.add(1, item.size, 0)
     except BaseException:
@@ -192,25 +196,22 @@ def _with_downloads(
 
 
 def _loaded(
-    context: WorkerContext, item: Item, download: Future[Download] | None, counts: dict[str, int]
+    context: WorkerContext,
+    item: Item,
+    download: Future[Download] | None,
+    outcomes: list[tuple[int, str]],
+    packed: int,
 ) -> bytes | Mapping[str, Any]:
-    """The item's bytes: its download (counted in ``counts``), or what the source loads."""
+    """The item's bytes: its download (its outcome noted in ``outcomes`` at ``packed``,
+    the samples written before it), or what the source loads."""
     if download is None:
         return context.source.load(item)
     data, category, message = download.result()
-    _count(counts, category)
+    outcomes.append((packed, category))
     if data is None:
         raise DataError(message)
     check_listed_size(data, item.size, context.source.describe(item))
     return data
-
-
-def _count(counts: dict[str, int], category: str, instead_of: str = "") -> None:
-    counts[category] = counts.get(category, 0) + 1
-    if instead_of:
-        counts[instead_of] -= 1
-        if not counts[instead_of]:
-            del counts[instead_of]
 
 
 def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
