@@ -170,3 +170,24 @@ def test_downloads_in_flight_together_all_count_toward_the_breaker(
     assert result.fetch["timeout"] <= 40, result.fetch
     assert result.fetch["timeout"] + result.fetch["host skipped"] == 100
     assert result.samples == GOOD
+
+
+def test_an_interrupted_url_build_resumes_to_the_same_shards_and_counts(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path
+) -> None:
+    urls, _ = served
+    source = _list(tmp_path, urls)
+    options = BuildOptions(max_count=10, workers=1, seed=4)
+
+    def stop_after_two(progress: shardkit.BuildProgress) -> None:
+        if progress.shards >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        shardkit.build(source, tmp_path / "out", options=options, progress=stop_after_two)
+    result = shardkit.build(source, tmp_path / "out", options=options)
+    assert result.resumed_tasks >= 2
+    shardkit.build(source, tmp_path / "fresh", options=options)
+    resumed = snapshot(str(tmp_path / "out"))
+    assert resumed == snapshot(str(tmp_path / "fresh"))
+    assert resumed["manifest.json"]["fetch"]["total"]["ok"] == GOOD
