@@ -3,7 +3,10 @@ webdataset 1.0.2 on the same shards where both mean the same thing."""
 
 from __future__ import annotations
 
+import gc
 import os
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,6 +21,16 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _close_webdatasets_files() -> Iterator[None]:
+    """Collect webdataset's open files here, where their ResourceWarning is expected,
+    not in whichever later test the garbage collector happens to run in."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 @pytest.fixture(scope="module")
