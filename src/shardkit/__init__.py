@@ -30,10 +30,15 @@ from .writer import ShardInfo, ShardWriter
 
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
-    from .pipeline import Dataset
+    from .pipeline import Dataset, IndexedDataset
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
-_LAZY = {"Dataset": ".pipeline", "ShardResult": ".mapshards", "map_shards": ".mapshards"}
+_LAZY = {
+    "Dataset": ".pipeline",
+    "IndexedDataset": ".pipeline",
+    "ShardResult": ".mapshards",
+    "map_shards": ".mapshards",
+}
 
 __all__ = [
     "BuildError",
@@ -47,6 +52,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "FormatError",
+    "IndexedDataset",
     "ShardInfo",
     "ShardResult",
     "ShardWriter",

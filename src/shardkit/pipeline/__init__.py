@@ -3,12 +3,14 @@
 :class:`Dataset` is the entry point; the modules hold its parts: :mod:`.urls` (sources),
 :mod:`.epochs` (who reads what each epoch), :mod:`.source` (raw samples), :mod:`.stages`
 (per-sample transforms), :mod:`.collate`, :mod:`.state` (mid-epoch resume) and
-:mod:`.context` (seed, epoch, rank, worker).
+:mod:`.context` (seed, epoch, rank, worker). :class:`IndexedDataset` (:mod:`.indexed`)
+reads samples by number through the shards' ``.idx`` files (:mod:`.idxfiles`).
 """
 
 from __future__ import annotations
 
 from .dataset import Dataset
+from .indexed import IndexedDataset
 from .urls import ShardList, resolve_source
 
-__all__ = ["Dataset", "ShardList", "resolve_source"]
+__all__ = ["Dataset", "IndexedDataset", "ShardList", "resolve_source"]

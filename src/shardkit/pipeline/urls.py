@@ -5,7 +5,9 @@ A source is one of:
 * a URL or a list of URLs, brace-expanded (``data/shard-{000000..000147}.tar``);
 * a folder (a local directory, or a remote URL ending in ``/``): its ``manifest.json`` if it
   has one, else every shard file in it (``.tar``, ``.tgz``, ``.tar.gz``, ``.tfrecord``,
-  ``.tfrecords``, ``.tfr``, optionally ``.gz``), in name order;
+  ``.tfrecords``, ``.tfr``, optionally ``.gz``), in name order, with their sample counts
+  when every shard has an index (``shardkit index DIR`` writes them, see
+  :mod:`shardkit.pipeline.idxfiles`);
 * a ``manifest.json`` (any URL ending in ``.json``).
 
 A manifest is a JSON object with a ``shards`` list (webdataset's ``shardlist`` is read too)
@@ -25,6 +27,7 @@ from typing import Any
 
 from .. import storage
 from ..errors import ConfigError, StorageError
+from .idxfiles import folder_counts
 
 __all__ = ["MANIFEST_NAME", "ShardList", "is_shard_name", "parse_manifest", "resolve_source"]
 
@@ -93,7 +96,8 @@ def _list_folder(url: str, storage_options: dict[str, Any] | None) -> ShardList:
     shards = sorted(name for name in names if is_shard_name(name))
     if not shards:
         raise ConfigError(f"no shards (.tar, .tfrecord, ...) and no {MANIFEST_NAME} in {url}")
-    return ShardList(tuple(storage.join(url, name) for name in shards))
+    counts = folder_counts(url, names, shards, storage_options)
+    return ShardList(tuple(storage.join(url, name) for name in shards), counts)
 
 
 def _folder_names(url: str, storage_options: dict[str, Any] | None) -> list[str]:
