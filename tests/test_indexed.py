@@ -135,7 +135,7 @@ def test_a_stale_index_is_refused_before_reading(indexed: str) -> None:
     assert len(ds) == 15
     with open(shard, "ab") as f:
         f.write(bytes(10240))
-    with pytest.raises(FormatError, match=r"stale index.*shard-000001\.tar\.idx|shard-000001"):
+    with pytest.raises(FormatError, match=r"shard-000001\.tar\.idx: stale index"):
         ds[6]
     with pytest.raises(FormatError, match="stale index"):
         len(shardkit.Dataset(indexed))  # counts from a stale index are not trusted either
@@ -241,3 +241,27 @@ def test_webdataset_shards_in_place_after_shardkit_index(tmp_path: os.PathLike[s
     assert len(indexed) == 23
     assert indexed[20]["txt"] == b"x" * 20
     assert [indexed[i]["__key__"] for i in range(23)] == [f"k{i:04d}" for i in range(23)]
+
+
+def test_build_writes_indexes_on_request(tmp_path: os.PathLike[str]) -> None:
+    from conftest_build import make_corpus
+
+    from shardkit.cli import main
+
+    source = make_corpus(os.path.join(tmp_path, "src"), count=12)
+    plain, indexed = os.path.join(tmp_path, "plain"), os.path.join(tmp_path, "indexed")
+    common = ["--max-count", "5", "--workers", "1", "-q"]
+    assert main(["build", source, plain, *common]) == 0
+    assert main(["build", source, indexed, "--index", *common]) == 0
+    names = sorted(n for n in os.listdir(indexed) if n.endswith(".tar"))
+    assert sorted(os.listdir(indexed)) == sorted(
+        ["manifest.json", *names, *(n + ".idx" for n in names)]
+    )
+    assert not any(n.endswith(".idx") for n in os.listdir(plain))
+    for name in ["manifest.json", *names]:  # the same shard and manifest bytes
+        a, b = (os.path.join(folder, name) for folder in (plain, indexed))
+        with open(a, "rb") as f, open(b, "rb") as g:
+            assert f.read() == g.read()
+    ds = shardkit.IndexedDataset(indexed)
+    assert len(ds) == 12
+    assert [ds[i] for i in range(12)] == list(shardkit.Dataset(indexed, shuffle_shards=False))

@@ -11,6 +11,7 @@ SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path 
 label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
 OUT gets {prefix}-000000.tar ... and manifest.json (written last). Rerunning the same
 command after an interruption resumes it; the output bytes do not depend on --workers.
+--index then writes each shard's .idx (as `shardkit index OUT`), for IndexedDataset.
 """
 
 
@@ -52,6 +53,7 @@ def add_parser(sub: Any) -> None:
     add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column (label)")
     add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
     add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
+    add("--index", action="store_true", help="then write each shard's .idx (random access)")
     add("-q", "--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -81,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
     )
     with _ProgressBar(disable=args.quiet) as bar:
         result = build(args.src, args.out, options=options, progress=bar.update)
+    if args.index:
+        from .. import storage
+        from ..tools.index import write_indexes
+
+        write_indexes([storage.join(args.out, shard.name) for shard in result.shards])
     state = "already complete: " if result.resumed_tasks < 0 else ""
     print(
         f"{state}{result.samples} samples in {len(result.shards)} shards "
