@@ -258,10 +258,15 @@ def test_build_writes_indexes_on_request(tmp_path: os.PathLike[str]) -> None:
         ["manifest.json", *names, *(n + ".idx" for n in names)]
     )
     assert not any(n.endswith(".idx") for n in os.listdir(plain))
-    for name in ["manifest.json", *names]:  # the same shard and manifest bytes
+    for name in names:  # the same shard bytes, and the same manifest but for its timing
         a, b = (os.path.join(folder, name) for folder in (plain, indexed))
         with open(a, "rb") as f, open(b, "rb") as g:
             assert f.read() == g.read()
+    manifests = []
+    for folder in (plain, indexed):
+        with open(os.path.join(folder, "manifest.json")) as f:
+            manifests.append({k: v for k, v in json.load(f).items() if k != "timing"})
+    assert manifests[0] == manifests[1]
     ds = shardkit.IndexedDataset(indexed)
     assert len(ds) == 12
     assert [ds[i] for i in range(12)] == list(shardkit.Dataset(indexed, shuffle_shards=False))

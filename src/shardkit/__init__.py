@@ -30,12 +30,14 @@ from .writer import ShardInfo, ShardWriter
 
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
-    from .pipeline import Dataset, IndexedDataset
+    from .pipeline import Dataset, IndexedDataset, MixedDataset, mix
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
 _LAZY = {
     "Dataset": ".pipeline",
     "IndexedDataset": ".pipeline",
+    "MixedDataset": ".pipeline",
+    "mix": ".pipeline",
     "ShardResult": ".mapshards",
     "map_shards": ".mapshards",
 }
@@ -53,6 +55,7 @@ __all__ = [
     "EncodeError",
     "FormatError",
     "IndexedDataset",
+    "MixedDataset",
     "ShardInfo",
     "ShardResult",
     "ShardWriter",
@@ -64,6 +67,7 @@ __all__ = [
     "__version__",
     "build",
     "map_shards",
+    "mix",
 ]
 
 

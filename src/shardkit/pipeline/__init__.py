@@ -4,13 +4,15 @@
 :mod:`.epochs` (who reads what each epoch), :mod:`.source` (raw samples), :mod:`.stages`
 (per-sample transforms), :mod:`.collate`, :mod:`.state` (mid-epoch resume) and
 :mod:`.context` (seed, epoch, rank, worker). :class:`IndexedDataset` (:mod:`.indexed`)
-reads samples by number through the shards' ``.idx`` files (:mod:`.idxfiles`).
+reads samples by number through the shards' ``.idx`` files (:mod:`.idxfiles`); :func:`mix`
+(:mod:`.mixing`) draws from several datasets by weight.
 """
 
 from __future__ import annotations
 
 from .dataset import Dataset
 from .indexed import IndexedDataset
+from .mixing import MixedDataset, mix
 from .urls import ShardList, resolve_source
 
-__all__ = ["Dataset", "IndexedDataset", "ShardList", "resolve_source"]
+__all__ = ["Dataset", "IndexedDataset", "MixedDataset", "ShardList", "mix", "resolve_source"]

@@ -41,13 +41,7 @@ class Recipe:
 
     def length(self, shards: ShardList, world: int) -> int:
         """Items a rank yields per epoch, over all its workers (see ``Dataset.__len__``)."""
-        mode = self.mode(shards)
-        if mode == "shards":
-            raise TypeError(
-                "len() is unknown without per-shard sample counts: read a manifest.json "
-                "(or a folder holding one), or fix the epoch size with .with_epoch(n)"
-            )
-        count = self.epoch_size or epochs.rank_samples(shards.total or 0, world, mode)
+        count = self.rank_samples(shards, world)
         batched = False
         for stage in self.stages:
             if isinstance(stage, Select):
@@ -59,6 +53,16 @@ class Recipe:
                 count = -(-count // stage.size) if stage.partial else count // stage.size
         return count
 
+    def rank_samples(self, shards: ShardList, world: int) -> int:
+        """Samples (before the stages) a rank reads per epoch; TypeError if unknown."""
+        mode = self.mode(shards)
+        if mode == "shards":
+            raise TypeError(
+                "len() is unknown without per-shard sample counts: read a manifest.json "
+                "(or a folder holding one), or fix the epoch size with .with_epoch(n)"
+            )
+        return self.epoch_size or epochs.rank_samples(shards.total or 0, world, mode)
+
     def granularity(self) -> int:
         """The first batch size, if nothing before it drops items: workers then split
         epochs in whole batches, so a rank's batch count does not depend on workers."""
@@ -69,33 +73,40 @@ class Recipe:
                 return stage.size
         return 1
 
-    def build(self, shards: ShardList, ctx: Context, progress: Progress) -> Iterator[Any]:
-        """The items of stream ``ctx``, less the ``progress.consumed`` already handed out."""
-        mode = self.mode(shards)
-        shuffle = self.shuffle_shards
-        if shuffle is None:
-            shuffle = any(isinstance(stage, Shuffle) for stage in self.stages)
-        if mode == "shards" and ctx.world > 1:
+    def shuffles_shards(self) -> bool:
+        """Whether the shard order is reshuffled each epoch."""
+        if self.shuffle_shards is None:
+            return any(isinstance(stage, Shuffle) for stage in self.stages)
+        return self.shuffle_shards
+
+    def plan(self, shards: ShardList, ctx: Context, pass_index: int = 0) -> epochs.EpochPlan:
+        """What stream ``ctx`` reads in its epoch (or pass, for ``with_epoch``)."""
+        return epochs.plan_stream(
+            shards,
+            ctx,
+            mode=self.mode(shards),
+            shuffle=self.shuffles_shards(),
+            granularity=self.granularity(),
+            epoch_size=self.epoch_size,
+            pass_index=pass_index,
+        )
+
+    def samples(self, shards: ShardList, ctx: Context, skip: int) -> Iterator[Any]:
+        """The raw samples of stream ``ctx``, less the first ``skip``."""
+        if self.mode(shards) == "shards" and ctx.world > 1:
             logger.warning(
                 "no per-shard sample counts: ranks may get different numbers of samples and "
                 "DDP can hang at the end of an epoch; read a manifest, or use .with_epoch(n)"
             )
-        granularity = self.granularity()
+        return stream_samples(
+            shards, lambda pass_index: self.plan(shards, ctx, pass_index), self.read, skip
+        )
 
-        def plan_for(pass_index: int) -> epochs.EpochPlan:
-            return epochs.plan_stream(
-                shards,
-                ctx,
-                mode=mode,
-                shuffle=bool(shuffle),
-                granularity=granularity,
-                epoch_size=self.epoch_size,
-                pass_index=pass_index,
-            )
-
+    def build(self, shards: ShardList, ctx: Context, progress: Progress) -> Iterator[Any]:
+        """The items of stream ``ctx``, less the ``progress.consumed`` already handed out."""
         cut = max((i + 1 for i, s in enumerate(self.stages) if s.reorders), default=0)
         skip = progress.consumed
-        items: Iterator[Any] = stream_samples(shards, plan_for, self.read, 0 if cut else skip)
+        items: Iterator[Any] = self.samples(shards, ctx, 0 if cut else skip)
         for stage in self.stages[:cut]:
             items = stage(items, ctx)
         if cut and skip:
