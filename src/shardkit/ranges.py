@@ -13,6 +13,7 @@ it is neither pickled nor used after a fork (DataLoader workers open their own).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
@@ -20,6 +21,7 @@ import time
 from typing import Any
 
 from . import storage
+from .cachelimit import enforce_limit, lock_shared
 from .errors import StorageError
 
 __all__ = ["RangeReader"]
@@ -31,9 +33,13 @@ _BACKOFF_S = 0.2
 
 
 class _Local:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, cached: bool = False) -> None:
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         self.size = os.fstat(self.fd).st_size
+        # A cache copy stays share-locked while open, so a bounded cache keeps it.
+        if cached and not lock_shared(self.fd):
+            os.close(self.fd)
+            raise FileNotFoundError(path)  # evicted between open and lock
 
     def read(self, offset: int, size: int) -> bytes:
         return os.pread(self.fd, size, offset)
@@ -71,12 +77,14 @@ class RangeReader:
         *,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | None = None,
+        cache_limit: int | None = None,
         max_open: int = 16,
     ) -> None:
         if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
             raise ValueError(f"max_open must be an int >= 1, not {max_open!r}")
         self.storage_options = storage_options
         self.cache_dir = cache_dir
+        self.cache_limit = cache_limit
         self.max_open = max_open
         self._init_pool()
 
@@ -138,25 +146,31 @@ class RangeReader:
             if storage.is_local(url):
                 return _Local(storage.local_path(url))
             if self.cache_dir is not None:
-                return _Local(self._cached(url))
+                return self._cached(url, self.cache_dir)
             return _Remote(url, self.storage_options)
         except FileNotFoundError as exc:
             raise StorageError("no such file", url=url) from exc
         except OSError as exc:
             raise StorageError(f"cannot open: {exc.strerror or exc}", url=url) from exc
 
-    def _cached(self, url: str) -> str:
-        if self.cache_dir is None:
-            raise ValueError("no cache_dir")
-        path = storage.cache_path(url, self.cache_dir)
-        if not os.path.exists(path):
+    def _cached(self, url: str, cache_dir: str) -> _Local:
+        """The cache copy of ``url``, fetched whole first when there is none."""
+        path = storage.cache_path(url, cache_dir)
+        for _ in range(_RETRIES):
+            with contextlib.suppress(FileNotFoundError):
+                return _Local(path, cached=True)
             stream = storage.open_read(
-                url, storage_options=self.storage_options, cache_dir=self.cache_dir
+                url, storage_options=self.storage_options, cache_dir=cache_dir
             )
             with stream:
                 while stream.read(1 << 20):
                     pass
-        return path
+            with contextlib.suppress(FileNotFoundError):
+                handle = _Local(path, cached=True)
+                if self.cache_limit is not None:  # now that our copy is locked: never it
+                    enforce_limit(cache_dir, self.cache_limit)
+                return handle
+        raise StorageError("the cache evicts this shard as fast as it is fetched", url=url)
 
     def close(self) -> None:
         """Close every open handle."""
@@ -169,6 +183,7 @@ class RangeReader:
         return {
             "storage_options": self.storage_options,
             "cache_dir": self.cache_dir,
+            "cache_limit": self.cache_limit,
             "max_open": self.max_open,
         }
 

@@ -178,6 +178,7 @@ def open_read(
     storage_options: dict[str, Any] | None = None,
     buffer_size: int = 1 << 20,
     cache_dir: str | None = None,
+    cache_limit: int | None = None,
     retries: int = 5,
 ) -> BinaryIO:
     """Open a URL for streaming reads; the caller closes the stream.
@@ -188,6 +189,8 @@ def open_read(
     With ``cache_dir``, a remote object is read from its cached copy when there is one;
     otherwise it streams as usual while a copy is written beside it, which takes its
     final name only once the whole object has been read (so it is never partial).
+    ``cache_limit`` (bytes) bounds the cache folder: whole copies are evicted, least
+    recently used first, never one being read (:mod:`shardkit.cachelimit`).
     ``buffer_size=0`` opens a local file unbuffered (for readers that seek over data);
     a pipe or a remote stream keeps a buffer of the default size.
     """
@@ -202,13 +205,15 @@ def open_read(
         if is_local(url):
             return open(local_path(url), "rb", buffering=buffer_size)
         if cache_dir is not None:
-            cached = cache_path(url, cache_dir)
-            if os.path.exists(cached):
-                return open(cached, "rb", buffering=buffer_size)
+            from .cachelimit import open_cached
+
+            cached = open_cached(cache_path(url, cache_dir), buffer_size)
+            if cached is not None:
+                return cached
         fs, path = _fs(url, storage_options)
         raw: io.RawIOBase = _ResumableReader(fs, path, url, retries=retries)
         if cache_dir is not None:
-            raw = _CachingReader(raw, cache_path(url, cache_dir))
+            raw = _CachingReader(raw, cache_path(url, cache_dir), cache_limit)
         return io.BufferedReader(raw, stream_buffer)
     except StorageError:
         raise
@@ -401,12 +406,13 @@ class _ResumableReader(io.RawIOBase):
 class _CachingReader(io.RawIOBase):
     """Pass a stream through while copying it to ``path``, committed only when complete."""
 
-    def __init__(self, raw: io.RawIOBase, path: str) -> None:
+    def __init__(self, raw: io.RawIOBase, path: str, limit: int | None = None) -> None:
         folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)
         self._raw = raw
         self._path = path
+        self._limit = limit
         self._tmp = f"{path}.tmp-{os.getpid()}-{id(self):x}"
         self._out: BinaryIO | None = open(self._tmp, "wb")  # noqa: SIM115
 
@@ -427,6 +433,10 @@ class _CachingReader(io.RawIOBase):
         if out is not None:
             out.close()
             os.replace(self._tmp, self._path)
+            if self._limit is not None:
+                from .cachelimit import enforce_limit
+
+                enforce_limit(os.path.dirname(self._path) or ".", self._limit)
 
     def close(self) -> None:
         if self.closed:

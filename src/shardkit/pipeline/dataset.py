@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from ..errors import ConfigError
 from ..handlers import Handler, HandlerName, resolve_handler
+from ..units import parse_size
 from ..writer import Format
 from ._torch import register_iterable_dataset
 from .chain import Equalize, Recipe
@@ -79,6 +80,8 @@ class Dataset(_Base):
     * ``storage_options``: fsspec options (endpoint, credentials) for remote URLs.
     * ``cache_dir``: keep a local copy of every remote shard read, reused across runs
       (default: ``$SHARDKIT_CACHE_DIR``, else no cache).
+    * ``cache_limit``: bound the cache folder (bytes or ``"200GB"``): whole copies are
+      evicted, least recently used first, never one being read.
     * ``verify``: check TFRecord data CRCs.
     """
 
@@ -94,6 +97,7 @@ class Dataset(_Base):
         node: tuple[int, int] | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | None = None,
+        cache_limit: int | str | None = None,
         verify: bool = True,
     ) -> None:
         if not isinstance(source, str) and not (
@@ -114,7 +118,8 @@ class Dataset(_Base):
         self._node = node
         if cache_dir is None:
             cache_dir = config.cache_dir()
-        read = ReadOptions(format, self._handler, verify, storage_options, cache_dir)
+        limit = read_cache_limit(cache_dir, cache_limit)
+        read = ReadOptions(format, self._handler, verify, storage_options, cache_dir, limit)
         self._recipe = Recipe(read, equalize, shuffle_shards)
         self._shards: ShardList | None = None
         self._epoch = 0
@@ -305,6 +310,15 @@ class Dataset(_Base):
     def __repr__(self) -> str:
         stages = "".join(f".{type(s).__name__.lower()}()" for s in self._recipe.stages)
         return f"Dataset({self._source!r}, seed={self._seed}){stages}"
+
+
+def read_cache_limit(cache_dir: str | None, cache_limit: int | str | None) -> int | None:
+    """``cache_limit`` in bytes (None: no limit); it needs a ``cache_dir``."""
+    if cache_limit is None:
+        return None
+    if cache_dir is None:
+        raise ConfigError("cache_limit needs a cache_dir (or $SHARDKIT_CACHE_DIR)")
+    return parse_size(cache_limit, name="cache_limit")
 
 
 def _check_callable(fn: object, method: str) -> None:

@@ -65,8 +65,8 @@ class IndexedDataset(MapBase[Any]):
     ``handler`` is the policy for bad data: with ``"raise"`` (default) ``ds[i]`` raises
     it; with another policy the sample is reported and ``ds[i]`` returns the next
     readable one (i+1, i+2, ..., at most 16 tries), so a batch stays full. ``max_open``:
-    shards kept open per process. ``storage_options``, ``cache_dir``, ``verify`` and
-    ``format`` are as for ``Dataset``.
+    shards kept open per process. ``storage_options``, ``cache_dir``, ``cache_limit``,
+    ``verify`` and ``format`` are as for ``Dataset``.
     """
 
     def __init__(
@@ -77,6 +77,7 @@ class IndexedDataset(MapBase[Any]):
         format: Format | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | None = None,
+        cache_limit: int | str | None = None,
         verify: bool = True,
         max_open: int = 16,
     ) -> None:
@@ -86,11 +87,13 @@ class IndexedDataset(MapBase[Any]):
             format=format,
             storage_options=storage_options,
             cache_dir=cache_dir,
+            cache_limit=cache_limit,
             verify=verify,
         )
         self._ranges = RangeReader(
             storage_options=storage_options,
             cache_dir=self._pipe._recipe.read.cache_dir,
+            cache_limit=self._pipe._recipe.read.cache_limit,
             max_open=max_open,
         )
         self._shards: tuple[_Shard, ...] | None = None

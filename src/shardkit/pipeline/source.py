@@ -36,6 +36,7 @@ class ReadOptions:
     verify: bool = True
     storage_options: dict[str, Any] | None = None
     cache_dir: str | None = None
+    cache_limit: int | None = None
 
 
 def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], None, None]:
@@ -43,7 +44,10 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
     the local cache of ``options.cache_dir``)."""
     kind, gz = reader.detect_format(url, options.format)
     stream = storage.open_read(
-        url, storage_options=options.storage_options, cache_dir=options.cache_dir
+        url,
+        storage_options=options.storage_options,
+        cache_dir=options.cache_dir,
+        cache_limit=options.cache_limit,
     )
     try:
         yield from reader.iter_shard_samples(
