@@ -120,7 +120,10 @@ class ShardWriter:
     ...         sink.write(sample)
 
     ``encode=True`` (the default) runs :func:`shardkit.codecs.encode_sample` on each sample,
-    so values may be ints, str, dicts (json), numpy arrays and images as well as bytes.
+    so values may be ints, str, dicts (json), numpy arrays and images as well as bytes. For
+    TFRecord, bytes, str, numbers and lists become features as they are (an int is an int64
+    feature: :mod:`shardkit.formats.example`); only the other values, and fields ending in
+    ``.gz``, go through the codecs.
     ``on_shard`` is called with a :class:`ShardInfo` as each shard is committed.
     """
 
@@ -169,17 +172,21 @@ class ShardWriter:
     def _encode(self, sample: Mapping[str, Any]) -> tuple[str, bytes]:
         if not isinstance(sample, Mapping):
             raise EncodeError(f"a sample must be a dict, not {type(sample).__name__}")
-        if self.encode:
-            from .codecs import encode_sample
-
-            sample = encode_sample(sample)
         key = sample.get("__key__")
         if self.format == "tar":
+            if self.encode:
+                from .codecs import encode_sample
+
+                sample = encode_sample(sample)
             data = tar.encode_sample(sample)
         else:
             from .formats import tfrecord
-            from .formats.example import sample_to_example
+            from .formats.example import encode_other_values, sample_to_example
 
+            if self.encode:
+                from .codecs import encode_sample
+
+                sample = encode_other_values(sample, encode_sample)
             if not isinstance(key, str) or not key:
                 raise EncodeError("every sample needs a non-empty str __key__")
             data = tfrecord.frame_record(sample_to_example(sample))

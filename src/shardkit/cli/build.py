@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from ._toolargs import HelpFormatter, plain
+
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
 label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
@@ -19,25 +21,25 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "build",
         help="pack images / a file list / shards into shards (parallel, resumable)",
-        description=__doc__,
+        description=plain(__doc__),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("src", help="image folder, .csv/.jsonl list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
     add = parser.add_argument
-    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format (tar)")
-    add("--max-count", type=int, default=10_000, metavar="N", help="samples per shard (10000)")
-    add("--max-size", default="250MB", metavar="SIZE", help="bytes per shard: 100MB, 1GiB (250MB)")
+    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format")
+    add("--max-count", type=int, default=10_000, metavar="N", help="samples per shard")
+    add("--max-size", default="250MB", metavar="SIZE", help="bytes per shard: 100MB, 1GiB")
     add("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
     add("--shuffle", action=argparse.BooleanOptionalAction, default=True, help="seeded shuffle")
-    add("--seed", type=int, default=0, help="shuffle seed (0)")
-    add("--prefix", default="shard", help="shard name prefix (shard)")
+    add("--seed", type=int, default=0, help="shuffle seed")
+    add("--prefix", default="shard", help="shard name prefix")
     add(
         "--validate",
         choices=("none", "header", "full"),
         default="header",
-        help="image checks: header (default: signature and complete file), full (decode)",
+        help="image checks: header (signature and complete file), full (decode), none",
     )
     add("--resize", type=int, default=None, metavar="N", help="scale the shorter side to N px")
     add("--max-side", type=int, default=None, metavar="N", help="shrink the longer side to N px")
@@ -46,11 +48,11 @@ def add_parser(sub: Any) -> None:
         "--on-error",
         choices=("skip", "fail"),
         default="skip",
-        help="bad images: skip and report them (default) or stop",
+        help="bad images: skip and report them, or stop",
     )
     add("--overwrite", action="store_true", help="replace a dataset already in OUT")
-    add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column (path)")
-    add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column (label)")
+    add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column")
+    add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column")
     add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
     add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
     add("--index", action="store_true", help="then write each shard's .idx (random access)")
