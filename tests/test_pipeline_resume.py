@@ -14,10 +14,12 @@ from conftest_pipeline import write_shards
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardkit import ConfigError, Dataset
+from shardkit import ConfigError, Dataset, mix
 
 
 def _key(sample: Any) -> Any:
+    if isinstance(sample, tuple) and len(sample) == 2 and isinstance(sample[0], list):
+        return [sample[0], sample[1].tolist()]  # a collated batch
     return sample["__key__"] if isinstance(sample, dict) else sample
 
 
@@ -46,6 +48,11 @@ PIPELINES: dict[str, Callable[[str], Dataset]] = {
     "with-epoch": lambda f: Dataset(f + "/shard-{000000..000004}.tar").shuffle(4).with_epoch(50),
     "skip-handler": lambda f: Dataset(f, handler="warn").decode().to_tuple("__key__"),
     "threaded-decode": lambda f: Dataset(f).decode(threads=3).to_tuple("__key__", "cls"),
+    "rebatched": lambda f: (
+        Dataset(f).decode().to_tuple("__key__", "cls").batched(4).unbatched().shuffle(5).batched(3)
+    ),
+    "mixed": lambda f: mix([Dataset(f, seed=1).shuffle(3), Dataset(f, seed=2)], [2, 1], seed=3),
+    "mixed-shuffled": lambda f: mix([Dataset(f), Dataset(f)], seed=3).shuffle(6).with_epoch(45),
 }
 
 

@@ -30,12 +30,14 @@ from .writer import ShardInfo, ShardWriter
 
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
-    from .pipeline import Dataset, IndexedDataset, MixedDataset, mix
+    from .pipeline import Dataset, FromIterable, IndexedDataset, MixedDataset, from_iterable, mix
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
 _LAZY = {
     "Dataset": ".pipeline",
+    "FromIterable": ".pipeline",
     "IndexedDataset": ".pipeline",
+    "from_iterable": ".pipeline",
     "MixedDataset": ".pipeline",
     "mix": ".pipeline",
     "ShardResult": ".mapshards",
@@ -54,6 +56,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "FormatError",
+    "FromIterable",
     "IndexedDataset",
     "MixedDataset",
     "ShardInfo",
@@ -66,6 +69,7 @@ __all__ = [
     "UnsafeDataError",
     "__version__",
     "build",
+    "from_iterable",
     "map_shards",
     "mix",
 ]

@@ -12,7 +12,17 @@ from __future__ import annotations
 
 from .dataset import Dataset
 from .indexed import IndexedDataset
+from .iterable import FromIterable, from_iterable
 from .mixing import MixedDataset, mix
 from .urls import ShardList, resolve_source
 
-__all__ = ["Dataset", "IndexedDataset", "MixedDataset", "ShardList", "mix", "resolve_source"]
+__all__ = [
+    "Dataset",
+    "FromIterable",
+    "IndexedDataset",
+    "MixedDataset",
+    "ShardList",
+    "from_iterable",
+    "mix",
+    "resolve_source",
+]

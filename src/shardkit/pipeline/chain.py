@@ -15,7 +15,7 @@ from typing import Any, Literal
 from . import epochs
 from .context import Context
 from .source import ReadOptions, stream_samples
-from .stages import Batched, Select, Shuffle, Stage
+from .stages import Batched, Select, Shuffle, Stage, Unbatched
 from .state import Progress, counted, finished
 from .urls import ShardList
 
@@ -46,6 +46,8 @@ class Recipe:
         for stage in self.stages:
             if isinstance(stage, Select):
                 raise TypeError("len() is unknown after .select(): it drops an unknown number")
+            if isinstance(stage, Unbatched):
+                raise TypeError("len() is unknown after .unbatched()")
             if isinstance(stage, Batched):
                 if batched:
                     raise TypeError("len() is unknown with more than one .batched() stage")
@@ -67,7 +69,7 @@ class Recipe:
         """The first batch size, if nothing before it drops items: workers then split
         epochs in whole batches, so a rank's batch count does not depend on workers."""
         for stage in self.stages:
-            if isinstance(stage, Select):
+            if isinstance(stage, (Select, Unbatched)):
                 return 1
             if isinstance(stage, Batched):
                 return stage.size

@@ -47,6 +47,7 @@ from .stages import (
     Shuffle,
     Stage,
     ToTuple,
+    Unbatched,
     parse_fields,
 )
 from .state import Position, Progress, check_state
@@ -217,6 +218,12 @@ class Dataset(_Base):
         if collate not in ("auto", "numpy", "torch", None) and not callable(collate):
             raise ConfigError("collate must be 'auto', 'numpy', 'torch', None or a callable")
         return self._then(Batched(size, collate, partial))
+
+    def unbatched(self) -> Dataset:
+        """The items of each batch: a tuple or list of columns (what :meth:`batched`
+        makes, and a DataLoader passes on) gives tuples, a dict of columns dicts, an
+        array or tensor its rows."""
+        return self._then(Unbatched())
 
     def with_epoch(self, samples: int) -> Dataset:
         """Make every epoch exactly ``samples`` samples per rank, reading the shards again

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from ..errors import DataError
 from ..handlers import Handler, reraise
-from .collate import Collate, collate_batch
+from .collate import Collate, collate_batch, uncollate
 from .context import Context
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Shuffle",
     "Stage",
     "ToTuple",
+    "Unbatched",
     "parse_fields",
     "report_bad_data",
 ]
@@ -234,3 +235,12 @@ class Batched(Stage):
                 batch = []
         if batch and self.partial:
             yield collate_batch(batch, collate)
+
+
+@dataclass(eq=False)
+class Unbatched(Stage):
+    """The items of each batch (:func:`shardkit.pipeline.collate.uncollate`)."""
+
+    def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
+        for batch in items:
+            yield from uncollate(batch)
