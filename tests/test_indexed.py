@@ -270,3 +270,19 @@ def test_build_writes_indexes_on_request(tmp_path: os.PathLike[str]) -> None:
     ds = shardkit.IndexedDataset(indexed)
     assert len(ds) == 12
     assert [ds[i] for i in range(12)] == list(shardkit.Dataset(indexed, shuffle_shards=False))
+
+
+def test_a_handle_let_go_by_the_pool_stays_valid_for_its_reader(tmp_path: os.PathLike[str]) -> None:
+    folder = os.path.join(tmp_path, "pool")
+    urls = write_shards(folder, [2, 2, 2], manifest=False)
+    write_indexes(urls)
+    ds = shardkit.IndexedDataset(folder, max_open=1)
+    ranges = ds._ranges
+    held = ranges._handle(urls[0])  # as a thread in the middle of a read holds it
+    ds[3], ds[5]  # the pool moves on to the other shards
+    assert urls[0] not in ranges._open
+    assert held.read(0, 512)[:6] == b"s00000"  # its file is still open
+    fd = held.fd
+    del held
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed once nobody holds it

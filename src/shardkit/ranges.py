@@ -2,10 +2,11 @@
 by ranged reads, through a small pool of open handles.
 
 A :class:`RangeReader` keeps at most ``max_open`` shards open (least recently used is
-closed first). Local files are read with ``os.pread``, which has no file position, so
-threads may share a handle. With ``cache_dir`` a remote shard is first copied whole into
-the cache (the same copy that :func:`shardkit.storage.open_read` keeps, committed only
-when complete) and then read locally; without it, each read is one ranged request,
+let go first, and closed once no thread is reading through it). Local files are read with
+``os.pread``, which has no file position, so threads may share a handle. With
+``cache_dir`` a remote shard is first copied whole into the cache (the same copy that
+:func:`shardkit.storage.open_read` keeps, committed only when complete) and then read
+locally; without it, each read is one ranged request,
 retried on transient failures as streaming reads are. The pool belongs to one process:
 it is neither pickled nor used after a fork (DataLoader workers open their own).
 """
@@ -45,7 +46,13 @@ class _Local:
         return os.pread(self.fd, size, offset)
 
     def close(self) -> None:
-        os.close(self.fd)
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            self.close()
 
 
 class _Remote:
@@ -137,8 +144,9 @@ class RangeReader:
             handle = self._new_handle(url)
             self._open[url] = handle
             while len(self._open) > self.max_open:
-                _, old = self._open.popitem(last=False)
-                old.close()
+                # Not closed here: a thread may be reading through it. It closes (and its
+                # cache lock goes) when the last reader lets go of it.
+                self._open.popitem(last=False)
             return handle
 
     def _new_handle(self, url: str) -> _Local | _Remote:
