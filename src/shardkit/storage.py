@@ -17,7 +17,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, BinaryIO, cast
 
 from . import config
@@ -178,8 +178,9 @@ def open_read(
     storage_options: dict[str, Any] | None = None,
     buffer_size: int = 1 << 20,
     cache_dir: str | None = None,
-    cache_limit: int | None = None,
     retries: int = 5,
+    cache_check: Callable[[BinaryIO], bool] | None = None,
+    cache_limit: int | None = None,
 ) -> BinaryIO:
     """Open a URL for streaming reads; the caller closes the stream.
 
@@ -188,7 +189,10 @@ def open_read(
     ``retries`` times with backoff, resuming at the byte offset reached (a Range request).
     With ``cache_dir``, a remote object is read from its cached copy when there is one;
     otherwise it streams as usual while a copy is written beside it, which takes its
-    final name only once the whole object has been read (so it is never partial).
+    final name only once the stream provably ended where the object ends: at its end of
+    stream, with as many bytes as the server said (where it said), and, with
+    ``cache_check``, only if ``cache_check(copy)`` confirms the content is whole (an HTTP
+    body without a length can end cleanly yet early). Otherwise the copy is dropped.
     ``cache_limit`` (bytes) bounds the cache folder: whole copies are evicted, least
     recently used first, never one being read (:mod:`shardkit.cachelimit`).
     ``buffer_size=0`` opens a local file unbuffered (for readers that seek over data);
@@ -211,10 +215,11 @@ def open_read(
             if cached is not None:
                 return cached
         fs, path = _fs(url, storage_options)
-        raw: io.RawIOBase = _ResumableReader(fs, path, url, retries=retries)
-        if cache_dir is not None:
-            raw = _CachingReader(raw, cache_path(url, cache_dir), cache_limit)
-        return io.BufferedReader(raw, stream_buffer)
+        remote = _ResumableReader(fs, path, url, retries=retries)
+        if cache_dir is None:
+            return io.BufferedReader(remote, stream_buffer)
+        copying = _CachingReader(remote, cache_path(url, cache_dir), url, cache_check, cache_limit)
+        return io.BufferedReader(copying, stream_buffer)
     except StorageError:
         raise
     except FileNotFoundError as exc:
@@ -275,6 +280,11 @@ class _ResumableReader(io.RawIOBase):
     HTTP(S) is one streaming GET (a Range request when resuming), so the first bytes come
     before the rest have been sent; other fsspec protocols read ranged blocks.
     """
+
+    @property
+    def size(self) -> int | None:
+        """The object's length in bytes, where the server said it."""
+        return self._end
 
     def __init__(self, fs: Any, path: str, url: str, *, retries: int) -> None:
         self._fs, self._path, self._url, self._retries = fs, path, url, retries
@@ -404,15 +414,26 @@ class _ResumableReader(io.RawIOBase):
 
 
 class _CachingReader(io.RawIOBase):
-    """Pass a stream through while copying it to ``path``, committed only when complete."""
+    """Pass a stream through while copying it to ``path``, committed only when complete
+    (see :func:`open_read`)."""
 
-    def __init__(self, raw: io.RawIOBase, path: str, limit: int | None = None) -> None:
+    def __init__(
+        self,
+        raw: _ResumableReader,
+        path: str,
+        url: str,
+        check: Callable[[BinaryIO], bool] | None,
+        limit: int | None = None,
+    ) -> None:
         folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)
         self._raw = raw
         self._path = path
+        self._url = url
+        self._check = check
         self._limit = limit
+        self._written = 0
         self._tmp = f"{path}.tmp-{os.getpid()}-{id(self):x}"
         self._out: BinaryIO | None = open(self._tmp, "wb")  # noqa: SIM115
 
@@ -424,19 +445,43 @@ class _CachingReader(io.RawIOBase):
         if self._out is not None:
             if n:
                 self._out.write(memoryview(buffer)[:n])
+                self._written += n
             else:
                 self._commit()
         return n
 
     def _commit(self) -> None:
         out, self._out = self._out, None
-        if out is not None:
-            out.close()
+        if out is None:
+            return
+        out.close()
+        if self._complete():
             os.replace(self._tmp, self._path)
             if self._limit is not None:
                 from .cachelimit import enforce_limit
 
                 enforce_limit(os.path.dirname(self._path) or ".", self._limit)
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self._tmp)
+
+    def _complete(self) -> bool:
+        """Whether the copy provably holds the whole object (see :func:`open_read`)."""
+        size = self._raw.size
+        if size is not None and size != self._written:
+            problem = f"{self._written} bytes arrived, the server announced {size}"
+        elif self._check is None:
+            return size is not None
+        else:
+            try:
+                with open(self._tmp, "rb") as copy:
+                    if self._check(copy):
+                        return True
+                problem = "the stream ended cleanly but before the end of the shard"
+            except OSError as exc:
+                problem = f"cannot check the copy: {exc}"
+        logger.warning("%s: not cached: %s", self._url, problem)
+        return False
 
     def close(self) -> None:
         if self.closed:

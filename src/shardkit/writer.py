@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -112,6 +113,34 @@ class _Sink:
         self._emit(self._crc.to_bytes(4, "little") + (self._raw & 0xFFFFFFFF).to_bytes(4, "little"))
 
 
+_WEBDATASET_NAMES = {"maxcount": "max_count", "maxsize": "max_size", "start_shard": "start_index"}
+_WEBDATASET_WAYS = {
+    "post": "pass on_shard=fn: it gets a ShardInfo (url, samples, bytes, sha256) per shard",
+    "opener": "pass a URL (s3://, gs://, ...) and storage_options=",
+    "verbose": "shardkit logs through logging.getLogger('shardkit')",
+}
+
+
+def _webdataset_options(
+    given: Mapping[str, Any], max_count: int | None, max_size: int | str | None, start: int
+) -> tuple[Any, Any, Any]:
+    """``ShardWriter(maxcount=, maxsize=, start_shard=)``: webdataset's names."""
+    ours: dict[str, Any] = {"max_count": max_count, "max_size": max_size, "start_index": start}
+    defaults = {"max_count": 100_000, "max_size": 3 << 30, "start_index": 0}
+    for name, value in given.items():
+        if name in _WEBDATASET_WAYS:
+            raise ConfigError(f"ShardWriter() has no {name}= argument: {_WEBDATASET_WAYS[name]}")
+        if name not in _WEBDATASET_NAMES:
+            raise ConfigError(f"ShardWriter() has no {name}= argument")
+        own = _WEBDATASET_NAMES[name]
+        if ours[own] != defaults[own]:
+            raise ConfigError(f"ShardWriter() takes one of {own}= and {name}=, not both")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # webdataset's maxsize=3e9
+        ours[own] = value
+    return ours["max_count"], ours["max_size"], ours["start_index"]
+
+
 class ShardWriter:
     """Write samples to ``pattern % index`` shards (tar or TFRecord, optionally gzipped).
 
@@ -125,6 +154,7 @@ class ShardWriter:
     feature: :mod:`shardkit.formats.example`); only the other values, and fields ending in
     ``.gz``, go through the codecs.
     ``on_shard`` is called with a :class:`ShardInfo` as each shard is committed.
+    webdataset's ``maxcount=``, ``maxsize=`` and ``start_shard=`` are the same options.
     """
 
     def __init__(
@@ -139,7 +169,12 @@ class ShardWriter:
         encode: bool = True,
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
+        **webdataset: Any,
     ) -> None:
+        if webdataset:
+            max_count, max_size, start_index = _webdataset_options(
+                webdataset, max_count, max_size, start_index
+            )
         if max_count is not None and max_count < 1:
             raise ConfigError(f"max_count must be at least 1, not {max_count}")
         if max_size is not None:
@@ -199,6 +234,12 @@ class ShardWriter:
     # -- shard lifecycle
     def _open(self) -> _Sink:
         self._url = shard_name(self.pattern, self._index)
+        if storage.is_local(self._url) and self._url != "-":
+            folder = os.path.dirname(os.path.abspath(storage.local_path(self._url)))
+            try:
+                os.makedirs(folder, exist_ok=True)  # a fresh out/ folder, as build does
+            except OSError as exc:
+                raise StorageError(f"cannot create the folder: {exc}", url=self._url) from exc
         self._stack = contextlib.ExitStack()
         stream = self._stack.enter_context(
             storage.atomic_write(self._url, storage_options=self.storage_options)

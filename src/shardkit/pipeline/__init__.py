@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .dataset import Dataset
 from .indexed import IndexedDataset
-from .iterable import FromIterable, from_iterable
+from .iterable import FromIterable, as_is, from_iterable
 from .mixing import MixedDataset, mix
 from .urls import ShardList, resolve_source
 
@@ -22,6 +22,7 @@ __all__ = [
     "IndexedDataset",
     "MixedDataset",
     "ShardList",
+    "as_is",
     "from_iterable",
     "mix",
     "resolve_source",

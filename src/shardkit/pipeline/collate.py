@@ -12,19 +12,14 @@ first item's keys), anything else one column. A column becomes:
 
 Or pass your own ``collate(items) -> batch``. Arrays of different shapes cannot stack:
 that raises ValueError naming the column (resize in ``.map()``, or use ``collate=None``).
-
-:func:`uncollate` is the inverse: a tuple or list of columns gives tuples (a DataLoader
-turns a batch's tuple into a list), a dict of columns dicts, an array or a tensor its rows.
-A ``collate=None`` batch (a list of items) is not one it can tell apart: unbatch a
-collated one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-__all__ = ["Collate", "collate_batch", "uncollate"]
+__all__ = ["Collate", "collate_batch"]
 
 Collate = Literal["auto", "numpy", "torch"] | Callable[[list[Any]], Any] | None
 
@@ -43,25 +38,6 @@ def collate_batch(items: list[Any], mode: Collate) -> Any:
     if isinstance(first, dict):
         return {key: _column([item[key] for item in items], mode, key) for key in first}
     return _column(items, mode, "items")
-
-
-def uncollate(batch: Any) -> Iterator[Any]:
-    """The items of a batch (see the module docs); ValueError if columns differ in length."""
-    if isinstance(batch, (tuple, list)):
-        columns: Sequence[Any] = batch
-    elif isinstance(batch, dict):
-        columns = list(batch.values())
-    else:
-        yield from batch
-        return
-    sizes = {len(column) for column in columns}
-    if len(sizes) > 1:
-        raise ValueError(f"cannot unbatch: its columns have different lengths {sorted(sizes)}")
-    for i in range(sizes.pop() if sizes else 0):
-        if isinstance(batch, dict):
-            yield {key: column[i] for key, column in batch.items()}
-        else:
-            yield tuple(column[i] for column in columns)
 
 
 def _column(values: Sequence[Any], mode: str, name: str) -> Any:

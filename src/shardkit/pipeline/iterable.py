@@ -1,7 +1,7 @@
 """``shardkit.from_iterable``: the pipeline's stages over any iterable, such as a
 DataLoader, in the process that iterates it.
 
->>> loader = DataLoader(ds.batched(16), batch_size=None, num_workers=8)
+>>> loader = DataLoader(ds.batched(16), batch_size=None, num_workers=8, collate_fn=as_is)
 >>> for images, labels in from_iterable(loader).unbatched().shuffle(2000).batched(64):
 ...     ...
 
@@ -10,8 +10,10 @@ apart, shuffles across workers' output and batches again: webdataset's
 ``WebLoader(...).unbatched().shuffle(n).batched(b)``. The result is a
 :class:`~shardkit.pipeline.dataset.Dataset`, so every stage and its seeding from
 ``(seed, epoch, rank)`` apply; each iteration iterates ``iterable`` once more and starts
-the next epoch. ``len()`` is unknown unless ``.with_epoch(n)`` fixes the epoch (n items
-per iteration, iterating ``iterable`` again as often as needed). ``state_dict()`` counts
+the next epoch. ``collate_fn=as_is`` keeps each batch as the workers made it: by default a
+DataLoader turns a batch's tuple of columns into a list, which ``.unbatched()`` would take
+for a list of items. ``len()`` is unknown unless ``.with_epoch(n)`` fixes the epoch (n items
+at its position, iterating ``iterable`` again as often as needed). ``state_dict()`` counts
 items as for a dataset, but resuming replays ``iterable`` from its start: only an
 iterable that repeats itself (a DataLoader over a seeded dataset at the same epoch)
 resumes exactly.
@@ -27,9 +29,15 @@ from typing import Any
 from .chain import Recipe
 from .context import Context
 from .dataset import Dataset
+from .stages import Stage
 from .urls import ShardList
 
-__all__ = ["FromIterable", "from_iterable"]
+__all__ = ["FromIterable", "as_is", "from_iterable"]
+
+
+def as_is(item: Any) -> Any:
+    """``item`` unchanged: a DataLoader ``collate_fn`` that keeps batches as they are."""
+    return item
 
 
 def from_iterable(iterable: Iterable[Any], *, seed: int = 0) -> FromIterable:
@@ -46,16 +54,16 @@ class IterableRecipe(Recipe):
     iterable: Any = None
 
     def rank_samples(self, shards: ShardList, world: int) -> int:
-        if self.epoch_size is None:
-            raise TypeError("len() of from_iterable() is unknown without .with_epoch(n)")
-        return self.epoch_size
+        raise TypeError("len() of from_iterable() is unknown: add .with_epoch(n)")
 
-    def samples(self, shards: ShardList, ctx: Context, skip: int) -> Iterator[Any]:
-        if self.epoch_size is None:
-            return itertools.islice(iter(self.iterable), skip, None)
-        # with_epoch(n): n items, iterating the iterable again as often as needed
-        again = itertools.chain.from_iterable(iter(self.iterable) for _ in itertools.count())
-        return itertools.islice(again, skip, self.epoch_size)
+    def samples(
+        self, shards: ShardList, ctx: Context, skip: int, stages: tuple[Stage, ...]
+    ) -> Iterator[Any]:
+        # The iterable once per pass; endlessly under .with_epoch(n) or .repeat().
+        endless = self.take is not None or self.passes is None
+        passes = itertools.count() if endless else range(self.passes or 0)
+        items = itertools.chain.from_iterable(iter(self.iterable) for _ in passes)
+        return itertools.islice(items, skip, None)
 
 
 class FromIterable(Dataset):

@@ -6,11 +6,13 @@
 The mix is a :class:`~shardkit.pipeline.dataset.Dataset`: the same stages, splitting,
 ``len()``, ``set_epoch`` and ``state_dict()``. What an epoch is:
 
-* Each rank yields exactly ``n`` items per epoch: ``.with_epoch(n)`` if given, else the
-  largest ``n`` for which no source is read more than once in expectation:
-  ``floor(min(len_i / p_i))`` with ``len_i`` the source's samples per rank and ``p_i`` its
-  share of the weights. So ``len()`` is exact; without ``with_epoch`` every source needs
-  per-shard counts (a manifest or ``.idx`` files).
+* Each rank yields exactly ``n`` items per epoch: the largest ``n`` for which no source is
+  read more than once in expectation: ``floor(min(len_i / p_i))`` with ``len_i`` the
+  source's samples per rank and ``p_i`` its share of the weights (times ``k`` after
+  ``.repeat(k)``). So ``len()`` is exact, and every source needs per-shard counts (a
+  manifest or ``.idx`` files), unless ``.with_epoch(n)`` ends the epoch instead: the mix
+  above it is then endless, its first round of draws that epoch (exact proportions), then
+  rounds of 1,000 (where stages before ``with_epoch`` change the number of items).
 * The rank's ``n`` is split over its workers as a plain dataset's is; each stream takes
   exactly ``round(p_i * its share)`` items from source i (largest remainders), in a random
   order drawn from ``(seed, epoch, rank, worker)``. So the proportions hold exactly per
@@ -38,9 +40,10 @@ from ..errors import ConfigError
 from ..handlers import Handler, HandlerName
 from .chain import Recipe
 from .context import Context
+from .counting import Counting, Take, Unbatched
 from .dataset import Dataset
 from .epochs import split_counts
-from .stages import Batched, Select
+from .stages import Batched, Select, Stage
 from .state import Progress
 from .urls import ShardList
 
@@ -49,6 +52,8 @@ __all__ = ["MixedDataset", "apportion", "mix"]
 logger = logging.getLogger(__name__)
 
 _END = object()
+_ROUND = 1000  # draws per round of an endless mix (exact proportions per round)
+_CHANGES_COUNT = (Batched, Select, Counting, Unbatched)
 
 
 def mix(
@@ -76,11 +81,13 @@ def mix(
             raise ConfigError(f"mix() weights must be finite and > 0, not {weight!r}")
     for source in sources:
         for stage in source._recipe.stages:
-            if isinstance(stage, (Batched, Select)):
+            if isinstance(stage, _CHANGES_COUNT):
+                name = "with_epoch" if type(stage).__name__ == "Take" else type(stage).__name__
                 raise ConfigError(
-                    f"a mixed dataset may not .{type(stage).__name__.lower()}() on its own: "
-                    "apply it to the mix"
+                    f"a mixed dataset may not .{name.lower()}() on its own: apply it to the mix"
                 )
+        if source._recipe.passes != 1:
+            raise ConfigError("a mixed dataset may not .repeat() on its own: apply it to the mix")
     return MixedDataset(sources, tuple(Fraction(w) for w in weights), seed, node, handler)
 
 
@@ -104,8 +111,6 @@ class MixRecipe(Recipe):
     weights: tuple[Fraction, ...] = ()
 
     def rank_samples(self, shards: ShardList, world: int) -> int:
-        if self.epoch_size is not None:
-            return self.epoch_size
         whole = sum(self.weights)
         lengths = []
         for source in self.sources:
@@ -114,17 +119,31 @@ class MixRecipe(Recipe):
             except TypeError:
                 raise TypeError(
                     f"the epoch of a mix is unknown: {source!r} has no per-shard sample "
-                    "counts (a manifest or .idx files); or fix it with .with_epoch(n)"
+                    "counts (a manifest or .idx files); or end it with .with_epoch(n)"
                 ) from None
-        return min(math.floor(n * whole / w) for n, w in zip(lengths, self.weights, strict=True))
+        n = min(math.floor(n * whole / w) for n, w in zip(lengths, self.weights, strict=True))
+        return n * (self.passes or 0)
 
-    def samples(self, shards: ShardList, ctx: Context, skip: int) -> Iterator[Any]:
-        try:
-            rank_total = self.rank_samples(shards, ctx.world)
-        except TypeError as exc:
-            raise ConfigError(str(exc)) from None
-        target = split_counts(rank_total, ctx.workers, self.granularity())[ctx.worker]
-        draws = _draws(apportion(target, self.weights), ctx.rng("mix"))
+    def samples(
+        self, shards: ShardList, ctx: Context, skip: int, stages: tuple[Stage, ...]
+    ) -> Iterator[Any]:
+        rng = ctx.rng("mix")
+        if self.take is not None or self.passes is None:
+            first = _ROUND
+            take = next((s for s in stages if isinstance(s, Take)), None)
+            before = stages[: stages.index(take)] if take is not None else ()
+            if take is not None and not any(isinstance(s, _CHANGES_COUNT) for s in before):
+                first = take.share(ctx)  # the epoch is one round: exact proportions
+            sizes = itertools.chain((first,), itertools.repeat(_ROUND))
+            rounds = (_draws(apportion(size, self.weights), rng) for size in sizes)
+            draws: Iterator[int] = itertools.chain.from_iterable(rounds)
+        else:
+            try:
+                rank_total = self.rank_samples(shards, ctx.world)
+            except TypeError as exc:
+                raise ConfigError(str(exc)) from None
+            target = split_counts(rank_total, ctx.workers, self.granularity(stages))[ctx.worker]
+            draws = _draws(apportion(target, self.weights), rng)
         given = [0] * len(self.sources)
         for index in itertools.islice(draws, skip):
             given[index] += 1
@@ -168,7 +187,9 @@ def _source_items(source: Dataset, ctx: Context, skip: int) -> Iterator[Any]:
     recipe, shards = source._recipe, source.shards
     for pass_index in itertools.count():
         pass_ctx = dataclasses.replace(ctx, seed=_pass_seed(source._seed, pass_index))
-        length = None if recipe.mode(shards) == "shards" else recipe.plan(shards, pass_ctx).target
+        length = None
+        if recipe.mode(shards) != "shards":
+            length = recipe.plan(shards, pass_ctx, recipe.stages).target
         if length is not None and skip >= length > 0:
             skip -= length
             continue
