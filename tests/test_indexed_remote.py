@@ -73,3 +73,37 @@ def test_http_by_ranged_reads_and_a_stale_index(tmp_path: str) -> None:
         len(shardkit.Dataset(url + "/"))
     with pytest.raises(shardkit.FormatError, match=r"shard-000001\.tar\.idx: stale index"):
         shardkit.IndexedDataset(url + "/")[5]
+
+
+def _served(folder: str) -> dict[str, bytes]:
+    shard = write_shards(folder, [3], manifest=False, payload=20_000)[0]
+    write_indexes([shard])
+    files = {}
+    for path in (shard, shard + ".idx"):
+        with open(path, "rb") as f:
+            files["/" + os.path.basename(path)] = f.read()
+    return files
+
+
+def test_a_cache_copy_without_a_length_is_kept_only_when_proven_whole(tmp_path: str) -> None:
+    from conftest_remote import Faults, faulty_server
+
+    files = _served(os.path.join(tmp_path, "src"))
+    whole = len(files["/shard-000000.tar"])
+    cache = os.path.join(tmp_path, "cache")
+    with faulty_server(files, Faults(chunked=True)) as base:  # no Content-Length at all
+        ds = shardkit.IndexedDataset(base + "/shard-000000.tar", cache_dir=cache)
+        assert [ds[i]["__key__"] for i in range(3)] == ALL[:3]
+        assert os.path.getsize(storage.cache_path(base + "/shard-000000.tar", cache)) == whole
+    faults = Faults(chunked=True)
+    with faulty_server(files, faults) as base:  # every shard body ends cleanly, half-way
+        url = base + "/shard-000000.tar"
+        ds = shardkit.IndexedDataset(url, cache_dir=os.path.join(tmp_path, "cache2"))
+        assert len(ds) == 3  # the index is read whole
+        faults.end_after.extend([whole // 2] * 10)
+        with pytest.raises(
+            shardkit.StorageError,
+            match=r"shard-000000\.tar: cannot cache this shard: it could not be shown complete",
+        ):
+            ds[0]
+        assert not os.listdir(os.path.join(tmp_path, "cache2"))  # no partial copy kept

@@ -5,21 +5,24 @@ A :class:`RangeReader` keeps at most ``max_open`` shards open (least recently us
 let go first, and closed once no thread is reading through it). Local files are read with
 ``os.pread``, which has no file position, so threads may share a handle. With
 ``cache_dir`` a remote shard is first copied whole into the cache (the same copy that
-:func:`shardkit.storage.open_read` keeps, committed only when complete) and then read
-locally; without it, each read is one ranged request,
-retried on transient failures as streaming reads are. The pool belongs to one process:
-it is neither pickled nor used after a fork (DataLoader workers open their own).
+:func:`shardkit.storage.open_read` keeps, committed only when proven complete, with
+``cache_check(url, copy)`` where given) and then read locally; without it, each read is
+one ranged request, retried on transient failures as streaming reads are. The pool
+belongs to one process: it is neither pickled nor used after a fork (DataLoader workers
+open their own).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from . import storage
 from .cachelimit import enforce_limit, lock_shared
@@ -85,6 +88,7 @@ class RangeReader:
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | None = None,
         cache_limit: int | None = None,
+        cache_check: Callable[[str, BinaryIO], bool] | None = None,
         max_open: int = 16,
     ) -> None:
         if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
@@ -92,6 +96,7 @@ class RangeReader:
         self.storage_options = storage_options
         self.cache_dir = cache_dir
         self.cache_limit = cache_limit
+        self.cache_check = cache_check
         self.max_open = max_open
         self._init_pool()
 
@@ -156,6 +161,8 @@ class RangeReader:
             if self.cache_dir is not None:
                 return self._cached(url, self.cache_dir)
             return _Remote(url, self.storage_options)
+        except StorageError:
+            raise
         except FileNotFoundError as exc:
             raise StorageError("no such file", url=url) from exc
         except OSError as exc:
@@ -164,15 +171,20 @@ class RangeReader:
     def _cached(self, url: str, cache_dir: str) -> _Local:
         """The cache copy of ``url``, fetched whole first when there is none."""
         path = storage.cache_path(url, cache_dir)
+        check = None if self.cache_check is None else functools.partial(self.cache_check, url)
         for _ in range(_RETRIES):
             with contextlib.suppress(FileNotFoundError):
                 return _Local(path, cached=True)
             stream = storage.open_read(
-                url, storage_options=self.storage_options, cache_dir=cache_dir
+                url, storage_options=self.storage_options, cache_dir=cache_dir, cache_check=check
             )
             with stream:
                 while stream.read(1 << 20):
                     pass
+            if not os.path.exists(path):  # open_read could not prove the copy whole
+                raise StorageError(
+                    "cannot cache this shard: it could not be shown complete", url=url
+                )
             with contextlib.suppress(FileNotFoundError):
                 handle = _Local(path, cached=True)
                 if self.cache_limit is not None:  # now that our copy is locked: never it
@@ -192,6 +204,7 @@ class RangeReader:
             "storage_options": self.storage_options,
             "cache_dir": self.cache_dir,
             "cache_limit": self.cache_limit,
+            "cache_check": self.cache_check,
             "max_open": self.max_open,
         }
 

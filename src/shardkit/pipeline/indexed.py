@@ -27,7 +27,7 @@ import itertools
 import operator
 from array import array
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 from .. import reader
 from ..errors import DataError, FormatError
@@ -94,6 +94,7 @@ class IndexedDataset(MapBase[Any]):
             storage_options=storage_options,
             cache_dir=self._pipe._recipe.read.cache_dir,
             cache_limit=self._pipe._recipe.read.cache_limit,
+            cache_check=_whole_shard,
             max_open=max_open,
         )
         self._shards: tuple[_Shard, ...] | None = None
@@ -273,6 +274,11 @@ class IndexedDataset(MapBase[Any]):
 
 
 _DROPPED = object()
+
+
+def _whole_shard(url: str, copy: BinaryIO) -> bool:
+    """Whether a cache copy of shard ``url`` is complete (as the streaming reader checks)."""
+    return reader.holds_whole_shard(copy, format=reader.detect_format(url)[0])
 
 
 register_map_dataset(IndexedDataset)
