@@ -286,3 +286,15 @@ def test_a_handle_let_go_by_the_pool_stays_valid_for_its_reader(tmp_path: os.Pat
     del held
     with pytest.raises(OSError):
         os.fstat(fd)  # closed once nobody holds it
+
+
+def test_spawned_dataloader_workers_open_their_own_handles(indexed: str) -> None:
+    from torch.utils.data import DataLoader
+
+    ds = shardkit.IndexedDataset(indexed).decode().to_tuple("__key__")
+    ds[0]  # this process has a handle open: it must not travel
+    loader = DataLoader(
+        ds, batch_size=4, num_workers=1, multiprocessing_context="spawn", collate_fn=list
+    )
+    got = [key for batch in loader for (key,) in batch]
+    assert got == [f"s{i:05d}" for i in range(sum(COUNTS))]
