@@ -32,7 +32,7 @@ def test_every_tool_has_help_with_examples(
         ["tsv", "x.tar"],
         ["show", "no/such.tar"],
         ["convert", "no/such.tar", "-o", "y.tfrecord"],
-        ["proc", "x.tar", "-c", "true", "-o", "y.tar", "--on-error", "maybe"],
+        ["proc", "x.tar", "-e", "true", "-o", "y.tar", "--on-error", "maybe"],
         ["stats", "no/such.tar"],
         ["index", "no/such.tar"],
     ],

@@ -21,6 +21,7 @@ from .errors import (
     EmptyBuildError,
     EncodeError,
     FormatError,
+    MissingDependencyError,
     ShardkitError,
     StorageError,
     TruncatedShardError,
@@ -32,6 +33,7 @@ from .writer import ShardInfo, ShardWriter
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
     from .pipeline import Dataset, FromIterable, IndexedDataset, MixedDataset, from_iterable, mix
+    from .reader import read_shard
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
 _LAZY = {
@@ -43,6 +45,7 @@ _LAZY = {
     "mix": ".pipeline",
     "ShardResult": ".mapshards",
     "map_shards": ".mapshards",
+    "read_shard": ".reader",
 }
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "FormatError",
     "FromIterable",
     "IndexedDataset",
+    "MissingDependencyError",
     "MixedDataset",
     "ShardInfo",
     "ShardResult",
@@ -74,6 +78,7 @@ __all__ = [
     "from_iterable",
     "map_shards",
     "mix",
+    "read_shard",
 ]
 
 

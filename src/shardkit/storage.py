@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, BinaryIO, cast
 
 from . import config
+from ._optional import missing, require
 from .errors import ConfigError, StorageError
 
 __all__ = [
@@ -127,9 +128,25 @@ def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
         raise StorageError("fsspec is required for remote URLs", url=url) from exc
     try:
         fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except (ImportError, ValueError) as exc:
+    except ImportError as exc:
+        scheme = url.partition("://")[0].lower()
+        if scheme in _SCHEME_MODULES:
+            raise missing(_SCHEME_MODULES[scheme], f"{scheme}:// URLs") from exc
+        raise StorageError(f"cannot open this URL scheme: {exc}", url=url) from exc
+    except ValueError as exc:
         raise StorageError(f"cannot open this URL scheme: {exc}", url=url) from exc
     return fs, path
+
+
+# The fsspec implementations shardkit's extras install (see shardkit._optional.EXTRAS).
+_SCHEME_MODULES = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "http": "aiohttp",
+    "https": "aiohttp",
+}
 
 
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
@@ -269,7 +286,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _http_timeout() -> Any:
-    import aiohttp
+    aiohttp = require("aiohttp", "http:// URLs")
 
     return aiohttp.ClientTimeout(total=None, sock_connect=_HTTP_CONNECT_S, sock_read=_HTTP_STALL_S)
 
