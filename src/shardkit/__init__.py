@@ -21,6 +21,7 @@ from .errors import (
     EmptyBuildError,
     EncodeError,
     FormatError,
+    ManifestError,
     MissingDependencyError,
     ShardkitError,
     StorageError,
@@ -32,15 +33,14 @@ from .writer import ShardInfo, ShardWriter
 
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
-    from .pipeline import Dataset, FromIterable, IndexedDataset, MixedDataset, from_iterable, mix
+    from .pipeline import Dataset, IndexedDataset, Loader, MixedDataset, mix
     from .reader import read_shard
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
 _LAZY = {
     "Dataset": ".pipeline",
-    "FromIterable": ".pipeline",
     "IndexedDataset": ".pipeline",
-    "from_iterable": ".pipeline",
+    "Loader": ".pipeline",
     "MixedDataset": ".pipeline",
     "mix": ".pipeline",
     "ShardResult": ".mapshards",
@@ -61,8 +61,9 @@ __all__ = [
     "EmptyBuildError",
     "EncodeError",
     "FormatError",
-    "FromIterable",
     "IndexedDataset",
+    "Loader",
+    "ManifestError",
     "MissingDependencyError",
     "MixedDataset",
     "ShardInfo",
@@ -75,7 +76,6 @@ __all__ = [
     "UnsafeDataError",
     "__version__",
     "build",
-    "from_iterable",
     "map_shards",
     "mix",
     "read_shard",

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from ..engines import Engine, check_engine
 from ..errors import ConfigError
+from ..formats.names import FORMATS, Format
 from ..handlers import OnError, check_on_error
 from ..units import parse_size
 
@@ -20,7 +21,7 @@ __all__ = [
     "ValidateMode",
 ]
 
-OutputFormat = Literal["tar", "tfrecord"]
+OutputFormat = Format
 ValidateMode = Literal["none", "header", "full"]
 ResizeMode = Literal["keep-ratio", "center-crop", "pad"]
 EncodeFormat = Literal["keep", "jpg", "png", "webp"]
@@ -76,7 +77,7 @@ class BuildOptions:
     def __post_init__(self) -> None:
         size = parse_size(self.max_size, name="max_size")
         object.__setattr__(self, "max_size", size)
-        _choice("format", self.format, ("tar", "tfrecord"))
+        _choice("format", self.format, FORMATS)
         _choice("validate", self.validate, ("none", "header", "full"))
         check_on_error(self.on_error)
         _choice("resize_mode", self.resize_mode, RESIZE_MODES)

@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import storage
 from ..errors import ConfigError, FormatError
+from ..formats.index import ShardIndex, index_url
 from ..formats.tar import MAX_MEMBER_SIZE
-
-if TYPE_CHECKING:
-    from ..tools.index import ShardIndex
+from ..reader import load_index
 
 __all__ = ["check_index", "check_shard_size", "folder_counts", "index_name", "load_indexes"]
 
@@ -28,14 +27,11 @@ _THREADS = 8  # index files fetched at once from a remote folder
 
 def index_name(shard_name: str) -> str:
     """The file name of a shard's index."""
-    from ..tools.index import index_url
-
     return index_url(shard_name)
 
 
 def load_indexes(urls: Sequence[str], storage_options: dict[str, Any] | None) -> list[ShardIndex]:
     """The index of every shard; ConfigError naming the first shard that has none."""
-    from ..tools.index import load_index
 
     def load(url: str) -> ShardIndex:
         index = load_index(url, storage_options=storage_options)

@@ -124,8 +124,17 @@ class MixRecipe(Recipe):
         n = min(math.floor(n * whole / w) for n, w in zip(lengths, self.weights, strict=True))
         return n * (self.passes or 0)
 
+    def elastic_refusal(self, shards: ShardList) -> str:
+        return "a mix resumes only on the ranks and workers it was saved with"
+
     def samples(
-        self, shards: ShardList, ctx: Context, skip: int, stages: tuple[Stage, ...]
+        self,
+        shards: ShardList,
+        ctx: Context,
+        skip: int,
+        stages: tuple[Stage, ...],
+        progress: Progress,
+        watch: Any = None,
     ) -> Iterator[Any]:
         rng = ctx.rng("mix")
         if self.take is not None or self.passes is None:

@@ -12,23 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import re
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from .. import storage
 from ..errors import ConfigError, EncodeError
+from ..formats.names import FORMATS, Format, check_pattern, format_from_name, is_pattern
 from ..formats.tar import TarWriter
-from ..writer import Format, ShardInfo, ShardWriter, format_from_name
+from ..writer import ShardInfo, ShardWriter
 
 __all__ = ["Output", "is_pattern", "tar_fields"]
-
-_PLACEHOLDER = re.compile(r"%0?\d*d|\{shard(:[^}]*)?\}")
-
-
-def is_pattern(url: str) -> bool:
-    """Whether ``url`` has a shard-number placeholder (``%06d`` or ``{shard:06d}``)."""
-    return bool(_PLACEHOLDER.search(url))
 
 
 def tar_fields(sample: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,7 +52,7 @@ class Output:
         max_shards: int | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
-        if format not in (None, "tar", "tfrecord"):
+        if format is not None and format not in FORMATS:
             raise ConfigError(f"format must be 'tar' or 'tfrecord', not {format!r}")
         self.url = url
         self.samples = 0
@@ -71,6 +64,7 @@ class Output:
         self._stack = contextlib.ExitStack()
         self._last_key: str | None = None
         if is_pattern(url):
+            check_pattern(url, option="output")
             if max_shards is not None and max_shards < 1:
                 raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
             self._writer = ShardWriter(
