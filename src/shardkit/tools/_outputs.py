@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 from .. import storage
 from ..errors import ConfigError, EncodeError
 from ..formats.names import FORMATS, Format, check_pattern, format_from_name, is_pattern
-from ..formats.tar import TarWriter
+from ..formats.tar import TarWriter, check_key_order
 from ..writer import ShardInfo, ShardWriter
 
 __all__ = ["Output", "is_pattern", "tar_fields"]
@@ -111,13 +111,7 @@ class Output:
 
     def check_key(self, key: str) -> None:
         """Refuse the same key twice in a row (readers would merge the two samples)."""
-        if key == self._last_key:
-            raise EncodeError(
-                "the same __key__ twice in a row in the output: readers would merge the two "
-                "samples",
-                key=key,
-            )
-        self._last_key = key
+        self._last_key = check_key_order(self._last_key, key)
 
     def raw_sample(self, key: str) -> None:
         """Account for a sample the caller is about to copy to :attr:`raw` as raw members."""
