@@ -12,7 +12,7 @@ from conftest_pipeline import keys, write_shards
 
 import shardkit
 from shardkit.errors import ConfigError, FormatError
-from shardkit.formats.tar import MAX_MEMBER_SIZE
+from shardkit.formats.limits import MAX_MEMBER_SIZE
 from shardkit.tools.index import write_indexes
 
 COUNTS = [5, 7, 0, 3]

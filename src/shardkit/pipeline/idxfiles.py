@@ -17,7 +17,8 @@ from typing import Any
 from .. import storage
 from ..errors import ConfigError, FormatError
 from ..formats.index import ShardIndex, index_url
-from ..formats.tar import MAX_MEMBER_SIZE
+from ..formats.limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
+from ..formats.tfrecord import RECORD_OVERHEAD
 from ..reader import load_index
 
 __all__ = ["check_index", "check_shard_size", "folder_counts", "index_name", "load_indexes"]
@@ -72,6 +73,10 @@ def check_index(index: ShardIndex, shard_url: str) -> None:
         raise FormatError(f"index of another shard ({index.shard!r})", url=where)
     # A gzipped shard's offsets are in its uncompressed stream, which has no known end.
     end = None if index.compressed else size
+    # A sample is read whole: at most what the reader holds of one record or member.
+    limit = MAX_MEMBER_SIZE
+    if index.shard_format == "tfrecord":
+        limit = MAX_RECORD_LENGTH + RECORD_OVERHEAD
     for i, (offset, length) in enumerate(zip(index.offsets, index.sizes, strict=True)):
         if offset < 0 or length <= 0 or (end is not None and offset + length > end):
             raise FormatError(
@@ -79,10 +84,9 @@ def check_index(index: ShardIndex, shard_url: str) -> None:
                 f"shard's {size} bytes",
                 url=where,
             )
-        if length > MAX_MEMBER_SIZE:
+        if length > limit:
             raise FormatError(
-                f"bad index: entry {i} is {length} bytes, over the reader's "
-                f"{MAX_MEMBER_SIZE}-byte limit",
+                f"bad index: entry {i} is {length} bytes, over the reader's {limit}-byte limit",
                 url=where,
             )
 
