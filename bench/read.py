@@ -13,7 +13,22 @@ Groups, side by side:
 * ``decode("rgb8")``: shardkit vs webdataset;
 * TFRecord read + parse: shardkit vs ``tf.data.TFRecordDataset`` + ``tf.io.parse_single_example``
   in eager Python iteration;
-* ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``.
+* ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``;
+* random access, ``ds[i]`` in a seeded random order over local shards (raw samples):
+  ``shardkit.IndexedDataset`` vs MosaicML streaming's ``StreamingDataset.__getitem__``
+  (memory-mapped MDS shards) vs litdata's ``StreamingDataset.__getitem__``;
+* mixing: ``shardkit.mix`` of two sources (the tar shards split in halves) vs reading one
+  source, raw samples.
+
+MDS and litdata are not in the project's environment: give ``--peers PYTHON``, an
+interpreter of a separate venv holding them (``pip install torch==2.13.0
+mosaicml-streaming litdata`` and ``-e .``). Their children run there, each reading its own
+library's copy of the same samples (written once by that library's writer, the JPEGs kept
+as raw bytes). ``import streaming`` imports torchvision, whose registry wheels do not match
+the pinned CPU torch (``operator torchvision::nms does not exist``); those children get
+``bench/_standins`` on ``PYTHONPATH``, a stand-in ``torchvision`` with only the names
+``streaming`` imports, none of which the benchmark uses. Without ``--peers`` those rows are
+left out.
 """
 
 from __future__ import annotations
@@ -76,6 +91,16 @@ def ensure_data(root: str, samples: int) -> None:
                     {"__key__": f"s{i:08d}", "jpg": pool[i % len(pool)], "cls": b"%d" % (i % 1000)}
                 )
     open(stamp, "w").close()
+
+
+def ensure_indexes(root: str, samples: int) -> None:
+    """The .idx files of the tar shards, for random access and counts (once)."""
+    stamp = os.path.join(root, f"indexed-{samples}")
+    if not os.path.exists(stamp):
+        from shardkit.tools import write_indexes
+
+        write_indexes(shards(root, samples, "tar"))
+        open(stamp, "w").close()
 
 
 def shards(root: str, samples: int, fmt: str, limit: int | None = None) -> list[str]:
@@ -204,6 +229,77 @@ def shardkit_loader(root: str, samples: int, limit: int) -> Work:
     return _loader(Dataset(urls).decode("rgb8").to_tuple("jpg", "cls"))
 
 
+def _random_order(total: int, limit: int) -> list[int]:
+    import random
+
+    return random.Random(0).sample(range(total), min(limit, total))
+
+
+def shardkit_random(root: str, samples: int, limit: int) -> Work:
+    from shardkit import IndexedDataset
+
+    ds = IndexedDataset(os.path.join(root, str(samples), "tar"))
+    order = _random_order(len(ds), limit)
+
+    def work() -> int:
+        for i in order:
+            ds[i]
+        return len(order)
+
+    return work
+
+
+def _peer_random(ds: Any, limit: int) -> Work:
+    order = _random_order(len(ds), limit)
+
+    def work() -> int:
+        for i in order:
+            ds[i]
+        return len(order)
+
+    return work
+
+
+def mds_random(root: str, samples: int, limit: int) -> Work:
+    from _peers import mds_dataset
+
+    return _peer_random(mds_dataset(root, samples), limit)
+
+
+def litdata_random(root: str, samples: int, limit: int) -> Work:
+    from _peers import litdata_dataset
+
+    return _peer_random(litdata_dataset(root, samples), limit)
+
+
+def shardkit_one_source(root: str, samples: int, limit: int) -> Work:
+    from shardkit import Dataset
+
+    folder = os.path.join(root, str(samples), "tar")
+    return lambda: _count(Dataset(folder, seed=0).map(len))
+
+
+def shardkit_mix_two(root: str, samples: int, limit: int) -> Work:
+    from shardkit import Dataset, mix
+
+    listed = Dataset(os.path.join(root, str(samples), "tar")).shards  # counts from .idx
+    counts = listed.counts or ()
+    half = len(listed.urls) // 2
+    parts = []
+    for part, span in (("a", slice(None, half)), ("b", slice(half, None))):
+        path = os.path.join(root, str(samples), f"mix-{part}.json")
+        entries = [
+            {"url": url, "samples": n}
+            for url, n in zip(listed.urls[span], counts[span], strict=True)
+        ]
+        with open(path, "w") as f:
+            json.dump({"shards": entries}, f)
+        parts.append(Dataset(path, seed=0))
+    # Weights of the halves' sizes: one epoch reads every sample once, as one source does.
+    mixed = mix(parts, weights=[sum(counts[:half]), sum(counts[half:])], seed=0)
+    return lambda: _count(mixed.map(len))
+
+
 GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
     "raw iteration": [
         ("shardkit", shardkit_raw),
@@ -216,7 +312,17 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
         ("shardkit", shardkit_loader),
         ("webdataset", webdataset_loader),
     ],
+    "random ds[i], raw": [
+        ("shardkit", shardkit_random),
+        ("MDS", mds_random),
+        ("litdata", litdata_random),
+    ],
+    "mix(2 sources) vs 1, raw": [
+        ("shardkit mix", shardkit_mix_two),
+        ("one source", shardkit_one_source),
+    ],
 }
+PEERS = {"mds_random", "litdata_random"}
 CONTENDERS = {fn.__name__: fn for group in GROUPS.values() for _, fn in group}
 
 
@@ -265,10 +371,22 @@ def child(name: str, root: str, samples: int, limit: int) -> None:
     print(json.dumps(result))
 
 
-def run_child(name: str, root: str, samples: int, limit: int) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", name, "--data", root]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def peer_env() -> dict[str, str]:
+    """The environment of a child in the peers' venv: the torchvision stand-in first."""
+    path = [os.path.join(HERE, "_standins"), HERE]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
+def run_child(
+    name: str, root: str, samples: int, limit: int, python: str | None = None
+) -> dict[str, Any]:
+    command = [python or sys.executable, __file__, "--child", name, "--data", root]
     command += ["--samples", str(samples), "--limit", str(limit)]
-    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    env = peer_env() if python else None
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -309,23 +427,38 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK} samples, not {FULL}")
     parser.add_argument("--repeat", type=int, default=2, help="runs per contender (best)")
     parser.add_argument("--data", default="/dev/shm/shardkit-bench-read")
+    parser.add_argument("--peers", default=None, metavar="PYTHON", help="venv with MDS, litdata")
+    parser.add_argument("--only", default=None, help="run only the groups containing this text")
     parser.add_argument("--samples", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     samples = args.samples or (QUICK if args.quick else FULL)
     limit = args.limit or min(samples, 4000)  # decode and DataLoader groups
+    if args.child == "prepare-peers":
+        from _peers import prepare
+
+        prepare(args.data, samples, shards(args.data, samples, "tar"))
+        return
     if args.child:
         child(args.child, args.data, samples, limit)
         return
     ensure_data(args.data, samples)
-    print(f"{samples} samples of ~60 KB JPEGs in {args.data}; decode/DataLoader on ~{limit}")
+    ensure_indexes(args.data, samples)
+    if args.peers:
+        command = [args.peers, __file__, "--child", "prepare-peers", "--data", args.data]
+        subprocess.run([*command, "--samples", str(samples)], check=True, env=peer_env())
+    print(f"{samples} samples of ~60 KB JPEGs in {args.data}; decode/DataLoader/random on ~{limit}")
     results = {}
-    for group, contenders in GROUPS.items():
+    for group, all_contenders in GROUPS.items():
+        if args.only and args.only not in group:
+            continue
+        contenders = [c for c in all_contenders if args.peers or c[1].__name__ not in PEERS]
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in contenders}
         for _ in range(args.repeat):  # interleaved, so a busy moment hits every contender
             for label, fn in contenders:
-                runs[label].append(run_child(fn.__name__, args.data, samples, limit))
+                python = args.peers if fn.__name__ in PEERS else None
+                runs[label].append(run_child(fn.__name__, args.data, samples, limit, python))
         results[group] = [(label, best_of(runs[label])) for label, _ in contenders]
     report(results)
 

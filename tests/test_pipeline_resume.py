@@ -14,7 +14,7 @@ from conftest_pipeline import write_shards
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardkit import ConfigError, Dataset
+from shardkit import ConfigError, Dataset, mix
 
 
 def _key(sample: Any) -> Any:
@@ -59,6 +59,8 @@ PIPELINES: dict[str, Callable[[str], Dataset]] = {
     "repeat-skips-shards": lambda f: Dataset(f, shuffle_shards=True).repeat(3).map(_key),
     "resampled": lambda f: Dataset(f, resampled=True).map(_key).with_epoch(45),
     "shuffle-initial": lambda f: Dataset(f).shuffle(8, initial=2).map(_key),
+    "mixed": lambda f: mix([Dataset(f, seed=1).shuffle(3), Dataset(f, seed=2)], [2, 1], seed=3),
+    "mixed-shuffled": lambda f: mix([Dataset(f), Dataset(f)], seed=3).shuffle(6).with_epoch(45),
 }
 
 

@@ -33,13 +33,16 @@ from .writer import ShardInfo, ShardWriter
 
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
-    from .pipeline import Dataset, Loader
+    from .pipeline import Dataset, IndexedDataset, Loader, MixedDataset, mix
     from .reader import read_shard
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
 _LAZY = {
     "Dataset": ".pipeline",
+    "IndexedDataset": ".pipeline",
     "Loader": ".pipeline",
+    "MixedDataset": ".pipeline",
+    "mix": ".pipeline",
     "ShardResult": ".mapshards",
     "map_shards": ".mapshards",
     "read_shard": ".reader",
@@ -58,9 +61,11 @@ __all__ = [
     "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "IndexedDataset",
     "Loader",
     "ManifestError",
     "MissingDependencyError",
+    "MixedDataset",
     "ShardInfo",
     "ShardResult",
     "ShardWriter",
@@ -72,6 +77,7 @@ __all__ = [
     "__version__",
     "build",
     "map_shards",
+    "mix",
     "read_shard",
 ]
 

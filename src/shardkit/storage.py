@@ -224,6 +224,7 @@ def open_read(
     cache_dir: str | None = None,
     retries: int = 5,
     cache_check: Callable[[BinaryIO], bool] | None = None,
+    cache_limit: int | None = None,
 ) -> BinaryIO:
     """Open a URL for streaming reads; the caller closes the stream.
 
@@ -236,6 +237,8 @@ def open_read(
     stream, with as many bytes as the server said (where it said), and, with
     ``cache_check``, only if ``cache_check(copy)`` confirms the content is whole (an HTTP
     body without a length can end cleanly yet early). Otherwise the copy is dropped.
+    ``cache_limit`` (bytes) bounds the cache folder: whole copies are evicted, least
+    recently used first, never one being read (:mod:`shardkit.cachelimit`).
     ``buffer_size=0`` opens a local file unbuffered (for readers that seek over data);
     a pipe or a remote stream keeps a buffer of the default size.
     """
@@ -250,14 +253,16 @@ def open_read(
         if is_local(url):
             return open(local_path(url), "rb", buffering=buffer_size)
         if cache_dir is not None:
-            cached = cache_path(url, cache_dir)
-            if os.path.exists(cached):
-                return open(cached, "rb", buffering=buffer_size)
+            from .cachelimit import open_cached
+
+            cached = open_cached(cache_path(url, cache_dir), buffer_size)
+            if cached is not None:
+                return cached
         fs, path = _fs(url, storage_options)
         remote = _ResumableReader(fs, path, url, retries=retries)
         if cache_dir is None:
             return io.BufferedReader(remote, stream_buffer)
-        copying = _CachingReader(remote, cache_path(url, cache_dir), url, cache_check)
+        copying = _CachingReader(remote, cache_path(url, cache_dir), url, cache_check, cache_limit)
         return io.BufferedReader(copying, stream_buffer)
     except StorageError:
         raise
@@ -462,6 +467,7 @@ class _CachingReader(io.RawIOBase):
         path: str,
         url: str,
         check: Callable[[BinaryIO], bool] | None,
+        limit: int | None = None,
     ) -> None:
         folder = os.path.dirname(path)
         if folder:
@@ -470,6 +476,7 @@ class _CachingReader(io.RawIOBase):
         self._path = path
         self._url = url
         self._check = check
+        self._limit = limit
         self._written = 0
         self._tmp = f"{path}.tmp-{os.getpid()}-{id(self):x}"
         self._out: BinaryIO | None = open(self._tmp, "wb")  # noqa: SIM115
@@ -494,6 +501,10 @@ class _CachingReader(io.RawIOBase):
         out.close()
         if self._complete():
             os.replace(self._tmp, self._path)
+            if self._limit is not None:
+                from .cachelimit import enforce_limit
+
+                enforce_limit(os.path.dirname(self._path) or ".", self._limit)
             return
         with contextlib.suppress(OSError):
             os.unlink(self._tmp)

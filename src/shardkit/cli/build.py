@@ -25,6 +25,7 @@ SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path 
 label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
 OUT gets {prefix}-000000.tar ... and manifest.json (written last). Rerunning the same
 command after an interruption resumes it; the output bytes do not depend on --workers.
+--index then writes each shard's .idx (as `shardkit index OUT`), for IndexedDataset.
 """
 
 
@@ -95,6 +96,9 @@ def add_parser(sub: Any) -> None:
     )
     add("--engine", "where tasks run (docs/scaling.md)", choices=ENGINES)
     add("--address", "Ray/Dask cluster (HOST:PORT)", metavar="ADDR")
+    parser.add_argument(  # not a BuildOptions field: the CLI indexes after the build
+        "--index", action="store_true", help="then write each shard's .idx (random access)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -117,6 +121,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"Error: {exc}", file=sys.stderr)
         _list_skipped(exc.skipped, every=args.verbose, file=sys.stderr)
         return 1
+    if args.index:
+        from .. import storage
+        from ..tools.index import write_indexes
+
+        write_indexes([storage.join(args.out, shard.name) for shard in result.shards])
     state = "already complete: " if result.resumed_tasks < 0 else ""
     print(
         f"{state}{result.samples} samples in {len(result.shards)} shards "

@@ -5,12 +5,25 @@
 (per-sample transforms), :mod:`.collate`, :mod:`.state` (mid-epoch resume),
 :mod:`.elastic` (resume on another topology), :mod:`.context` (seed, epoch, rank, worker)
 and :mod:`.loader` (:class:`Loader`: a DataLoader with one state for all its workers).
+:class:`IndexedDataset` (:mod:`.indexed`) reads samples by number through the shards'
+``.idx`` files (:mod:`.idxfiles`); :func:`mix` (:mod:`.mixing`) draws from several
+datasets by weight.
 """
 
 from __future__ import annotations
 
 from .dataset import Dataset
+from .indexed import IndexedDataset
 from .loader import Loader
+from .mixing import MixedDataset, mix
 from .urls import ShardList, resolve_source
 
-__all__ = ["Dataset", "Loader", "ShardList", "resolve_source"]
+__all__ = [
+    "Dataset",
+    "IndexedDataset",
+    "Loader",
+    "MixedDataset",
+    "ShardList",
+    "mix",
+    "resolve_source",
+]

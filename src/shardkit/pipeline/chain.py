@@ -72,15 +72,8 @@ class Recipe:
             after = self.stages[self.stages.index(take) + 1 :]
         elif self.passes is None:
             raise TypeError("len() is unknown for an endless stream: add .with_epoch(n)")
-        elif self.mode(shards) == "shards":
-            raise TypeError(
-                "len() is unknown without per-shard sample counts: read a manifest.json "
-                "(or a folder holding one), fix the epoch size with .with_epoch(n), "
-                "or state it with .with_length(n)"
-            )
         else:
-            mode = self.mode(shards)
-            count = epochs.rank_samples(shards.total or 0, world, mode) * self.passes
+            count = self.rank_samples(shards, world)
             after = self.stages
         batched = False
         for stage in after:
@@ -96,6 +89,18 @@ class Recipe:
                 batched = True
                 count = -(-count // stage.size) if stage.partial else count // stage.size
         return count
+
+    def rank_samples(self, shards: ShardList, world: int) -> int:
+        """Samples a rank reads per epoch (all passes), before any stage; TypeError if
+        unknown."""
+        mode = self.mode(shards)
+        if mode == "shards":
+            raise TypeError(
+                "len() is unknown without per-shard sample counts: read a manifest.json "
+                "(or a folder holding one), fix the epoch size with .with_epoch(n), "
+                "or state it with .with_length(n)"
+            )
+        return epochs.rank_samples(shards.total or 0, world, mode) * (self.passes or 0)
 
     def granularity(self, stages: tuple[Stage, ...]) -> int:
         """The first batch size in ``stages``, if nothing before it changes the number of
@@ -127,6 +132,51 @@ class Recipe:
                 stages[i] = dataclasses.replace(stage, granularity=granularity)
         return tuple(stages)
 
+    def plan(
+        self,
+        shards: ShardList,
+        ctx: Context,
+        stages: tuple[Stage, ...],
+        pass_index: int = 0,
+        space: epochs.Intervals | None = None,
+    ) -> epochs.EpochPlan:
+        """What stream ``ctx`` reads in pass ``pass_index`` of its epoch (``space``: the
+        rest of an elastically resumed epoch, see :mod:`shardkit.pipeline.elastic`)."""
+        shuffle = self.shuffle_shards
+        if shuffle is None:
+            shuffle = any(isinstance(stage, Shuffle) for stage in stages)
+        return epochs.plan_stream(
+            shards,
+            ctx,
+            mode=self.mode(shards),
+            shuffle=bool(shuffle),
+            granularity=self.granularity(stages),
+            pass_index=pass_index,
+            space=space,
+        )
+
+    def samples(
+        self,
+        shards: ShardList,
+        ctx: Context,
+        skip: int,
+        stages: tuple[Stage, ...],
+        progress: Progress,
+        watch: _Watch | None = None,
+    ) -> Iterator[Any]:
+        """The raw items of stream ``ctx`` (before ``stages``), less the first ``skip``."""
+        if self.mode(shards) == "shards" and ctx.world > 1:
+            logger.warning(
+                "no per-shard sample counts: ranks may get different numbers of samples and "
+                "DDP can hang at the end of an epoch; read a manifest, or use .with_epoch(n)"
+            )
+
+        def plan_for(pass_index: int) -> epochs.EpochPlan:
+            space = progress.space if pass_index == 0 else None
+            return self.plan(shards, ctx, stages, pass_index, space)
+
+        return stream_samples(shards, plan_for, self.read, skip, self.passes, watch)
+
     def build(
         self,
         shards: ShardList,
@@ -136,35 +186,13 @@ class Recipe:
     ) -> Iterator[Any]:
         """The items of stream ``ctx``, less the ``progress.consumed`` already handed out;
         ``tallies``: the saved counts of the counting stages after the resume point."""
-        mode = self.mode(shards)
         stages = self._stages_for_build()
-        shuffle = self.shuffle_shards
-        if shuffle is None:
-            shuffle = any(isinstance(stage, Shuffle) for stage in stages)
-        if mode == "shards" and ctx.world > 1:
-            logger.warning(
-                "no per-shard sample counts: ranks may get different numbers of samples and "
-                "DDP can hang at the end of an epoch; read a manifest, or use .with_epoch(n)"
-            )
-        granularity = self.granularity(stages)
-
-        def plan_for(pass_index: int) -> epochs.EpochPlan:
-            return epochs.plan_stream(
-                shards,
-                ctx,
-                mode=mode,
-                shuffle=bool(shuffle),
-                granularity=granularity,
-                pass_index=pass_index,
-                space=progress.space if pass_index == 0 else None,
-            )
-
         cut = self.cut(stages)
         skip = progress.consumed
-        watch = _Watch(stages) if mode == "cycle" and self.take is not None else None
-        items: Iterator[Any] = stream_samples(
-            shards, plan_for, self.read, 0 if cut else skip, self.passes, watch
-        )
+        watch = None
+        if self.take is not None and self.mode(shards) == "cycle":
+            watch = _Watch(stages)
+        items = self.samples(shards, ctx, 0 if cut else skip, stages, progress, watch)
         if self.empty_check and not skip:
             items = _check_not_empty(items, ctx)
         for stage in stages[:cut]:

@@ -31,6 +31,7 @@ from .. import config
 from ..errors import ConfigError
 from ..formats.names import FORMATS, Format
 from ..handlers import Handler, HandlerName, resolve_handler
+from ..units import parse_size
 from . import elastic
 from ._torch import register_iterable_dataset
 from .chain import Equalize, Recipe
@@ -87,6 +88,8 @@ class Dataset(_Base):
     * ``storage_options``: fsspec options (endpoint, credentials) for remote URLs.
     * ``cache_dir``: keep a local copy of every remote shard read, reused across runs
       (default: ``$SHARDKIT_CACHE_DIR``, else no cache).
+    * ``cache_limit``: bound the cache folder (bytes or ``"200GB"``): whole copies are
+      evicted, least recently used first, never one being read.
     * ``verify``: check TFRecord data CRCs.
 
     webdataset's ``shardshuffle=``, ``resampled=``, ``nodesplitter=``, ``workersplitter=``
@@ -111,6 +114,7 @@ class Dataset(_Base):
         node: tuple[int, int] | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | None = None,
+        cache_limit: int | str | None = None,
         verify: bool = True,
         **webdataset: Any,
     ) -> None:
@@ -136,7 +140,8 @@ class Dataset(_Base):
         self._node = node
         if cache_dir is None:
             cache_dir = config.cache_dir()
-        read = ReadOptions(format, self._handler, verify, storage_options, cache_dir)
+        limit = read_cache_limit(cache_dir, cache_limit)
+        read = ReadOptions(format, self._handler, verify, storage_options, cache_dir, limit)
         self._recipe = Recipe(
             read,
             equalize,
@@ -551,6 +556,15 @@ def _method(stage: str) -> str:
 def _check_count(value: object, what: str, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ConfigError(f"{what} >= {least}, not {value!r}")
+
+
+def read_cache_limit(cache_dir: str | None, cache_limit: int | str | None) -> int | None:
+    """``cache_limit`` in bytes (None: no limit); it needs a ``cache_dir``."""
+    if cache_limit is None:
+        return None
+    if cache_dir is None:
+        raise ConfigError("cache_limit needs a cache_dir (or $SHARDKIT_CACHE_DIR)")
+    return parse_size(cache_limit, name="cache_limit")
 
 
 def _check_callable(fn: object, method: str) -> None:

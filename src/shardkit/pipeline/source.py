@@ -43,6 +43,7 @@ class ReadOptions:
     verify: bool = True
     storage_options: dict[str, Any] | None = None
     cache_dir: str | None = None
+    cache_limit: int | None = None
 
 
 def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], None, None]:
@@ -53,6 +54,7 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
         url,
         storage_options=options.storage_options,
         cache_dir=options.cache_dir,
+        cache_limit=options.cache_limit,
         cache_check=functools.partial(reader.holds_whole_shard, format=kind),
     )
     try:

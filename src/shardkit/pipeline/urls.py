@@ -6,7 +6,8 @@ A source is one of:
 * a folder (a local directory, or a remote URL ending in ``/``): its ``manifest.json`` if it
   has one, else every shard file in it (:func:`shardkit.formats.names.is_shard_name`:
   ``.tar``, ``.tgz``, ``.tfrecord``, ``.tfrecords``, ``.tfr``, optionally ``.gz``), in name
-  order;
+  order, with their sample counts when every shard has an index (``shardkit index DIR``
+  writes them, see :mod:`shardkit.pipeline.idxfiles`);
 * a ``manifest.json`` (any URL ending in ``.json``).
 
 Manifests are read by :func:`shardkit.reader.load_manifest` (every shape is documented in
@@ -28,6 +29,7 @@ from ..errors import ConfigError, StorageError
 from ..formats import manifest as _manifest
 from ..formats.names import MANIFEST_NAME, is_shard_name
 from ..reader import load_manifest, manifest_urls
+from .idxfiles import folder_counts
 
 __all__ = ["MANIFEST_NAME", "ShardList", "is_shard_name", "parse_manifest", "resolve_source"]
 
@@ -83,7 +85,8 @@ def _list_folder(url: str, storage_options: dict[str, Any] | None) -> ShardList:
     shards = sorted(name for name in names if is_shard_name(name))
     if not shards:
         raise ConfigError(f"no shards (.tar, .tfrecord, ...) and no {MANIFEST_NAME} in {url}")
-    return ShardList(tuple(storage.join(url, name) for name in shards))
+    counts = folder_counts(url, names, shards, storage_options)
+    return ShardList(tuple(storage.join(url, name) for name in shards), counts)
 
 
 def _folder_names(url: str, storage_options: dict[str, Any] | None) -> list[str]:

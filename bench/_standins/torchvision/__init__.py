@@ -1,0 +1,1 @@
+"""A stand-in torchvision for bench/read.py's peers venv only (see ../README.md)."""

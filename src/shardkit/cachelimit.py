@@ -1,0 +1,121 @@
+"""A size limit for the local shard cache (``cache_dir=`` with ``cache_limit=``).
+
+Whole cached shards are evicted, least recently used first, until the complete copies in
+the folder fit the limit; a copy that any process is reading is never evicted. Locks are
+``flock`` locks, so they hold across DataLoader workers and unrelated processes sharing
+the folder (on one machine; not over NFS):
+
+* a reader holds a *shared* lock on its open copy for as long as it reads it
+  (:func:`open_cached`), and marks the copy used (its mtime) when it opens it;
+* eviction takes the folder's lock file exclusively (one evictor at a time), then for
+  each candidate a non-blocking *exclusive* lock on the copy: refused while anyone reads
+  it, so that copy stays. A reader that opened a copy just before it was evicted sees it
+  unlinked once it has its lock, and treats it as a miss.
+
+Copies being written (``*.tmp-*``) are neither counted nor evicted, so the folder can be
+over the limit by the shards downloading at that moment, and by copies in use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+from typing import BinaryIO
+
+__all__ = ["LOCK_NAME", "enforce_limit", "lock_shared", "open_cached"]
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = ".shardkit-cache.lock"
+_TMP = ".tmp-"
+
+
+def lock_shared(fd: int) -> bool:
+    """Take a shared lock on an open cached copy and mark it used; False when the copy
+    was evicted (unlinked) before the lock was had."""
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    if os.fstat(fd).st_nlink == 0:
+        return False
+    with contextlib.suppress(OSError):
+        os.utime(fd)  # the LRU clock: a read-only copy's mtime is free to use
+    return True
+
+
+def open_cached(path: str, buffer_size: int) -> BinaryIO | None:
+    """The cached copy at ``path``, opened and share-locked while open; None if there is
+    none (or it was just evicted)."""
+    try:
+        stream = open(path, "rb", buffering=buffer_size)  # noqa: SIM115
+    except FileNotFoundError:
+        return None
+    if not lock_shared(stream.fileno()):
+        stream.close()
+        return None
+    return stream  # type: ignore[return-value]
+
+
+def enforce_limit(cache_dir: str, limit: int) -> list[str]:
+    """Evict least recently used complete copies until those left total at most
+    ``limit`` bytes, skipping copies in use; the names evicted."""
+    lock_path = os.path.join(cache_dir, LOCK_NAME)
+    with open(lock_path, "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        copies = _complete_copies(cache_dir)
+        total = sum(size for _, size, _ in copies)
+        evicted = []
+        for _, size, name in sorted(copies):
+            if total <= limit:
+                break
+            if _evict(os.path.join(cache_dir, name)):
+                total -= size
+                evicted.append(name)
+        if total > limit:
+            logger.warning(
+                "shard cache %s holds %d bytes, over its %d-byte limit: the rest is in use",
+                cache_dir,
+                total,
+                limit,
+            )
+        return evicted
+
+
+def _complete_copies(cache_dir: str) -> list[tuple[float, int, str]]:
+    """(last use, size, name) of each complete copy in the folder."""
+    copies = []
+    with os.scandir(cache_dir) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") or _TMP in entry.name:
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if entry.is_file(follow_symlinks=False):
+                copies.append((info.st_mtime, info.st_size, entry.name))
+    return copies
+
+
+def _evict(path: str) -> bool:
+    """Unlink ``path`` unless someone holds a lock on it; whether it was removed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # being read
+        same = os.fstat(fd)
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            return False
+        if same.st_nlink == 0 or (now.st_ino, now.st_dev) != (same.st_ino, same.st_dev):
+            return False  # replaced by a fresh copy meanwhile: leave that one
+        os.unlink(path)
+        return True
+    finally:
+        os.close(fd)

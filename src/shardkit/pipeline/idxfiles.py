@@ -1,0 +1,122 @@
+"""The ``.idx`` files of a shard list (written by ``shardkit index``), as the pipeline uses
+them: per-shard sample counts for :class:`~shardkit.pipeline.dataset.Dataset`, and
+sample offsets for :class:`~shardkit.pipeline.indexed.IndexedDataset`.
+
+An index is untrusted input like any file read: :func:`check_index` bounds every entry
+by the shard's size and by the reader's member limit before anything is read through it,
+and an index whose recorded shard size differs from the shard's is stale and refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .. import storage
+from ..errors import ConfigError, FormatError
+from ..formats.index import ShardIndex, index_url
+from ..formats.limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
+from ..formats.tfrecord import RECORD_OVERHEAD
+from ..reader import load_index
+
+__all__ = ["check_index", "check_shard_size", "folder_counts", "index_name", "load_indexes"]
+
+_THREADS = 8  # index files fetched at once from a remote folder
+
+
+def index_name(shard_name: str) -> str:
+    """The file name of a shard's index."""
+    return index_url(shard_name)
+
+
+def load_indexes(urls: Sequence[str], storage_options: dict[str, Any] | None) -> list[ShardIndex]:
+    """The index of every shard; ConfigError naming the first shard that has none."""
+
+    def load(url: str) -> ShardIndex:
+        index = load_index(url, storage_options=storage_options)
+        if index is None:
+            raise ConfigError(
+                f"{url} has no index ({index_name(storage.basename(url))}): "
+                "run `shardkit index` on its folder first"
+            )
+        check_index(index, url)
+        return index
+
+    if len(urls) == 1 or all(storage.is_local(url) for url in urls):
+        return [load(url) for url in urls]
+    with ThreadPoolExecutor(_THREADS) as pool:
+        return list(pool.map(load, urls))
+
+
+def check_shard_size(shard_url: str, indexed: int, actual: int) -> None:
+    """FormatError (naming the index file) unless the index was made for a shard of the
+    size the shard has now."""
+    if indexed != actual:
+        raise FormatError(
+            f"stale index: made for a shard of {indexed} bytes, the shard has {actual}; "
+            "run `shardkit index` again",
+            url=index_name(shard_url),
+        )
+
+
+def check_index(index: ShardIndex, shard_url: str) -> None:
+    """FormatError (naming the index file) unless every entry of ``index`` lies inside
+    its shard (its uncompressed stream, for a gzipped one) and within the reader's
+    limits."""
+    where = index_name(shard_url)
+    size = index.shard_bytes
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise FormatError(f"bad index: shard size {size!r}", url=where)
+    if index.shard != storage.basename(shard_url):
+        raise FormatError(f"index of another shard ({index.shard!r})", url=where)
+    # A gzipped shard's offsets are in its uncompressed stream, which has no known end.
+    end = None if index.compressed else size
+    # A sample is read whole: at most what the reader holds of one record or member.
+    limit = MAX_MEMBER_SIZE
+    if index.shard_format == "tfrecord":
+        limit = MAX_RECORD_LENGTH + RECORD_OVERHEAD
+    for i, (offset, length) in enumerate(zip(index.offsets, index.sizes, strict=True)):
+        if offset < 0 or length <= 0 or (end is not None and offset + length > end):
+            raise FormatError(
+                f"bad index: entry {i} ({length} bytes at {offset}) is outside the "
+                f"shard's {size} bytes",
+                url=where,
+            )
+        if length > limit:
+            raise FormatError(
+                f"bad index: entry {i} is {length} bytes, over the reader's {limit}-byte limit",
+                url=where,
+            )
+
+
+def folder_counts(
+    folder: str, names: Sequence[str], shards: Sequence[str], storage_options: dict[str, Any] | None
+) -> tuple[int, ...] | None:
+    """Per-shard sample counts from the ``.idx`` files of a folder listing ``names``, if
+    every shard in ``shards`` (names in it) has one, else None. Each index is checked
+    against its shard's size now: a stale one raises FormatError."""
+    present = set(names)
+    if not shards or not all(index_name(name) in present for name in shards):
+        return None
+    urls = [storage.join(folder, name) for name in shards]
+    indexes = load_indexes(urls, storage_options)
+    sizes = _sizes(folder, urls, storage_options)
+    for url, index in zip(urls, indexes, strict=True):
+        check_shard_size(url, index.shard_bytes or 0, sizes[url])
+    return tuple(index.samples for index in indexes)
+
+
+def _sizes(
+    folder: str, urls: Sequence[str], storage_options: dict[str, Any] | None
+) -> dict[str, int]:
+    if storage.is_local(folder):
+        return {url: os.stat(storage.local_path(url)).st_size for url in urls}
+    fs, path = storage.filesystem(folder, storage_options)
+    listed = {storage.basename(str(e["name"])): e.get("size") for e in fs.ls(path, detail=True)}
+    sizes = {}
+    for url in urls:
+        size = listed.get(storage.basename(url))
+        sizes[url] = size if isinstance(size, int) else int(fs.size(url))
+    return sizes

@@ -1,0 +1,284 @@
+"""``shardkit.IndexedDataset``: random access to the samples of indexed shards.
+
+>>> ds = IndexedDataset("data/").decode("rgb8").to_tuple("jpg", "cls")
+>>> len(ds), ds[12345]
+>>> loader = DataLoader(ds, batch_size=64, sampler=DistributedSampler(ds), num_workers=8)
+
+Every shard needs its ``.idx`` file (``shardkit index DIR`` writes them;
+:mod:`shardkit.pipeline.idxfiles` reads and checks them). ``ds[i]`` finds sample i's
+shard, offset and size in the indexes, reads just those bytes (:class:`shardkit.ranges.
+RangeReader`: ``pread`` locally, one ranged read remotely, or the local cache copy),
+parses them with the shard reader, and runs the same per-sample stages as
+:class:`~shardkit.pipeline.dataset.Dataset` (``decode``, ``to_tuple``, ``map``,
+``map_dict``, ``map_tuple``, ``rename``; built by a ``Dataset`` so both share one
+definition). Order, shuffling, batching, splitting over ranks: the sampler's and the
+DataLoader's business.
+
+It is a ``torch.utils.data.Dataset`` wherever torch is installed, without importing it
+(:func:`shardkit.pipeline._torch.register_map_dataset`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import io
+import itertools
+import operator
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO
+
+from .. import reader
+from ..errors import DataError, FormatError
+from ..handlers import Handler, HandlerName
+from ..ranges import RangeReader
+from ..writer import Format
+from ._torch import MapBase, register_map_dataset
+from .context import Context
+from .dataset import Dataset
+from .decode import Decode
+from .idxfiles import check_shard_size, load_indexes
+from .stages import Stage
+
+__all__ = ["IndexedDataset"]
+
+_TRIES = 16  # samples tried after one that the handler dropped, before giving up
+_CTX = Context(seed=0, epoch=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shard:
+    url: str
+    format: Format
+    size: int
+    keys: tuple[str, ...]
+    offsets: array[int]
+    sizes: array[int]
+
+
+class IndexedDataset(MapBase[Any]):
+    """The samples of indexed shards, by number: ``len(ds)`` and ``ds[i]``.
+
+    ``source`` is what :class:`~shardkit.pipeline.dataset.Dataset` takes (URLs, a folder,
+    a manifest); every shard must be an uncompressed tar or TFRecord with its ``.idx``.
+    ``handler`` is the policy for bad data: with ``"raise"`` (default) ``ds[i]`` raises
+    it; with another policy the sample is reported and ``ds[i]`` returns the next
+    readable one (i+1, i+2, ..., at most 16 tries), so a batch stays full. ``max_open``:
+    shards kept open per process. ``storage_options``, ``cache_dir``, ``cache_limit``,
+    ``verify`` and ``format`` are as for ``Dataset``.
+    """
+
+    def __init__(
+        self,
+        source: str | Sequence[str],
+        *,
+        handler: HandlerName | Handler = "raise",
+        format: Format | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | None = None,
+        cache_limit: int | str | None = None,
+        verify: bool = True,
+        max_open: int = 16,
+    ) -> None:
+        self._pipe = Dataset(
+            source,
+            handler=handler,
+            format=format,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            verify=verify,
+        )
+        self._ranges = RangeReader(
+            storage_options=storage_options,
+            cache_dir=self._pipe._recipe.read.cache_dir,
+            cache_limit=self._pipe._recipe.read.cache_limit,
+            cache_check=_whole_shard,
+            max_open=max_open,
+        )
+        self._shards: tuple[_Shard, ...] | None = None
+        self._ends: list[int] = []
+        self._checked: set[str] = set()
+        self._stages: tuple[Stage, ...] = ()
+
+    # ------------------------------------------------------------------ stages
+
+    def _with(self, pipe: Dataset) -> IndexedDataset:
+        new = IndexedDataset.__new__(IndexedDataset)
+        new.__dict__.update(self.__dict__)
+        new._pipe = pipe
+        # One item at a time: decode in the calling thread (a pool per item costs more).
+        new._stages = tuple(
+            dataclasses.replace(s, threads=1) if isinstance(s, Decode) else s
+            for s in pipe._recipe.stages
+        )
+        return new
+
+    def decode(
+        self,
+        *specs: str | Callable[[str, bytes], Any],
+        allow_pickle: bool = False,
+        only: str | Sequence[str] | None = None,
+        handler: HandlerName | Handler | None = None,
+    ) -> IndexedDataset:
+        """As :meth:`Dataset.decode <shardkit.Dataset.decode>`."""
+        return self._with(
+            self._pipe.decode(*specs, allow_pickle=allow_pickle, only=only, handler=handler)
+        )
+
+    def to_tuple(
+        self, *fields: str, handler: HandlerName | Handler | None = None
+    ) -> IndexedDataset:
+        """As :meth:`Dataset.to_tuple <shardkit.Dataset.to_tuple>`."""
+        return self._with(self._pipe.to_tuple(*fields, handler=handler))
+
+    def map(
+        self, fn: Callable[[Any], Any], *, handler: HandlerName | Handler | None = None
+    ) -> IndexedDataset:
+        """As :meth:`Dataset.map <shardkit.Dataset.map>`."""
+        return self._with(self._pipe.map(fn, handler=handler))
+
+    def map_dict(
+        self, *, handler: HandlerName | Handler | None = None, **fns: Callable[[Any], Any]
+    ) -> IndexedDataset:
+        """As :meth:`Dataset.map_dict <shardkit.Dataset.map_dict>`."""
+        return self._with(self._pipe.map_dict(handler=handler, **fns))
+
+    def map_tuple(
+        self, *fns: Callable[[Any], Any] | None, handler: HandlerName | Handler | None = None
+    ) -> IndexedDataset:
+        """As :meth:`Dataset.map_tuple <shardkit.Dataset.map_tuple>`."""
+        return self._with(self._pipe.map_tuple(*fns, handler=handler))
+
+    def rename(
+        self, *, keep: bool = True, handler: HandlerName | Handler | None = None, **names: str
+    ) -> IndexedDataset:
+        """As :meth:`Dataset.rename <shardkit.Dataset.rename>`."""
+        return self._with(self._pipe.rename(keep=keep, handler=handler, **names))
+
+    # ------------------------------------------------------------------ access
+
+    def _load(self) -> tuple[_Shard, ...]:
+        if self._shards is None:
+            read = self._pipe._recipe.read
+            urls = self._pipe.shards.urls
+            shards = []
+            for url, index in zip(urls, load_indexes(urls, read.storage_options), strict=True):
+                if index.compressed or reader.detect_format(url, read.format)[1]:
+                    raise FormatError(
+                        "random access needs an uncompressed shard (gunzip it)", url=url
+                    )
+                shards.append(
+                    _Shard(
+                        url,
+                        read.format or index.shard_format,
+                        index.shard_bytes or 0,
+                        index.keys,
+                        array("q", index.offsets),
+                        array("q", index.sizes),
+                    )
+                )
+            self._ends = list(itertools.accumulate(len(s.keys) for s in shards))
+            self._shards = tuple(shards)
+        return self._shards
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The shard URLs, in the order their samples are numbered."""
+        return tuple(shard.url for shard in self._load())
+
+    def __len__(self) -> int:
+        """The number of samples, from the indexes."""
+        self._load()
+        return self._ends[-1] if self._ends else 0
+
+    def _find(self, i: int) -> tuple[_Shard, int]:
+        shards = self._load()
+        n = self._ends[-1] if self._ends else 0
+        i = operator.index(i)
+        if not -n <= i < n:
+            raise IndexError(f"sample {i} of a dataset of {n}")
+        i %= n
+        s = bisect.bisect_right(self._ends, i)
+        return shards[s], i - (self._ends[s - 1] if s else 0)
+
+    def locate(self, i: int) -> tuple[str, int]:
+        """(shard URL, sample number in that shard) of sample ``i``."""
+        shard, k = self._find(i)
+        return shard.url, k
+
+    def __getitem__(self, i: int) -> Any:
+        n = len(self)
+        first = operator.index(i)
+        handler = self._pipe._recipe.read.handler
+        for step in range(min(_TRIES, n)):
+            j = (first + step) % n if step else first
+            try:
+                out = self._run_stages(self.raw(j))
+            except DataError as exc:
+                handler(exc)
+                continue
+            if out is not _DROPPED:
+                return out
+        raise DataError(f"no readable sample among the {_TRIES} from sample {first}")
+
+    def raw(self, i: int) -> dict[str, Any]:
+        """Sample ``i`` as read, before any stage: ``__key__``, ``__url__``,
+        ``__offset__`` and the raw bytes of each field."""
+        shard, k = self._find(i)
+        url = shard.url
+        if url not in self._checked:  # the shard on disk is the one that was indexed
+            check_shard_size(url, shard.size, self._ranges.size(url))
+            self._checked.add(url)
+        offset, size = shard.offsets[k], shard.sizes[k]
+        data = self._ranges.read(url, offset, size)
+        read = self._pipe._recipe.read
+        samples = reader.iter_stream_samples(
+            io.BytesIO(data), url=url, format=shard.format, verify=read.verify
+        )
+        sample = next(samples, None)
+        key = shard.keys[k]
+        if sample is None:
+            raise FormatError("no sample at the indexed offset", url=url, offset=offset, key=key)
+        if shard.format == "tar" and sample["__key__"] != key:
+            raise FormatError(
+                f"the index says sample {key!r}, the shard has {sample['__key__']!r} here "
+                "(stale index?)",
+                url=url,
+                offset=offset,
+            )
+        sample["__key__"] = key
+        sample["__url__"] = url
+        sample["__offset__"] = offset
+        return sample
+
+    def _run_stages(self, sample: dict[str, Any]) -> Any:
+        items: Any = iter((sample,))
+        for stage in self._stages:
+            items = stage(items, _CTX)
+        return next(items, _DROPPED)
+
+    def close(self) -> None:
+        """Close the shards this process has open (they reopen on the next read)."""
+        self._ranges.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_checked"] = set()  # each process checks the shards it opens
+        return state
+
+    def __repr__(self) -> str:
+        stages = "".join(f".{type(s).__name__.lower()}()" for s in self._stages)
+        return f"IndexedDataset({self._pipe._source!r}){stages}"
+
+
+_DROPPED = object()
+
+
+def _whole_shard(url: str, copy: BinaryIO) -> bool:
+    """Whether a cache copy of shard ``url`` is complete (as the streaming reader checks)."""
+    return reader.holds_whole_shard(copy, format=reader.detect_format(url)[0])
+
+
+register_map_dataset(IndexedDataset)
