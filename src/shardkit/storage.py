@@ -1,15 +1,16 @@
 """Open any shard URL for reading or writing: local paths, ``file:``, ``-`` (stdin/stdout),
 ``pipe:CMD``, and every fsspec protocol (``http(s)://``, ``s3://``, ``gs://``, ...).
 
-Writing is atomic: a local file is written under a hidden temporary name in the same folder
-and renamed when complete; an object store (s3, gs) only makes an object visible when its
-upload completes, and an upload that fails is discarded. No partial file ever carries a
-final name.
+Writing is atomic, through one object (:class:`AtomicFile`): a local file is written under
+a hidden temporary name in the same folder and renamed when complete; an object store (s3,
+gs) only makes an object visible when its upload completes, and an upload that fails is
+discarded. No partial file ever carries a final name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 import os
@@ -24,6 +25,8 @@ from . import config
 from .errors import ConfigError, StorageError
 
 __all__ = [
+    "AtomicFile",
+    "Tally",
     "atomic_write",
     "basename",
     "cache_path",
@@ -33,6 +36,7 @@ __all__ = [
     "is_transient",
     "join",
     "local_path",
+    "open_atomic",
     "open_read",
     "url_exists",
 ]
@@ -220,8 +224,6 @@ def open_read(
 
 def cache_path(url: str, cache_dir: str) -> str:
     """Where ``open_read(url, cache_dir=...)`` keeps its copy of ``url``."""
-    import hashlib
-
     digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
     name = re.sub(r"[^A-Za-z0-9._-]", "_", basename(url))[-80:]
     return os.path.join(cache_dir, f"{digest}-{name}")
@@ -455,68 +457,230 @@ class _CachingReader(io.RawIOBase):
 # --------------------------------------------------------------------------- writing
 
 
+class Tally:
+    """Counts bytes as they pass, and hashes them (sha256) unless ``sha256=False``."""
+
+    __slots__ = ("_hash", "size")
+
+    def __init__(self, sha256: bool = True) -> None:
+        self._hash = hashlib.sha256() if sha256 else None
+        self.size = 0
+
+    def update(self, data: bytes | memoryview) -> None:
+        if self._hash is not None:
+            self._hash.update(data)
+        self.size += len(data)
+
+    def hexdigest(self) -> str:
+        """The sha256 of what passed (``""`` when not hashing)."""
+        return self._hash.hexdigest() if self._hash is not None else ""
+
+
+class AtomicFile:
+    """A file being written that appears under its name only on :meth:`commit`.
+
+    A local file is written under a hidden temporary name in the same folder
+    (``.NAME.tmp-PID``) and renamed by :meth:`commit`; an object store (s3, gs) makes an
+    upload visible only when it completes; other fsspec protocols write a temporary object
+    and move it. :meth:`discard` drops what was written (also on an exception inside
+    ``with``). ``-`` is stdout, committed by a flush. :attr:`tally` counts (and, with
+    ``sha256=True``, hashes) every byte written. An OSError while writing or committing
+    (a full disk) is raised as a :class:`~shardkit.errors.StorageError` naming ``url``.
+    ``buffering=0`` writes a local file unbuffered (for :meth:`writev`).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        sha256: bool = False,
+        fsync: bool = False,
+        buffering: int = 1 << 20,
+    ) -> None:
+        self.url = url
+        self.tally = Tally(sha256)
+        self._fsync = fsync
+        self._fd = -1  # an unbuffered local file's descriptor (writev)
+        self._fs: Any = None
+        self._tmp = ""  # local: the temporary path; remote: the path written, "" if direct
+        self._path = ""
+        self._open = True
+        if url == "-":
+            self.stream: Any = sys.stdout.buffer
+        elif is_local(url):
+            self._open_local(local_path(url), buffering)
+        else:
+            self._open_remote(url, storage_options)
+
+    def _open_local(self, path: str, buffering: int) -> None:
+        folder, name = os.path.split(os.path.abspath(path))
+        self._path, self._tmp = path, os.path.join(folder, f".{name}.tmp-{os.getpid()}")
+        try:
+            self.stream = open(self._tmp, "wb", buffering=buffering)  # noqa: SIM115
+        except OSError as exc:
+            raise self._error(exc) from exc
+        if buffering == 0:
+            self._fd = self.stream.fileno()
+
+    def _open_remote(self, url: str, storage_options: dict[str, Any] | None) -> None:
+        self._fs, self._path = _fs(url, storage_options)
+        protocol = self._fs.protocol if isinstance(self._fs.protocol, str) else self._fs.protocol[0]
+        if protocol not in ("s3", "s3a", "gs", "gcs", "memory"):  # no atomic upload
+            self._tmp = f"{self._path}.tmp-{os.getpid()}"
+        try:
+            self.stream = self._fs.open(self._tmp or self._path, "wb")
+        except OSError as exc:
+            raise StorageError(f"cannot write: {exc}", url=url) from exc
+
+    @property
+    def closed(self) -> bool:
+        """Whether it was committed or discarded."""
+        return not self._open
+
+    @property
+    def sha256(self) -> str:
+        return self.tally.hexdigest()
+
+    @property
+    def size(self) -> int:
+        return self.tally.size
+
+    def fileno(self) -> int:
+        """The descriptor of a local file (of its temporary name until committed)."""
+        if self.url == "-" or not is_local(self.url):
+            raise io.UnsupportedOperation(f"{self.url} is not a local file")
+        return int(self.stream.fileno())
+
+    def writable(self) -> bool:
+        return self._open
+
+    def write(self, data: bytes | memoryview) -> int:
+        if self._fd >= 0:
+            self.writev([data])
+            return len(data)
+        try:
+            self.stream.write(data)
+        except OSError as exc:
+            raise self._error(exc) from exc
+        self.tally.update(data)
+        return len(data)
+
+    def writev(self, chunks: Sequence[bytes | memoryview]) -> None:
+        """Write ``chunks`` in order: one ``os.writev`` for an unbuffered local file."""
+        if self._fd < 0:
+            for chunk in chunks:
+                self.write(chunk)
+            return
+        update = self.tally.update
+        for chunk in chunks:
+            update(chunk)
+        try:
+            written = os.writev(self._fd, chunks)
+            total = sum(len(c) for c in chunks)
+            if written != total:  # a short write (a signal, a nearly full disk)
+                data = b"".join(chunks)[written:]
+                while data:
+                    data = data[os.write(self._fd, data) :]
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def commit(self) -> None:
+        """Make the file visible under its name (nothing happens once closed)."""
+        if not self._open:
+            return
+        self._open = False
+        if self.url == "-":
+            self.stream.flush()
+        elif self._fs is None:
+            self._commit_local()
+        else:
+            self._commit_remote()
+
+    def _commit_local(self) -> None:
+        try:
+            with self.stream:
+                self.stream.flush()
+                if self._fsync:
+                    os.fsync(self.stream.fileno())
+            os.replace(self._tmp, self._path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            raise self._error(exc) from exc
+
+    def _commit_remote(self) -> None:
+        try:
+            self.stream.close()
+            if self._tmp:
+                self._fs.mv(self._tmp, self._path)
+        except Exception as exc:  # OSError, or a client's own (gcsfs HttpError)
+            if self._tmp:
+                with contextlib.suppress(Exception):
+                    self._fs.rm(self._tmp)
+            raise StorageError(f"upload failed: {type(exc).__name__}: {exc}", url=self.url) from exc
+
+    def discard(self) -> None:
+        """Drop what was written: nothing appears under the name (nothing happens once
+        closed)."""
+        if not self._open:
+            return
+        self._open = False
+        if self.url == "-":
+            return
+        if self._fs is None:
+            with contextlib.suppress(OSError):  # what it could not flush is dropped anyway
+                self.stream.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            return
+        _abandon(self.stream)
+        if self._tmp:
+            with contextlib.suppress(Exception):
+                self._fs.rm(self._tmp)
+
+    def _error(self, exc: OSError) -> StorageError:
+        if isinstance(exc, StorageError):
+            return exc
+        return StorageError(f"cannot write: {exc.strerror or exc}", url=self.url)
+
+    def __enter__(self) -> AtomicFile:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
+
+
+def open_atomic(
+    url: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    sha256: bool = False,
+    fsync: bool = False,
+    buffering: int = 1 << 20,
+) -> AtomicFile:
+    """An :class:`AtomicFile` for ``url`` (the one way shardkit writes a file)."""
+    return AtomicFile(
+        url, storage_options=storage_options, sha256=sha256, fsync=fsync, buffering=buffering
+    )
+
+
 @contextlib.contextmanager
 def atomic_write(
     url: str, *, storage_options: dict[str, Any] | None = None, fsync: bool = False
 ) -> Iterator[BinaryIO]:
     """Open ``url`` for writing; it appears under its name only if the block succeeds."""
-    if url == "-":
-        yield cast(BinaryIO, sys.stdout.buffer)
-        sys.stdout.buffer.flush()
-        return
-    if is_local(url):
-        with _atomic_local(local_path(url), fsync) as stream:
-            yield stream
-        return
-    fs, path = _fs(url, storage_options)
-    with _atomic_remote(fs, path, url) as stream:
-        yield stream
-
-
-@contextlib.contextmanager
-def _atomic_local(path: str, fsync: bool) -> Iterator[BinaryIO]:
-    folder, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{name}.tmp-{os.getpid()}")
-    try:
-        stream = open(tmp, "wb", buffering=1 << 20)  # noqa: SIM115
-    except OSError as exc:
-        raise StorageError(f"cannot write: {exc.strerror or exc}", url=path) from exc
-    try:
-        with stream:
-            yield stream
-            stream.flush()
-            if fsync:
-                os.fsync(stream.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
-def _atomic_remote(fs: Any, path: str, url: str) -> Iterator[BinaryIO]:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    direct = protocol in ("s3", "s3a", "gs", "gcs", "memory")
-    target = path if direct else f"{path}.tmp-{os.getpid()}"
-    try:
-        stream = fs.open(target, "wb")
-    except OSError as exc:
-        raise StorageError(f"cannot write: {exc}", url=url) from exc
-    try:
-        yield cast(BinaryIO, stream)
-    except BaseException:
-        _abandon(stream)
-        if not direct:
-            with contextlib.suppress(Exception):
-                fs.rm(target)
-        raise
-    try:
-        stream.close()
-        if not direct:
-            fs.mv(target, path)
-    except Exception as exc:  # OSError, or a client's own (gcsfs HttpError)
-        raise StorageError(f"upload failed: {type(exc).__name__}: {exc}", url=url) from exc
+    with open_atomic(url, storage_options=storage_options, fsync=fsync) as file:
+        yield cast(BinaryIO, file.stream)
 
 
 def _abandon(stream: Any) -> None:

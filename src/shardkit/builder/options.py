@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from ..units import parse_size
+from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE, Cut
+from ..formats.tar import END_OF_ARCHIVE
+from ..units import Size
 
 __all__ = ["BuildOptions", "OnError", "OutputFormat", "ValidateMode"]
 
@@ -24,7 +26,8 @@ _PREFIX_FORBIDDEN = frozenset("/\\\0")
 class BuildOptions:
     """How :func:`shardkit.build` packs a dataset (the CLI's options, same names).
 
-    ``max_size`` accepts an int or a size string (``"100MB"``, ``"1GiB"``). ``workers``
+    ``max_size`` accepts an int, a float (``1e9``) or a size string (``"100MB"``,
+    ``"1GiB"``); shards are cut by :class:`~shardkit.formats.cut.Cut`. ``workers``
     ``None`` means every usable core. ``resize`` scales the shorter side to that many
     pixels; ``max_side`` shrinks images whose longer side is larger; both re-encode in
     the workers (``quality`` applies to JPEG and WebP). ``path_column`` and
@@ -32,8 +35,8 @@ class BuildOptions:
     """
 
     format: OutputFormat = "tar"
-    max_count: int = 10_000
-    max_size: int | str = 250_000_000
+    max_count: int = BUILD_MAX_COUNT
+    max_size: Size = BUILD_MAX_SIZE
     workers: int | None = None
     shuffle: bool = True
     seed: int = 0
@@ -50,12 +53,11 @@ class BuildOptions:
     address: str | None = None  # the Ray/Dask cluster (None: start a local one)
 
     def __post_init__(self) -> None:
-        size = parse_size(self.max_size, name="max_size")
-        object.__setattr__(self, "max_size", size)
+        _positive_int("max_count", self.max_count)
+        object.__setattr__(self, "max_size", Cut(self.max_count, self.max_size).max_size)
         _choice("format", self.format, ("tar", "tfrecord"))
         _choice("validate", self.validate, ("none", "header", "full"))
         _choice("on_error", self.on_error, ("skip", "fail"))
-        _positive_int("max_count", self.max_count)
         if self.workers is not None:
             _positive_int("workers", self.workers)
         for name in ("resize", "max_side"):
@@ -79,6 +81,16 @@ class BuildOptions:
     def size_limit(self) -> int:
         """``max_size`` in bytes."""
         return int(self.max_size)
+
+    @property
+    def trailer(self) -> bytes:
+        """The bytes every shard ends with (a tar's end-of-archive blocks)."""
+        return END_OF_ARCHIVE if self.format == "tar" else b""
+
+    @property
+    def cut(self) -> Cut:
+        """Where shards are cut (:class:`~shardkit.formats.cut.Cut`), trailer included."""
+        return Cut(self.max_count, self.max_size, trailer=len(self.trailer))
 
     @property
     def transforms(self) -> bool:

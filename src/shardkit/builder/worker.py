@@ -8,16 +8,15 @@ reporter installed by :func:`init_worker`.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DataError
-from ..formats.tar import END_OF_ARCHIVE
+from ..formats.cut import Cut
 from .options import BuildOptions
-from .partwriter import PartWriter, StreamPartWriter, tar_chunks
+from .partwriter import PartWriter, tar_chunks
 from .plan import Task
 from .sources import Item, Source
 from .store import LocalStore, ObjectStore
@@ -49,7 +48,7 @@ class WorkerContext:
     options: BuildOptions
     source: Source
     classes: tuple[str, ...]
-    assemble: bool = False  # chunk parts for the Assembler instead of whole shards
+    assemble: bool = False  # chunk parts to assemble shards from, not whole shards
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ class TaskResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     class_counts: dict[int, int] = field(default_factory=dict)
     input_bytes: int = 0
-    sizes: list[int] = field(default_factory=list)  # per sample, for the Assembler
+    sizes: list[int] = field(default_factory=list)  # per sample, for the Cutter
 
 
 _context: WorkerContext | None = None
@@ -158,14 +157,8 @@ def run_task(task: Task) -> TaskResult:
 def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
     options = context.options
     if context.assemble:  # one part, samples back to back; the driver cuts the shards
-        limits: dict[str, Any] = {"max_size": 1 << 62, "keep_sizes": True}
-    else:
-        trailer = END_OF_ARCHIVE if options.format == "tar" else b""
-        limits = {"max_size": options.size_limit, "trailer": trailer}
-    store = context.store
-    if isinstance(store, LocalStore):  # a file per part, one writev per sample
-        return PartWriter(os.path.join(store.root, pattern), **limits)
-    return StreamPartWriter(store, pattern, **limits)  # an upload per part
+        return PartWriter(context.store, pattern, cut=Cut(), keep_sizes=True)
+    return PartWriter(context.store, pattern, cut=options.cut, trailer=options.trailer)
 
 
 def encode_item(context: WorkerContext, item: Item) -> tuple[list[bytes], int, int]:

@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE
+
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
 label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
@@ -26,8 +28,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("out", help="output folder (one dataset per folder)")
     add = parser.add_argument
     add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format (tar)")
-    add("--max-count", type=int, default=10_000, metavar="N", help="samples per shard (10000)")
-    add("--max-size", default="250MB", metavar="SIZE", help="bytes per shard: 100MB, 1GiB (250MB)")
+    count, size = BUILD_MAX_COUNT, f"{BUILD_MAX_SIZE // 1_000_000}MB"
+    add("--max-count", type=int, default=count, metavar="N", help=f"samples per shard ({count})")
+    add("--max-size", default=size, metavar="SIZE", help=f"bytes per shard: 100MB, 1GiB ({size})")
     add("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
     add("--shuffle", action=argparse.BooleanOptionalAction, default=True, help="seeded shuffle")
     add("--seed", type=int, default=0, help="shuffle seed (0)")

@@ -14,16 +14,18 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import os
 import re
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from .. import storage
-from ..errors import ConfigError, EncodeError
+from ..errors import ConfigError, EncodeError, StorageError
 from ..formats.tar import TarWriter
-from ..writer import Format, ShardInfo, ShardWriter, format_from_name
+from ..units import Size
+from ..writer import Format, ShardInfo, ShardWriter, format_from_name, shard_name
 
-__all__ = ["Output", "is_pattern", "tar_fields"]
+__all__ = ["Output", "is_pattern", "prepare_output", "tar_fields"]
 
 _PLACEHOLDER = re.compile(r"%0?\d*d|\{shard(:[^}]*)?\}")
 
@@ -78,6 +80,27 @@ def tar_fields(sample: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def prepare_output(url: str) -> None:
+    """Make a local output writable: create its folder (as ``build`` does), and refuse an
+    existing folder where a file goes (one line, not an IsADirectoryError at the end)."""
+    if url == "-" or not storage.is_local(url):
+        return
+    path = storage.local_path(shard_name(url, 0) if is_pattern(url) else url)
+    if os.path.isdir(path):
+        raise ConfigError(
+            f"output {url!r} is a folder: give a file (out.tar) or a shard pattern "
+            f"({os.path.join(url, 'shard-%06d.tar')})"
+        )
+    folder = os.path.dirname(path)
+    if folder:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot create the folder: {exc.strerror or exc}", url=folder
+            ) from exc
+
+
 class Output:
     """An open output: :meth:`write` samples; :attr:`raw` is the tar stream (or None)."""
 
@@ -87,7 +110,7 @@ class Output:
         *,
         format: Format | None = None,
         max_count: int | None = None,
-        max_size: int | None = None,
+        max_size: Size | None = None,
         max_shards: int | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
@@ -99,13 +122,14 @@ class Output:
         self._max_shards = max_shards
         self._writer: ShardWriter | None = None
         self._tar: TarWriter | None = None
+        self._file: storage.AtomicFile | None = None
+        self._gzip: gzip.GzipFile | None = None
         self._stream: BinaryIO | None = None
-        self._stack = contextlib.ExitStack()
         self._last_key: str | None = None
         if is_pattern(url):
             if max_shards is not None and max_shards < 1:
                 raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
-            self._writer = ShardWriter(
+            writer = ShardWriter(
                 url,
                 max_count=max_count,
                 max_size=max_size,
@@ -114,7 +138,9 @@ class Output:
                 storage_options=storage_options,
                 on_shard=self._on_shard,
             )
-            self.format: Format = self._writer.format
+            prepare_output(url)
+            self._writer = writer
+            self.format: Format = writer.format
             return
         if max_count is not None or max_size is not None or max_shards is not None:
             raise ConfigError(
@@ -123,12 +149,11 @@ class Output:
             )
         implied, gz = format_from_name(url) if url != "-" else ("tar", False)
         self.format = format or implied
-        stream = self._stack.enter_context(
-            storage.atomic_write(url, storage_options=storage_options)
-        )
+        prepare_output(url)
+        self._file = storage.open_atomic(url, storage_options=storage_options)
+        stream: Any = self._file
         if gz:
-            zipped = gzip.GzipFile(filename="", fileobj=stream, mode="wb", mtime=0)
-            stream = self._stack.enter_context(zipped)  # type: ignore[assignment]
+            stream = self._gzip = gzip.GzipFile(filename="", fileobj=stream, mode="wb", mtime=0)
         self._stream = stream
         if self.format == "tar":
             self._tar = TarWriter(stream)
@@ -198,13 +223,20 @@ class Output:
             self._writer.close()
         if self._tar is not None:
             self._tar.close()
-        self._stack.close()
+        if self._gzip is not None:
+            self._gzip.close()
+        if self._file is not None:
+            self._file.commit()
 
     def abort(self) -> None:
         """Discard what is not committed yet."""
         if self._writer is not None:
             self._writer.abort()
-        self._stack.__exit__(ConfigError, ConfigError("aborted"), None)
+        if self._gzip is not None:
+            with contextlib.suppress(OSError, ValueError):  # its end goes to a dropped file
+                self._gzip.close()
+        if self._file is not None:
+            self._file.discard()
 
     def __enter__(self) -> Output:
         return self

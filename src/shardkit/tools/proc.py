@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, DataError, ShardkitError
+from ..units import Size
 from ..writer import Format
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
@@ -218,7 +219,7 @@ def proc(
     names: Names = "sample",
     timeout: float | None = None,
     max_count: int | None = None,
-    max_size: int | None = None,
+    max_size: Size | None = None,
     format: Format | None = None,
     storage_options: dict[str, Any] | None = None,
     engine: Literal["local", "ray", "dask"] = "local",

@@ -8,6 +8,7 @@ and their Examples decoded. ``label`` is a field spec (:mod:`shardkit.tools.tsv`
 
 from __future__ import annotations
 
+import io
 import statistics
 from collections import Counter
 from collections.abc import Callable
@@ -263,5 +264,7 @@ def plot_stats(result: Stats, output: str, *, top: int = 50) -> None:
         axes[1].bar(range(len(names)), counts, color="#cc6677")
         axes[1].set_xticks(range(len(names)), names, rotation=90, fontsize=7)
         axes[1].set(title=f"samples per class (top {len(names)})", ylabel="samples")
-    with storage.atomic_write(output) as stream:
-        figure.savefig(stream, format="png")
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    with storage.open_atomic(output) as file:  # an error while writing names the file
+        file.write(png.getbuffer())
