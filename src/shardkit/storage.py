@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import IO, Any, BinaryIO, cast
+from typing import IO, Any, BinaryIO, NoReturn, cast
 
 from . import config
 from .errors import ConfigError, StorageError
@@ -519,7 +519,7 @@ class AtomicFile:
         try:
             self.stream = open(self._tmp, "wb", buffering=buffering)  # noqa: SIM115
         except OSError as exc:
-            raise self._error(exc) from exc
+            self._raise(exc)
         if buffering == 0:
             self._fd = self.stream.fileno()
 
@@ -562,7 +562,7 @@ class AtomicFile:
         try:
             self.stream.write(data)
         except OSError as exc:
-            raise self._error(exc) from exc
+            self._raise(exc)
         self.tally.update(data)
         return len(data)
 
@@ -583,13 +583,13 @@ class AtomicFile:
                 while data:
                     data = data[os.write(self._fd, data) :]
         except OSError as exc:
-            raise self._error(exc) from exc
+            self._raise(exc)
 
     def flush(self) -> None:
         try:
             self.stream.flush()
         except OSError as exc:
-            raise self._error(exc) from exc
+            self._raise(exc)
 
     def commit(self) -> None:
         """Make the file visible under its name (nothing happens once closed)."""
@@ -613,7 +613,7 @@ class AtomicFile:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(self._tmp)
-            raise self._error(exc) from exc
+            self._raise(exc)
 
     def _commit_remote(self) -> None:
         try:
@@ -645,10 +645,12 @@ class AtomicFile:
             with contextlib.suppress(Exception):
                 self._fs.rm(self._tmp)
 
-    def _error(self, exc: OSError) -> StorageError:
-        if isinstance(exc, StorageError):
-            return exc
-        return StorageError(f"cannot write: {exc.strerror or exc}", url=self.url)
+    def _raise(self, exc: OSError) -> NoReturn:
+        """Raise ``exc`` as a StorageError naming the file (a reader that closed stdout
+        early is not an error: its BrokenPipeError goes on as it is)."""
+        if isinstance(exc, (StorageError, BrokenPipeError)):
+            raise exc
+        raise StorageError(f"cannot write: {exc.strerror or exc}", url=self.url) from exc
 
     def __enter__(self) -> AtomicFile:
         return self
