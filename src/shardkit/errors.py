@@ -15,6 +15,7 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
     │   │   ├── TruncatedShardError       the shard ends in the middle of a record
     │   │   └── ChecksumError             a CRC or sha256 does not match
     │   ├── DecodeError                   a field does not decode
+    │   ├── MissingFieldError (KeyError)  a sample lacks a field a stage needs
     │   └── EncodeError (also TypeError)  a value cannot be encoded
     ├── UnsafeDataError                   refusing to unpickle without opt-in
     ├── StorageError (OSError)            opening / reading / writing a URL failed
@@ -31,6 +32,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "FormatError",
+    "MissingFieldError",
     "ShardkitError",
     "StorageError",
     "TruncatedShardError",
@@ -101,6 +103,10 @@ class ChecksumError(FormatError):
 
 class DecodeError(DataError):
     """A sample field could not be decoded."""
+
+
+class MissingFieldError(DataError, KeyError):
+    """A sample lacks a field that ``map_dict``, ``to_tuple`` or ``rename`` needs."""
 
 
 class EncodeError(DataError, TypeError):

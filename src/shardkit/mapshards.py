@@ -102,10 +102,12 @@ def _encoder(kind: str) -> Callable[[Mapping[str, Any]], bytes]:
         from .formats.tar import encode_sample as tar_sample
 
         return lambda sample: tar_sample(encode_sample(sample))
-    from .formats.example import sample_to_example
+    from .formats.example import encode_other_values, sample_to_example
     from .formats.tfrecord import frame_record
 
-    return lambda sample: frame_record(sample_to_example(encode_sample(sample)))
+    return lambda sample: frame_record(
+        sample_to_example(encode_other_values(sample, encode_sample))
+    )
 
 
 def _located(exc: Exception, url: str, key: str | None) -> Exception:

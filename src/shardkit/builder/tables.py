@@ -45,6 +45,8 @@ def list_table(path: str, options: BuildOptions) -> Listing:
     remote = "://" in path and not path.startswith("file:")
     root = path.rsplit("/", 1)[0] if remote else os.path.dirname(os.path.abspath(path))
     found, skipped = _files(rows, None if remote else root, column, path)
+    if options.format == "tfrecord":
+        rows = _typed_columns(rows, path, skip=(column, label_column))
     keys = make_keys([rel for _, rel, _, _ in found])
     items, digest = [], hashlib.sha256(json.dumps(classes).encode())
     for (row_index, rel, size, mtime), key in zip(found, keys, strict=True):
@@ -70,6 +72,53 @@ def list_table(path: str, options: BuildOptions) -> Listing:
         fingerprint=digest.hexdigest(),
         sizes_known=not remote and all(item.size > 0 or "://" not in item.ref for item in items),
     )
+
+
+def _typed_columns(
+    rows: list[dict[str, Any]], path: str, *, skip: tuple[str | None, ...]
+) -> list[dict[str, Any]]:
+    """Rows whose text columns holding only integers (or numbers) hold ints (or floats).
+
+    For a TFRecord build, where each column becomes a feature by the type of its value
+    (:func:`shardkit.formats.tfschema.column_feature`): one type per column, so one
+    tf.data feature spec parses every record. Empty cells do not count.
+    """
+    from ..formats.tfschema import RESERVED
+
+    names = [name for name in rows[0] if name not in skip]
+    clash = sorted(str(name) for name in names if name in RESERVED or str(name).startswith("__"))
+    if clash:
+        raise BuildError(
+            f"column {clash[0]!r} would overwrite a feature of the TFRecord schema: rename it",
+            url=path,
+        )
+    convert: dict[str, Any] = {}
+    for name in names:
+        values = [row.get(name) for row in rows if row.get(name) not in (None, "")]
+        if not values or not all(isinstance(v, str) for v in values):
+            continue  # JSON lines keep their own types
+        if all(_is_int(v) and _fits_int64(v) for v in values):
+            convert[name] = int
+        elif all(_is_float(v) for v in values):
+            convert[name] = float
+    if not convert:
+        return rows
+    return [
+        {k: convert[k](v) if k in convert and v not in (None, "") else v for k, v in row.items()}
+        for row in rows
+    ]
+
+
+def _fits_int64(text: Any) -> bool:
+    return -(1 << 63) <= int(text) < (1 << 63)
+
+
+def _is_float(text: Any) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _rows(path: str) -> Iterator[dict[str, Any]]:

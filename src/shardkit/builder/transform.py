@@ -30,6 +30,7 @@ import io
 import warnings
 from typing import Any
 
+from ..codecs import image_size
 from ..errors import ConfigError, DataError
 
 __all__ = ["check_available", "image_size", "limit_threads", "target_size", "transform_image"]
@@ -65,19 +66,6 @@ def target_size(
         scale = max_side / max(width, height)
         width, height = max(1, round(width * scale)), max(1, round(height * scale))
     return width, height
-
-
-def image_size(data: bytes) -> tuple[int, int]:
-    """(width, height) from the image header, without decoding the pixels."""
-    from PIL import Image
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(data)) as image:
-                return image.size  # type: ignore[no-any-return]
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
-        raise DataError(f"cannot read the image header: {exc}") from exc
 
 
 def transform_image(

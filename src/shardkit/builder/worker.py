@@ -8,6 +8,7 @@ reporter installed by :func:`init_worker`.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,8 +37,8 @@ __all__ = [
 
 Reporter = Callable[[int, int, int], None]  # (samples, input bytes, skipped) since last call
 
-_TF_FORMAT = {"jpg": "jpeg", "tif": "tiff"}
-_FEATURE_TYPES = (bytes, bytearray, memoryview, str, int, float, list, tuple)
+# What a list's json holds besides its columns (the schema's filename, label, class text).
+_META_KEYS = frozenset({"path", "class", "label"})
 
 
 @dataclass(frozen=True)
@@ -201,22 +202,30 @@ def _record(sample: Mapping[str, Any]) -> bytes:
 def _example(
     context: WorkerContext, item: Item, data: bytes, ext: str, size: tuple[int, int] | None
 ) -> dict[str, Any]:
+    """The Example of an image file, in the shardkit TFRecord schema (formats.tfschema)."""
+    from ..formats import tfschema as tf
+
     if size is None:
         from .transform import image_size
 
         size = image_size(data)
     sample: dict[str, Any] = {
         "__key__": item.key,
-        "image/encoded": data,
-        "image/format": _TF_FORMAT.get(ext, ext),
-        "image/height": size[1],
-        "image/width": size[0],
-        "image/filename": context.source.describe(item),
+        tf.IMAGE: data,
+        tf.FORMAT: tf.image_format(ext),
+        tf.HEIGHT: size[1],
+        tf.WIDTH: size[0],
+        tf.FILENAME: context.source.describe(item),
     }
     if item.label >= 0:
-        sample["image/class/label"] = item.label
+        sample[tf.LABEL] = item.label
         if item.label < len(context.classes):
-            sample["image/class/text"] = context.classes[item.label]
+            sample[tf.TEXT] = context.classes[item.label]
+    if item.meta:  # a list's other columns, each a feature of its own
+        for name, value in json.loads(item.meta).items():
+            feature = tf.column_feature(value)
+            if name not in _META_KEYS and feature is not None:
+                sample[name] = feature
     return sample
 
 
@@ -230,12 +239,9 @@ def _encode_python(
     out.setdefault("__key__", item.key)
     label = _label_of(out, item.label)
     if context.options.format == "tfrecord":
-        # Numbers and strings become Example features as they are; anything else (an
-        # image, an array) goes through the codec of its field's extension first.
-        other = {k: v for k, v in out.items() if not isinstance(v, _FEATURE_TYPES)}
-        if other:
-            out.update(encode_sample({"__key__": item.key, **other}))
-        data = _record(out)
+        from ..formats.example import encode_other_values
+
+        data = _record(encode_other_values(out, encode_sample))
     else:
         data = tar_sample(encode_sample(out))
     return [data], len(data), label

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE
+from ._toolargs import HelpFormatter, plain
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
@@ -20,26 +21,26 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "build",
         help="pack images / a file list / shards into shards (parallel, resumable)",
-        description=__doc__,
+        description=plain(__doc__),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("src", help="image folder, .csv/.jsonl list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
     add = parser.add_argument
-    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format (tar)")
-    count, size = BUILD_MAX_COUNT, f"{BUILD_MAX_SIZE // 1_000_000}MB"
-    add("--max-count", type=int, default=count, metavar="N", help=f"samples per shard ({count})")
-    add("--max-size", default=size, metavar="SIZE", help=f"bytes per shard: 100MB, 1GiB ({size})")
+    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format")
+    size = f"{BUILD_MAX_SIZE // 1_000_000}MB"
+    add("--max-count", type=int, default=BUILD_MAX_COUNT, metavar="N", help="samples per shard")
+    add("--max-size", default=size, metavar="SIZE", help="bytes per shard: 100MB, 1GiB")
     add("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
     add("--shuffle", action=argparse.BooleanOptionalAction, default=True, help="seeded shuffle")
-    add("--seed", type=int, default=0, help="shuffle seed (0)")
-    add("--prefix", default="shard", help="shard name prefix (shard)")
+    add("--seed", type=int, default=0, help="shuffle seed")
+    add("--prefix", default="shard", help="shard name prefix")
     add(
         "--validate",
         choices=("none", "header", "full"),
         default="header",
-        help="image checks: header (default: signature and complete file), full (decode)",
+        help="image checks: header (signature and complete file), full (decode), none",
     )
     add("--resize", type=int, default=None, metavar="N", help="scale the shorter side to N px")
     add("--max-side", type=int, default=None, metavar="N", help="shrink the longer side to N px")
@@ -48,11 +49,11 @@ def add_parser(sub: Any) -> None:
         "--on-error",
         choices=("skip", "fail"),
         default="skip",
-        help="bad images: skip and report them (default) or stop",
+        help="bad images: skip and report them, or stop",
     )
     add("--overwrite", action="store_true", help="replace a dataset already in OUT")
-    add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column (path)")
-    add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column (label)")
+    add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column")
+    add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column")
     add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
     add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
     add("-q", "--quiet", action="store_true", help="no progress bar")

@@ -11,6 +11,7 @@ import json
 import math
 import operator
 import pickle
+import zlib
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "encode_npz",
     "encode_pickle",
     "encode_torch",
+    "gzip_bytes",
     "unpickle",
 ]
 
@@ -77,6 +79,23 @@ def encode_json(value: Any) -> bytes:
 
 def decode_json(data: bytes) -> Any:
     return json.loads(data)
+
+
+# -- gzip ----------------------------------------------------------------------------
+
+#: A fixed gzip header (no mtime, no name, OS "unknown"): the same data always gives the
+#: same bytes, whatever the Python version (``gzip.compress`` has written other OS bytes).
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """``data`` as one gzip member, deterministically (level 9, as webdataset's)."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = deflate.compress(data) + deflate.flush()
+    trailer = zlib.crc32(data).to_bytes(4, "little") + (len(data) & 0xFFFFFFFF).to_bytes(
+        4, "little"
+    )
+    return _GZIP_HEADER + body + trailer
 
 
 # -- pickle and torch ----------------------------------------------------------------

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import io
+import warnings
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 
 __all__ = [
     "ENCODABLE_IMAGE_EXTENSIONS",
     "IMAGE_EXTENSIONS",
+    "IMAGE_FEATURE",
     "encode_image",
     "image_extension",
+    "image_size",
     "last_component",
     "normalize_image_extension",
 ]
@@ -50,6 +53,11 @@ IMAGE_EXTENSIONS = frozenset(
     }
 )
 
+#: The field of a sample read from a TFRecord that holds its image: the ``image/encoded``
+#: feature of the shardkit TFRecord schema (:mod:`shardkit.formats.tfschema`), which is
+#: TensorFlow's usual name. Image specs and the tools treat it as an image field.
+IMAGE_FEATURE = "image/encoded"
+
 _ALIASES = {"jpeg": "jpg", "jpe": "jpg", "jfif": "jpg"}
 
 # Pillow format used to save each (normalized) extension.
@@ -76,8 +84,30 @@ def last_component(ext: str) -> str:
 
 
 def image_extension(ext: str) -> bool:
-    """Whether the field ``ext`` (``jpg``, ``seg.png``, ``.JPEG``) holds an image."""
-    return last_component(ext) in IMAGE_EXTENSIONS
+    """Whether the field ``ext`` (``jpg``, ``seg.png``, ``.JPEG``, ``image/encoded``)
+    holds an image."""
+    return last_component(ext) in IMAGE_EXTENSIONS or ext.lower() == IMAGE_FEATURE
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from the image header, without decoding the pixels.
+
+    Raises :class:`~shardkit.errors.DataError` if the header does not read, and
+    ConfigError if Pillow is not installed.
+    """
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ConfigError(
+            "reading image sizes needs Pillow: pip install 'shardkit[images]'"
+        ) from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as image:
+                return image.size  # type: ignore[no-any-return]
+    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
+        raise DataError(f"cannot read the image header: {exc}") from exc
 
 
 def normalize_image_extension(ext: str) -> str:

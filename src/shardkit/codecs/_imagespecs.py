@@ -18,7 +18,7 @@ import io
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from ._images import last_component
+from ._images import IMAGE_FEATURE, last_component
 
 __all__ = ["IMAGE_SPECS", "check_spec", "decode_image"]
 
@@ -136,11 +136,19 @@ def _finish(arr: Any, to_float: bool, kind: _Kind) -> Any:
     return torch.from_numpy(arr)
 
 
+def _is_jpeg(data: bytes, ext: str) -> bool:
+    """Whether to try libjpeg-turbo: a JPEG extension, or a TFRecord's ``image/encoded``
+    (whatever format it holds) that starts like a JPEG."""
+    if last_component(ext) in _JPEG:
+        return True
+    return ext.lower() == IMAGE_FEATURE and data[:3] == b"\xff\xd8\xff"
+
+
 def decode_image(data: bytes, spec: str, ext: str) -> Any:
     """Decode image bytes the way ``spec`` (a name from :data:`IMAGE_SPECS`) says."""
     kind, to_float, mode = _SPECS[spec]
     arr = None
-    if kind != "pil" and last_component(ext) in _JPEG:
+    if kind != "pil" and _is_jpeg(data, ext):
         arr = _decode_jpeg(data, mode)
     if arr is None:
         img = _open_pil(data, mode)

@@ -99,7 +99,12 @@ class Codecs:
         return frozenset(self._table)
 
     def encode_sample(self, sample: Mapping[str, Any]) -> dict[str, Any]:
-        """A new sample whose non-dunder values are all bytes (see :func:`encode_sample`)."""
+        """A new sample whose non-dunder values are all bytes (see :func:`encode_sample`).
+
+        A field ending in ``.gz`` is encoded by the rest of its extension (``json.gz``:
+        json) and then gzipped (deterministically: no timestamp), as webdataset does;
+        bytes that are gzip data already (they start with the gzip magic) pass through.
+        """
         key = sample.get("__key__")
         key = key if isinstance(key, str) else None
         return {
@@ -108,6 +113,10 @@ class Codecs:
         }
 
     def _encode_field(self, field: str, value: Any, key: str | None) -> bytes:
+        if field.lower().endswith(".gz"):
+            if isinstance(value, (bytes, bytearray, memoryview)) and value[:2] == b"\x1f\x8b":
+                return bytes(value)  # gzipped already (a field read from a shard)
+            return b.gzip_bytes(self._encode_field(field[:-3], value, key))
         if isinstance(value, bytes):
             return value
         if isinstance(value, (bytearray, memoryview)):

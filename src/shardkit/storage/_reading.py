@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import IO, Any, BinaryIO, cast
 
 from .. import config
@@ -50,6 +51,7 @@ def open_read(
     buffer_size: int = 1 << 20,
     cache_dir: str | None = None,
     retries: int = 5,
+    cache_check: Callable[[BinaryIO], bool] | None = None,
 ) -> BinaryIO:
     """Open a URL for streaming reads; the caller closes the stream.
 
@@ -58,7 +60,10 @@ def open_read(
     ``retries`` times with backoff, resuming at the byte offset reached (a Range request).
     With ``cache_dir``, a remote object is read from its cached copy when there is one;
     otherwise it streams as usual while a copy is written beside it, which takes its
-    final name only once the whole object has been read (so it is never partial).
+    final name only once the stream provably ended where the object ends: at its end of
+    stream, with as many bytes as the server said (where it said), and, with
+    ``cache_check``, only if ``cache_check(copy)`` confirms the content is whole (an HTTP
+    body without a length can end cleanly yet early). Otherwise the copy is dropped.
     ``buffer_size=0`` opens a local file unbuffered (for readers that seek over data);
     a pipe or a remote stream keeps a buffer of the default size.
     """
@@ -77,10 +82,11 @@ def open_read(
             if os.path.exists(cached):
                 return open(cached, "rb", buffering=buffer_size)
         fs, path = _fs(url, storage_options)
-        raw: io.RawIOBase = _ResumableReader(fs, path, url, retries=retries)
-        if cache_dir is not None:
-            raw = _CachingReader(raw, cache_path(url, cache_dir))
-        return io.BufferedReader(raw, stream_buffer)
+        remote = _ResumableReader(fs, path, url, retries=retries)
+        if cache_dir is None:
+            return io.BufferedReader(remote, stream_buffer)
+        copying = _CachingReader(remote, cache_path(url, cache_dir), url, cache_check)
+        return io.BufferedReader(copying, stream_buffer)
     except StorageError:
         raise
     except FileNotFoundError as exc:

@@ -56,6 +56,11 @@ class _ResumableReader(io.RawIOBase):
     before the rest have been sent; other fsspec protocols read ranged blocks.
     """
 
+    @property
+    def size(self) -> int | None:
+        """The object's length in bytes, where the server said it."""
+        return self._end
+
     def __init__(self, fs: Any, path: str, url: str, *, retries: int) -> None:
         self._fs, self._path, self._url, self._retries = fs, path, url, retries
         self._pos = 0

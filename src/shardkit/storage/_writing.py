@@ -40,12 +40,13 @@ class AtomicFile:
     """A file being written that appears under its name only on :meth:`commit`.
 
     A local file is written under a hidden temporary name in the same folder
-    (``.NAME.tmp-PID``) and renamed by :meth:`commit`; an object store (s3, gs) makes an
-    upload visible only when it completes; other fsspec protocols write a temporary object
-    and move it. :meth:`discard` drops what was written (also on an exception inside
-    ``with``). ``-`` is stdout, committed by a flush. :attr:`tally` counts (and, with
-    ``sha256=True``, hashes) every byte written. An OSError while writing or committing
-    (a full disk) is raised as a :class:`~shardkit.errors.StorageError` naming ``url``.
+    (``.NAME.tmp-PID``; the folder is created if need be) and renamed by :meth:`commit`;
+    an object store (s3, gs) makes an upload visible only when it completes; other fsspec
+    protocols write a temporary object and move it. :meth:`discard` drops what was
+    written (also on an exception inside ``with``). ``-`` is stdout, committed by a flush.
+    :attr:`tally` counts (and, with ``sha256=True``, hashes) every byte written. An
+    OSError while writing or committing (a full disk) is raised as a
+    :class:`~shardkit.errors.StorageError` naming ``url``.
     ``buffering=0`` writes a local file unbuffered (for :meth:`writev`).
     """
 
@@ -77,6 +78,7 @@ class AtomicFile:
         folder, name = os.path.split(os.path.abspath(path))
         self._path, self._tmp = path, os.path.join(folder, f".{name}.tmp-{os.getpid()}")
         try:
+            os.makedirs(folder, exist_ok=True)  # a fresh out/ folder, as build makes OUT
             self.stream = open(self._tmp, "wb", buffering=buffering)  # noqa: SIM115
         except OSError as exc:
             self._raise(exc)
