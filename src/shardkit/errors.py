@@ -20,6 +20,7 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
     ├── UnsafeDataError                   refusing to unpickle without opt-in
     ├── StorageError (OSError)            opening / reading / writing a URL failed
     └── BuildError                        a build cannot start or go on
+        └── EmptyBuildError               every item was skipped: nothing to pack
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "DecodeError",
+    "EmptyBuildError",
     "EncodeError",
     "FormatError",
     "MissingFieldError",
@@ -123,3 +125,23 @@ class StorageError(ShardkitError, OSError):
 
 class BuildError(ShardkitError):
     """A build cannot start or continue (bad source, locked output, ...)."""
+
+
+class EmptyBuildError(BuildError):
+    """A build packed no sample: every item was skipped. ``skipped`` holds
+    ``(path, reason)`` for each; the output is left without a manifest."""
+
+    def __init__(
+        self, message: str, *, skipped: list[tuple[str, str]] | None = None, url: str | None = None
+    ) -> None:
+        super().__init__(message, url=url)
+        self.skipped = list(skipped or [])
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_empty, (self.message, self.skipped, self.url))
+
+
+def _rebuild_empty(
+    message: str, skipped: list[tuple[str, str]], url: str | None
+) -> EmptyBuildError:
+    return EmptyBuildError(message, skipped=skipped, url=url)

@@ -33,7 +33,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from .. import config
-from ..errors import BuildError
+from ..errors import BuildError, EmptyBuildError
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
 from .commit import Renamer
 from .executor import Executor, InlineExecutor, ProcessExecutor
@@ -271,6 +271,8 @@ class _Driver:
             "resumed_tasks": self.resumed,
         }
         shards = self.committer.shards
+        if not any(shard.samples for shard in shards):
+            self._nothing_packed(skipped)
         manifest = make_manifest(
             identity=self.identity,
             shards=shards,
@@ -286,6 +288,15 @@ class _Driver:
         self.journal.remove()
         self.folder.remove_strays()
         return self._result(shards, skipped, resumed=self.resumed)
+
+    def _nothing_packed(self, skipped: list[tuple[str, str]]) -> None:
+        """Leave OUT without a manifest, journal or parts, so a rerun starts afresh; raise."""
+        self.journal.remove()
+        self.journal.done.clear()
+        self.folder.remove_strays()
+        what = f"all {len(skipped)} items were skipped" if skipped else "the source has no items"
+        message = f"no sample was packed: {what}; nothing was written"
+        raise EmptyBuildError(message, skipped=skipped, url=self.store.url)
 
     def _result(
         self, shards: list[ShardRecord], skipped: list[tuple[str, str]], resumed: int

@@ -177,7 +177,13 @@ def encode_item(context: WorkerContext, item: Item) -> tuple[list[bytes], int, i
         from .transform import transform_image
 
         loaded, ext, size = transform_image(
-            loaded, ext, resize=options.resize, max_side=options.max_side, quality=options.quality
+            loaded,
+            ext,
+            resize=options.resize,
+            max_side=options.max_side,
+            quality=options.quality,
+            mode=options.resize_mode,
+            encode=options.encode,
         )
     if options.format == "tfrecord":
         record = _record(_example(context, item, loaded, ext, size))

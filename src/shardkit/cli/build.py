@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+import sys
+from typing import Any, TextIO
 
+from ..builder.options import ENCODE_FORMATS, RESIZE_MODES
+from ..errors import EmptyBuildError
 from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE
 from ._toolargs import HelpFormatter, plain
 
@@ -43,7 +46,19 @@ def add_parser(sub: Any) -> None:
         help="image checks: header (signature and complete file), full (decode), none",
     )
     add("--resize", type=int, default=None, metavar="N", help="scale the shorter side to N px")
+    add(
+        "--resize-mode",
+        choices=RESIZE_MODES,
+        default="keep-ratio",
+        help="with --resize: keep-ratio (shorter side N), center-crop or pad (exactly N x N)",
+    )
     add("--max-side", type=int, default=None, metavar="N", help="shrink the longer side to N px")
+    add(
+        "--encode",
+        choices=ENCODE_FORMATS,
+        default="keep",
+        help="store images as jpg, png or webp; keep: JPEG/WebP stay, resized others become PNG",
+    )
     add("--quality", type=int, default=90, metavar="Q", help="JPEG/WebP quality when re-encoding")
     add(
         "--on-error",
@@ -54,9 +69,15 @@ def add_parser(sub: Any) -> None:
     add("--overwrite", action="store_true", help="replace a dataset already in OUT")
     add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column")
     add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column")
+    add(
+        "--root",
+        default=None,
+        metavar="DIR",
+        help="CSV/JSONL: folder of the relative paths and where keys start (default: the "
+        "list's folder)",
+    )
     add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
     add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
-    add("-q", "--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
 
@@ -75,23 +96,47 @@ def run(args: argparse.Namespace) -> int:
         validate=args.validate,
         resize=args.resize,
         max_side=args.max_side,
+        resize_mode=args.resize_mode,
+        encode=args.encode,
         quality=args.quality,
         on_error=args.on_error,
         overwrite=args.overwrite,
         path_column=args.path_column,
         label_column=args.label_column or None,
+        root=args.root,
         engine=args.engine,
         address=args.address,
     )
-    with _ProgressBar(disable=args.quiet) as bar:
-        result = build(args.src, args.out, options=options, progress=bar.update)
+    try:
+        with _ProgressBar(disable=args.quiet) as bar:
+            result = build(args.src, args.out, options=options, progress=bar.update)
+    except EmptyBuildError as exc:  # a data problem, like verify's: exit 1, with the reasons
+        print(f"Error: {exc}", file=sys.stderr)
+        _list_skipped(exc.skipped, every=args.verbose, file=sys.stderr)
+        return 1
     state = "already complete: " if result.resumed_tasks < 0 else ""
     print(
         f"{state}{result.samples} samples in {len(result.shards)} shards "
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
         f"{result.seconds:.1f} s -> {os.path.join(args.out, 'manifest.json')}"
     )
+    if not args.quiet:
+        _list_skipped(result.skipped, every=args.verbose, file=sys.stdout)
     return 0
+
+
+_SHOWN = 10  # skipped files listed without -v
+
+
+def _list_skipped(skipped: list[tuple[str, str]], every: bool, file: TextIO) -> None:
+    from ..tools.tsv import escape_controls  # names come from the data: no raw controls
+
+    shown = skipped if every else skipped[:_SHOWN]
+    for path, reason in shown:
+        print(f"  skipped {escape_controls(path)}: {escape_controls(reason)}", file=file)
+    if len(skipped) > len(shown):
+        more = len(skipped) - len(shown)
+        print(f"  ... and {more} more (-v lists them all)", file=file)
 
 
 class _ProgressBar:
