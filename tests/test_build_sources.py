@@ -280,3 +280,21 @@ def test_a_list_whose_every_row_is_skipped_fails_with_the_reasons(tmp_path: Path
     back = pickle.loads(pickle.dumps(caught.value))  # e.g. from a Ray driver
     assert type(back) is shardkit.EmptyBuildError and back.skipped == caught.value.skipped
     assert str(back) == str(caught.value)
+
+
+def test_second_build_in_one_process_reads_the_rewritten_input_shards(tmp_path: Path) -> None:
+    """Regression (#11): the open-stream cache outlived the build that filled it, so a
+    second inline build after the inputs were rewritten packed the old bytes."""
+    shard = str(tmp_path / "in-000000.tar")
+
+    def write_input(text: str) -> None:
+        with shardkit.ShardWriter(str(tmp_path / "in-%06d.tar")) as sink:
+            for i in range(3):
+                sink.write({"__key__": f"k{i}", "txt": f"{text}-{i}"})
+
+    write_input("old")
+    shardkit.build(shard, str(tmp_path / "a"), options=BuildOptions(workers=1, shuffle=False))
+    write_input("new!")  # another length: the offsets move too
+    shardkit.build(shard, str(tmp_path / "b"), options=BuildOptions(workers=1, shuffle=False))
+    texts = [s["txt"] for s in read_samples(str(tmp_path / "b"))]
+    assert texts == [b"new!-0", b"new!-1", b"new!-2"]

@@ -21,6 +21,7 @@ from .errors import (
     EmptyBuildError,
     EncodeError,
     FormatError,
+    MissingDependencyError,
     ShardkitError,
     StorageError,
     TruncatedShardError,
@@ -32,9 +33,15 @@ from .writer import ShardInfo, ShardWriter
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
     from .pipeline import Dataset
+    from .reader import read_shard
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
-_LAZY = {"Dataset": ".pipeline", "ShardResult": ".mapshards", "map_shards": ".mapshards"}
+_LAZY = {
+    "Dataset": ".pipeline",
+    "ShardResult": ".mapshards",
+    "map_shards": ".mapshards",
+    "read_shard": ".reader",
+}
 
 __all__ = [
     "BuildError",
@@ -49,6 +56,7 @@ __all__ = [
     "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "MissingDependencyError",
     "ShardInfo",
     "ShardResult",
     "ShardWriter",
@@ -60,6 +68,7 @@ __all__ = [
     "__version__",
     "build",
     "map_shards",
+    "read_shard",
 ]
 
 

@@ -10,6 +10,7 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
 
     ShardkitError
     ├── ConfigError (ValueError)          bad option or argument
+    │   └── MissingDependencyError (ImportError)  an optional module is not installed
     ├── DataError (ValueError)            something wrong with the data
     │   ├── FormatError                   malformed tar / TFRecord / Example
     │   │   ├── TruncatedShardError       the shard ends in the middle of a record
@@ -34,6 +35,7 @@ __all__ = [
     "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "MissingDependencyError",
     "MissingFieldError",
     "ShardkitError",
     "StorageError",
@@ -117,6 +119,12 @@ class EncodeError(DataError, TypeError):
 
 class UnsafeDataError(ShardkitError):
     """Decoding would run code from the data (pickle) and the caller did not opt in."""
+
+
+class MissingDependencyError(ConfigError, ImportError):
+    """An optional module a feature needs is not installed; the message names the extra.
+
+    Never a data error: no ``handler=`` policy sees it, whatever the policy."""
 
 
 class StorageError(ShardkitError, OSError):

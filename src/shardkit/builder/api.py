@@ -6,13 +6,14 @@ import os
 from typing import Any
 
 from .. import config
+from ..engines import warm_up
 from ..errors import BuildError, ConfigError
-from .executor import warm_up
 from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
 from .sources import Listing, list_image_folder
 from .store import LocalStore
+from .worker import WORKER_MODULE
 
 __all__ = ["build", "list_source"]
 
@@ -38,9 +39,14 @@ def build(
         from .transform import check_available
 
         check_available()
+    if options.engine != "local":  # before anything is listed or written
+        from ..engines import check_reachable
+
+        check_reachable(options.engine, options.address)
     if (options.workers or config.default_workers()) > 1:
         # The worker server boots while the source is listed.
-        warm_up(("cv2", "simplejpeg", "PIL.Image") if options.transforms else ())
+        images = ("cv2", "simplejpeg", "PIL.Image") if options.transforms else ()
+        warm_up((WORKER_MODULE, *images))
     listing = list_source(source, out_path, options, to_sample)
     if options.transforms and listing.kind not in ("image_folder", "table"):
         raise ConfigError(

@@ -6,9 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..engines import Engine, check_engine
 from ..errors import ConfigError
 from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE, Cut
 from ..formats.tar import END_OF_ARCHIVE
+from ..handlers import OnError, check_on_error
 from ..units import Size
 
 __all__ = [
@@ -22,7 +24,6 @@ __all__ = [
 
 OutputFormat = Literal["tar", "tfrecord"]
 ValidateMode = Literal["none", "header", "full"]
-OnError = Literal["skip", "fail"]
 ResizeMode = Literal["keep-ratio", "center-crop", "pad"]
 EncodeFormat = Literal["keep", "jpg", "png", "webp"]
 RESIZE_MODES: tuple[ResizeMode, ...] = ("keep-ratio", "center-crop", "pad")
@@ -72,7 +73,7 @@ class BuildOptions:
     path_column: str = "path"
     label_column: str | None = "label"
     root: str | None = None
-    engine: Literal["local", "ray", "dask"] = "local"  # where tasks run (docs/scaling.md)
+    engine: Engine = "local"  # where tasks run (docs/scaling.md)
     address: str | None = None  # the Ray/Dask cluster (None: start a local one)
 
     def __post_init__(self) -> None:
@@ -80,7 +81,7 @@ class BuildOptions:
         object.__setattr__(self, "max_size", Cut(self.max_count, self.max_size).max_size)
         _choice("format", self.format, ("tar", "tfrecord"))
         _choice("validate", self.validate, ("none", "header", "full"))
-        _choice("on_error", self.on_error, ("skip", "fail"))
+        check_on_error(self.on_error)
         _choice("resize_mode", self.resize_mode, RESIZE_MODES)
         _choice("encode", self.encode, ENCODE_FORMATS)
         if self.workers is not None:
@@ -99,8 +100,6 @@ class BuildOptions:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an int, not {self.seed!r}")
         _check_prefix(self.prefix)
-        from ..engines import check_engine
-
         check_engine(self.engine, self.address)
         if not isinstance(self.shuffle, bool):
             raise ConfigError(f"shuffle must be True or False, not {self.shuffle!r}")

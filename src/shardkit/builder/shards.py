@@ -32,12 +32,16 @@ from .store import endpoint_options
 
 __all__ = ["ShardSource", "list_shards"]
 
-_open: dict[str, BinaryIO] = {}  # per worker process: the last few shards read
+# Per worker process, for one build run: the last few input shards read, keyed by URL and
+# the version the listing saw. A new run's context empties it (close_streams), so a
+# long-lived process never serves one run the bytes a shard held for an earlier run.
+_open: dict[tuple[str, str], BinaryIO] = {}
 _READ_AHEAD = 256 << 10  # bytes fetched per ranged read of a remote shard
 
 
 @atexit.register
-def _close_streams() -> None:
+def close_streams() -> None:
+    """Close every cached input stream (a new build run starts, or the process ends)."""
     while _open:
         _open.popitem()[1].close()
 
@@ -74,13 +78,15 @@ class ShardSource:
 
     urls: tuple[str, ...]
     output_format: str
+    versions: tuple[str, ...] = ()  # per URL, as listed (see _version)
     kind: str = "shards"
     s3_endpoint: str | None = field(default_factory=config.s3_endpoint)  # the driver's
 
     def load(self, item: Item) -> Mapping[str, Any]:
         index, offset = item.ref
         url = self.urls[index]
-        stream = _stream(url, self.s3_endpoint)
+        version = self.versions[index] if self.versions else ""
+        stream = _stream(url, version, self.s3_endpoint)
         stream.seek(offset)
         fmt = detect_format(url)[0]
         for sample in iter_stream_samples(stream, url=url, format=fmt):
@@ -126,15 +132,25 @@ def _version(url: str) -> str:
     return f"{meta.get('size')}\0{tag}"
 
 
-def _stream(url: str, s3_endpoint: str | None) -> BinaryIO:
-    stream = _open.get(url)
+def _stream(url: str, version: str, s3_endpoint: str | None) -> BinaryIO:
+    stream = _open.get((url, version))
     if stream is None:
         if len(_open) >= 8:
             _open.pop(next(iter(_open))).close()
         if storage.is_local(url):
-            stream = open(storage.local_path(url), "rb")  # noqa: SIM115
+            stream = _open_local(url, version)
         else:
             fs, path = storage.filesystem(url, endpoint_options(url, s3_endpoint))
             stream = fs.open(path, "rb", block_size=_READ_AHEAD, cache_type="readahead")
-        _open[url] = stream
+        _open[(url, version)] = stream
+    return stream
+
+
+def _open_local(url: str, version: str) -> BinaryIO:
+    """Open a local input shard, checking it is still the version the listing saw."""
+    stream = open(storage.local_path(url), "rb")  # noqa: SIM115
+    info = os.fstat(stream.fileno())
+    if version and f"{info.st_size}\0{info.st_mtime_ns}" != version:
+        stream.close()
+        raise BuildError("the shard changed after it was listed: rerun the build", url=url)
     return stream

@@ -39,8 +39,10 @@ import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .._optional import require
 from ..codecs import image_size
-from ..errors import ConfigError, DataError
+from ..codecs._failures import image_failures
+from ..errors import DataError
 
 __all__ = [
     "Shape",
@@ -60,14 +62,9 @@ _AREA_ABOVE = 2.0  # shrink ratios from which OpenCV averages areas instead of b
 
 
 def check_available() -> None:
-    """Raise ConfigError unless the image libraries that resizing needs are installed."""
-    import importlib.util
-
-    missing = [m for m in ("PIL", "simplejpeg", "cv2") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(
-            f"resize and max_side need {', '.join(missing)}: pip install 'shardkit[images]'"
-        )
+    """Raise MissingDependencyError unless the image libraries resizing needs are here."""
+    for module in ("PIL.Image", "simplejpeg", "cv2"):
+        require(module, "resize and max_side")
 
 
 def target_size(
@@ -138,6 +135,7 @@ def transform_image(
         fast = _transform_jpeg(data, shape_of, output_extension(ext, encode), quality)
         if fast is not None:
             return fast
+    require("PIL.Image", "resize and max_side")
     from PIL import Image
 
     try:
@@ -152,7 +150,7 @@ def transform_image(
                 return _encode(image, out_ext, quality), out_ext, shape.size
     except DataError:
         raise
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
+    except image_failures() as exc:
         raise DataError(f"cannot decode: {exc}") from exc
 
 
@@ -160,6 +158,7 @@ def _transform_jpeg(
     data: bytes, shape_of: Callable[[int, int], Shape], out_ext: str, quality: int
 ) -> tuple[bytes, str, tuple[int, int]] | None:
     """The fast path (module docstring); None for a JPEG it does not handle (CMYK)."""
+    require("simplejpeg", "resize and max_side")
     import simplejpeg
 
     try:
@@ -205,6 +204,7 @@ def _dct_scale(width: int, height: int, size: tuple[int, int]) -> int:
 
 def limit_threads() -> None:
     """One OpenCV thread per worker: a build with N workers uses N cores."""
+    require("cv2", "resize and max_side")
     import cv2
 
     cv2.setNumThreads(1)
@@ -212,6 +212,7 @@ def limit_threads() -> None:
 
 def _resize_array(pixels: Any, size: tuple[int, int]) -> Any:
     """HxWxC uint8 pixels resized to ``size`` (width, height) with OpenCV."""
+    require("cv2", "resize and max_side")
     import cv2
 
     height, width = pixels.shape[:2]

@@ -24,6 +24,7 @@ from .store import LocalStore, ObjectStore
 from .validate import check_image
 
 __all__ = [
+    "WORKER_MODULE",
     "PartInfo",
     "Reporter",
     "TaskResult",
@@ -74,6 +75,9 @@ class TaskResult:
     sizes: list[int] = field(default_factory=list)  # per sample, for the Cutter
 
 
+#: This module: the local pool's forkserver imports it once for every worker process.
+WORKER_MODULE = __name__
+
 _context: WorkerContext | None = None
 _reporter: Reporter | None = None
 
@@ -81,6 +85,9 @@ _reporter: Reporter | None = None
 def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> None:
     """Install the build context and progress reporter in this process."""
     global _context, _reporter
+    from .shards import close_streams
+
+    close_streams()  # input streams cached for an earlier run must not serve this one
     _context, _reporter = context, reporter
     if context is not None and context.options.transforms:
         from .transform import limit_threads

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args
 
-from ..builder.options import ENCODE_FORMATS, RESIZE_MODES
+from ..builder.options import (
+    ENCODE_FORMATS,
+    RESIZE_MODES,
+    BuildOptions,
+    OutputFormat,
+    ValidateMode,
+)
+from ..engines import ENGINES
 from ..errors import EmptyBuildError
-from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE
+from ..handlers import ON_ERROR
+from ..units import format_size
 from ._toolargs import HelpFormatter, plain
 
 _EPILOG = """\
@@ -30,83 +39,66 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("src", help="image folder, .csv/.jsonl list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
-    add = parser.add_argument
-    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format")
-    size = f"{BUILD_MAX_SIZE // 1_000_000}MB"
-    add("--max-count", type=int, default=BUILD_MAX_COUNT, metavar="N", help="samples per shard")
-    add("--max-size", default=size, metavar="SIZE", help="bytes per shard: 100MB, 1GiB")
-    add("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
-    add("--shuffle", action=argparse.BooleanOptionalAction, default=True, help="seeded shuffle")
-    add("--seed", type=int, default=0, help="shuffle seed")
-    add("--prefix", default="shard", help="shard name prefix")
+    # Every option is a BuildOptions field of the same name; its default is that field's
+    # (HelpFormatter shows it).
+    default = {f.name: f.default for f in dataclasses.fields(BuildOptions)}
+
+    def add(flag: str, help: str, **kwargs: Any) -> None:
+        kwargs.setdefault("default", default[flag.removeprefix("--").replace("-", "_")])
+        parser.add_argument(flag, help=help, **kwargs)
+
+    add("--format", "shard format", choices=get_args(OutputFormat))
+    add("--max-count", "samples per shard", type=int, metavar="N")
+    size = format_size(BuildOptions().size_limit)
+    add("--max-size", f"bytes per shard: 100MB, 1GiB (default: {size})", metavar="SIZE")
+    add("--workers", "processes (default: all cores)", type=int, metavar="N")
+    add("--shuffle", "seeded shuffle", action=argparse.BooleanOptionalAction)
+    add("--seed", "shuffle seed", type=int)
+    add("--prefix", "shard name prefix")
     add(
         "--validate",
-        choices=("none", "header", "full"),
-        default="header",
-        help="image checks: header (signature and complete file), full (decode), none",
+        "image checks: header (signature and complete file), full (decode), none",
+        choices=get_args(ValidateMode),
     )
-    add("--resize", type=int, default=None, metavar="N", help="scale the shorter side to N px")
+    add("--resize", "scale the shorter side to N px", type=int, metavar="N")
     add(
         "--resize-mode",
+        "with --resize: keep-ratio (shorter side N), center-crop or pad (exactly N x N)",
         choices=RESIZE_MODES,
-        default="keep-ratio",
-        help="with --resize: keep-ratio (shorter side N), center-crop or pad (exactly N x N)",
     )
-    add("--max-side", type=int, default=None, metavar="N", help="shrink the longer side to N px")
+    add("--max-side", "shrink the longer side to N px", type=int, metavar="N")
     add(
         "--encode",
+        "store images as jpg, png or webp; keep: JPEG/WebP stay, resized others become PNG",
         choices=ENCODE_FORMATS,
-        default="keep",
-        help="store images as jpg, png or webp; keep: JPEG/WebP stay, resized others become PNG",
     )
-    add("--quality", type=int, default=90, metavar="Q", help="JPEG/WebP quality when re-encoding")
-    add(
-        "--on-error",
-        choices=("skip", "fail"),
-        default="skip",
-        help="bad images: skip and report them, or stop",
-    )
-    add("--overwrite", action="store_true", help="replace a dataset already in OUT")
-    add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column")
-    add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column")
+    add("--quality", "JPEG/WebP quality when re-encoding", type=int, metavar="Q")
+    add("--on-error", "bad images: skip and report them, or stop", choices=ON_ERROR)
+    add("--overwrite", "replace a dataset already in OUT", action="store_true")
+    add("--path-column", "CSV/JSONL path column", metavar="NAME")
+    add("--label-column", "CSV/JSONL label column ('' for none)", metavar="NAME")
     add(
         "--root",
-        default=None,
+        "CSV/JSONL: folder of the relative paths and where keys start (default: the list's folder)",
         metavar="DIR",
-        help="CSV/JSONL: folder of the relative paths and where keys start (default: the "
-        "list's folder)",
     )
-    add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
-    add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
+    add("--engine", "where tasks run (docs/scaling.md)", choices=ENGINES)
+    add("--address", "Ray/Dask cluster (HOST:PORT)", metavar="ADDR")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..builder import BuildOptions, build
-    from ..units import format_size
+def options_from(args: argparse.Namespace) -> BuildOptions:
+    """The BuildOptions the command line gives (its options are named after the fields)."""
+    fields = {f.name for f in dataclasses.fields(BuildOptions)}
+    values = {name: value for name, value in vars(args).items() if name in fields}
+    values["label_column"] = values["label_column"] or None
+    return BuildOptions(**values)
 
-    options = BuildOptions(
-        format=args.format,
-        max_count=args.max_count,
-        max_size=args.max_size,
-        workers=args.workers,
-        shuffle=args.shuffle,
-        seed=args.seed,
-        prefix=args.prefix,
-        validate=args.validate,
-        resize=args.resize,
-        max_side=args.max_side,
-        resize_mode=args.resize_mode,
-        encode=args.encode,
-        quality=args.quality,
-        on_error=args.on_error,
-        overwrite=args.overwrite,
-        path_column=args.path_column,
-        label_column=args.label_column or None,
-        root=args.root,
-        engine=args.engine,
-        address=args.address,
-    )
+
+def run(args: argparse.Namespace) -> int:
+    from ..builder import build
+
+    options = options_from(args)
     try:
         with _ProgressBar(disable=args.quiet) as bar:
             result = build(args.src, args.out, options=options, progress=bar.update)

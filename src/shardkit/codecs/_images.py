@@ -6,6 +6,7 @@ import io
 import warnings
 from typing import Any
 
+from .._optional import require
 from ..errors import ConfigError, DataError
 
 __all__ = [
@@ -93,20 +94,19 @@ def image_size(data: bytes) -> tuple[int, int]:
     """(width, height) from the image header, without decoding the pixels.
 
     Raises :class:`~shardkit.errors.DataError` if the header does not read, and
-    ConfigError if Pillow is not installed.
+    MissingDependencyError (a ConfigError) if Pillow is not installed.
     """
-    try:
-        from PIL import Image
-    except ImportError:
-        raise ConfigError(
-            "reading image sizes needs Pillow: pip install 'shardkit[images]'"
-        ) from None
+    from ._failures import image_failures
+
+    require("PIL.Image", "reading image sizes")
+    from PIL import Image
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with Image.open(io.BytesIO(data)) as image:
                 return image.size  # type: ignore[no-any-return]
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
+    except image_failures() as exc:
         raise DataError(f"cannot read the image header: {exc}") from exc
 
 
@@ -127,6 +127,8 @@ def normalize_image_extension(ext: str) -> str:
 
 def _from_array(value: Any) -> Any:
     import numpy as np
+
+    require("PIL.Image", "encoding images")
     import PIL.Image
 
     arr = np.asarray(value)
@@ -150,6 +152,7 @@ def encode_image(image: Any, ext: str, *, quality: int = 90) -> bytes:
     rounded. ``quality`` applies to the lossy formats (jpg, webp). Pillow writes no
     timestamps, so the same image always gives the same bytes.
     """
+    require("PIL.Image", "encoding images")
     import PIL.Image
 
     fmt = _SAVE_FORMATS.get(_ALIASES.get(last_component(ext), last_component(ext)))

@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import ConfigError, EncodeError
+from ..errors import ConfigError, EncodeError, ShardkitError
 from . import _builtin as b
+from ._failures import ENCODE_FAILURES
 from ._images import ENCODABLE_IMAGE_EXTENSIONS, encode_image, last_component
 from ._tenbin import decode_tenbin, encode_tenbin
 
@@ -134,7 +135,9 @@ class Codecs:
             )
         try:
             data = entry.encode(value)
-        except Exception as exc:
+        except ShardkitError:  # ours say what they are (a missing extra is no bad value)
+            raise
+        except ENCODE_FAILURES as exc:  # anything else is a bug in the encoder: it propagates
             raise EncodeError(
                 f"field {field!r}: cannot encode a {kind} as {ext!r}: {exc}", key=key
             ) from exc

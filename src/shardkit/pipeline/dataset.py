@@ -77,8 +77,10 @@ class Dataset(_Base):
       pipeline has a ``.shuffle()`` stage.
     * ``equalize``: with per-shard counts (a manifest), every rank yields the same number
       of samples each epoch: ``"pad"`` (repeat, the default there) or ``"drop"``.
-    * ``handler``: policy for bad data: ``"raise"`` (default), ``"warn"`` (skip the
-      sample), ``"skip"`` (skip the rest of the shard), ``"ignore"`` or a callable.
+    * ``handler``: policy for bad data (:mod:`shardkit.handlers`): ``"raise"`` (default),
+      ``"warn"`` or ``"skip"`` (drop the bad sample, logged), ``"ignore"`` (the same, not
+      logged), ``"warn_and_stop"`` / ``"ignore_and_stop"`` (drop the rest of the shard),
+      or a callable.
     * ``format``: ``"tar"`` or ``"tfrecord"``; default from each shard's name.
     * ``node``: ``(rank, world_size)``; default from torch.distributed or the environment.
     * ``storage_options``: fsspec options (endpoint, credentials) for remote URLs.

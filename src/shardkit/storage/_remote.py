@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Any
 
+from .._optional import require
 from ..errors import StorageError
 
 __all__ = ["is_transient"]
@@ -44,7 +45,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _http_timeout() -> Any:
-    import aiohttp
+    aiohttp = require("aiohttp", "http:// URLs")
 
     return aiohttp.ClientTimeout(total=None, sock_connect=_HTTP_CONNECT_S, sock_read=_HTTP_STALL_S)
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import storage
+from .._optional import require
 from ..codecs import image_extension
+from ..codecs._failures import image_failures
 from ..errors import ConfigError
 from .tsv import check_spec, label_text
 
@@ -103,7 +105,7 @@ def _draw_tile(canvas: Any, font: Any, index: int, columns: int, tile: int, item
             thumb = img.convert("RGB")
         thumb.thumbnail(box)
         canvas.paste(thumb, (x + (tile - thumb.width) // 2, y + 2 + (box[1] - thumb.height) // 2))
-    except Exception as exc:  # an undecodable image gets a tile that says so
+    except image_failures() as exc:  # an undecodable image gets a tile that says so
         draw.text((x + 4, y + 4), _fit(draw, font, type(exc).__name__, tile - 8), _ERROR, font)
     for row, text in enumerate((key, label)):
         ty = y + tile - 2 - (2 - row) * line
@@ -127,6 +129,7 @@ def contact_sheet(
         raise ConfigError("count and columns must be at least 1")
     if tile < 48:
         raise ConfigError(f"tile must be at least 48 pixels, not {tile}")
+    require("PIL.Image", "show --grid")
     items = []
     for index, sample in enumerate(samples):
         if index == 0:

@@ -17,7 +17,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._optional import missing, optional
 from ..codecs import image_extension
+from ..codecs._failures import NPY_FAILURES, image_failures
 from ..formats.tfschema import LABEL_FIELDS
 from ..units import format_size
 from .tsv import check_spec, escape_controls
@@ -51,12 +53,13 @@ def _clip(text: str, width: int) -> str:
 
 
 def _image_preview(data: bytes) -> str:
+    image = optional("PIL.Image")
+    if image is None:
+        return f"{len(data)} bytes (to identify images: {missing('PIL', 'show').message})"
     try:
-        from PIL import Image
-
-        with Image.open(io.BytesIO(data)) as img:
+        with image.open(io.BytesIO(data)) as img:
             return f"{img.format} {img.width}x{img.height} {img.mode}"
-    except Exception as exc:  # any failure to identify is worth showing, not raising
+    except image_failures() as exc:  # a broken image is worth showing, not raising
         return f"not a readable image ({type(exc).__name__})"
 
 
@@ -70,7 +73,7 @@ def _npy_preview(data: bytes) -> str:
         read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
         shape, _, dtype = read(stream)
         return f"array {dtype} {shape}"
-    except Exception as exc:  # a malformed header is shown, not raised
+    except NPY_FAILURES as exc:  # a malformed header is shown, not raised
         return f"not a .npy array ({type(exc).__name__})"
 
 

@@ -286,7 +286,9 @@ def format_stats(result: Stats, *, top: int = 20) -> str:
 def plot_stats(result: Stats, output: str, *, top: int = 50) -> None:
     """Histograms of sample sizes, image widths and heights (when ``result`` has them)
     and per-class counts, side by side in a PNG (matplotlib, Agg)."""
-    import matplotlib
+    from .._optional import require
+
+    matplotlib = require("matplotlib", "stats --plot")
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
