@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from ..errors import BuildError
+from ..formats.manifest import decode_name, encode_names
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from .manifest import MANIFEST_NAME, ShardRecord, read_manifest
 from .options import BuildOptions
@@ -29,7 +30,7 @@ class OutputFolder:
         ext = re.escape(options.extension)
         self.final = re.compile(rf"{re.escape(options.prefix)}-\d{{6}}\.{ext}")
         prefix = options.prefix
-        self.hidden = (f".{prefix}-", f"..{prefix}-", ".manifest.json.tmp-")
+        self.hidden = (f".{prefix}-", f"..{prefix}-", f".{MANIFEST_NAME}.tmp-")
 
     def final_name(self, index: int) -> str:
         return f"{self.options.prefix}-{index:06d}.{self.options.extension}"
@@ -63,7 +64,7 @@ class OutputFolder:
         """Verify a complete build's shards; returns its shards and skipped items.
 
         Local shards are checked by size and sha256; objects by size (see :mod:`.store`)."""
-        shards = [ShardRecord(**s) for s in manifest["shards"]]
+        shards = [ShardRecord(**{**s, "name": decode_name(s["name"])}) for s in manifest["shards"]]
         matches = self.store.matcher()
         for shard in shards:
             if not matches(shard.name, shard.bytes, shard.sha256):
@@ -74,13 +75,14 @@ class OutputFolder:
                 )
         self.journal.remove()
         self.remove_strays()
-        return shards, [(s["path"], s["reason"]) for s in manifest["skipped"]]
+        return shards, [(decode_name(s["path"]), s["reason"]) for s in manifest["skipped"]]
 
     def clear(self) -> None:
         """Remove a previous dataset: manifest first, then its shards and our hidden files."""
         old = read_manifest(self.store)
         self.store.remove([MANIFEST_NAME])  # first: readers stop trusting the shards
-        names = {str(s.get("name")) for s in (old or {}).get("shards", []) if isinstance(s, dict)}
+        shards = (old or {}).get("shards", [])
+        names = {decode_name(str(s.get("name"))) for s in shards if isinstance(s, dict)}
         self.store.remove(
             name
             for name in self.store.sizes()
@@ -101,7 +103,8 @@ class OutputFolder:
 
 def _same_build(manifest: dict[str, Any], identity: dict[str, Any]) -> bool:
     source = manifest.get("source", {})
+    stored = encode_names(identity)  # names as the manifest writes them (not UTF-8: escaped)
     return bool(
-        manifest.get("options") == identity["options"]
-        and {k: source.get(k) for k in identity["source"]} == identity["source"]
+        manifest.get("options") == stored["options"]
+        and {k: source.get(k) for k in stored["source"]} == stored["source"]
     )

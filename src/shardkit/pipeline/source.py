@@ -4,7 +4,9 @@ Where the plan promises an exact number of samples (``pad``/``drop``/``cycle``),
 stream yields exactly that many: a shard that ends early (bad data skipped by the
 handler, or a manifest count that is too high) is reported to the handler, and the
 shortfall is made up by repeating samples from the start of the stream, so ranks stay
-equal even then.
+equal even then. A segment that ends where the manifest says its shard ends reads one
+sample further: a shard holding more samples than its count (which would otherwise be
+dropped without a word) is a FormatError through the handler too.
 """
 
 from __future__ import annotations
@@ -14,18 +16,22 @@ import itertools
 import logging
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .. import reader, storage
 from ..errors import FormatError
+from ..formats.names import Format
 from ..handlers import Handler, reraise
-from ..writer import Format
 from .epochs import EpochPlan, Segment, drop_front
 from .urls import ShardList
 
 __all__ = ["ReadOptions", "open_samples", "stream_samples"]
 
 logger = logging.getLogger(__name__)
+
+
+class PassWatch(Protocol):
+    def stalled(self, produced: int) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -62,15 +68,32 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
         stream.close()
 
 
-def _read_segment(urls: tuple[str, ...], segment: Segment, options: ReadOptions) -> Iterator[Any]:
-    samples = open_samples(urls[segment.shard], options)
+def _read_segment(
+    urls: tuple[str, ...],
+    segment: Segment,
+    options: ReadOptions,
+    counts: tuple[int, ...] | None = None,
+) -> Iterator[Any]:
+    """The samples of one segment; with ``counts``, a segment that ends at its shard's
+    stated end checks that the shard ends there too (see the module docs)."""
+    url = urls[segment.shard]
+    samples = open_samples(url, options)
     try:
         if segment.skip:
             next(itertools.islice(samples, segment.skip, segment.skip), None)
         if segment.take is None:
             yield from samples
-        else:
-            yield from itertools.islice(samples, segment.take)
+            return
+        yield from itertools.islice(samples, segment.take)
+        stated = None if counts is None else counts[segment.shard]
+        if stated == segment.skip + segment.take and next(samples, None) is not None:
+            options.handler(
+                FormatError(
+                    f"shard holds more samples than the {stated} its manifest states; "
+                    "the rest would be dropped",
+                    url=url,
+                )
+            )
     finally:
         samples.close()
 
@@ -81,20 +104,22 @@ def stream_samples(
     options: ReadOptions,
     skip: int = 0,
     passes: int | None = 1,
+    watch: PassWatch | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The stream's samples, less the first ``skip`` (a resumed epoch).
 
     The shards are read ``passes`` times (pass ``i`` follows ``plan_for(i)``); a
     ``"cycle"`` plan, or ``passes=None``, reads pass after pass with no end of its own.
-    Skipped samples are not read where the shard counts allow: whole segments are
-    dropped from the plans. That is exact only when no bad data can have shortened a
-    segment, so it is done under the default ``raise`` handler only.
+    ``watch.stalled(n)`` is asked after each whole pass (of ``n`` samples) of an endless
+    stream; true ends it. Skipped samples are not read where the shard counts allow:
+    whole segments are dropped from the plans. That is exact only when no bad data can
+    have shortened a segment, so it is done under the default ``raise`` handler only.
     """
     first = plan_for(0)
     endless = first.cycle or passes is None
     indices: Iterable[int] = itertools.count() if endless else range(passes or 0)
     fast = bool(skip) and options.handler is reraise and shards.counts is not None
-    items = _passes(shards, plan_for, first, indices, options, skip if fast else 0)
+    items = _passes(shards, plan_for, first, indices, options, skip if fast else 0, watch)
     if skip and not fast:
         items = itertools.islice(items, skip, None)
     return items
@@ -107,6 +132,7 @@ def _passes(
     indices: Iterable[int],
     options: ReadOptions,
     skip: int,
+    watch: PassWatch | None,
 ) -> Iterator[dict[str, Any]]:
     for index in indices:
         plan = plan_for(index) if index else first
@@ -117,24 +143,27 @@ def _passes(
             if skip:  # this whole pass was read before
                 continue
         produced = 0
-        for sample in _exact(shards.urls, plan, segments, start, options):
+        for sample in _exact(shards, plan, segments, start, options):
             produced += 1
             yield sample
         if plan.cycle and not produced and not start:
             logger.warning("no readable samples in this stream's shards: epoch ends early")
             return
+        if watch is not None and not start and watch.stalled(produced):
+            return
 
 
 def _exact(
-    urls: tuple[str, ...],
+    shards: ShardList,
     plan: EpochPlan,
     segments: tuple[Segment, ...],
     produced: int,
     options: ReadOptions,
 ) -> Iterator[dict[str, Any]]:
+    urls = shards.urls
     for segment in segments:
         count = 0
-        for sample in _read_segment(urls, segment, options):
+        for sample in _read_segment(urls, segment, options, shards.counts):
             count += 1
             yield sample
         if segment.take is not None and count < segment.take:

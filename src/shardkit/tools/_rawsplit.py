@@ -17,9 +17,10 @@ from typing import Any
 from .. import storage
 from ..errors import EncodeError
 from ..formats.cut import Cut
+from ..formats.names import check_pattern, shard_name
 from ..formats.tar import END_OF_ARCHIVE
 from ..units import Size
-from ..writer import ShardInfo, shard_name
+from ..writer import ShardInfo
 from ._inputs import ShardRef, gzip_errors, open_shard
 from ._tarscan import TarScanner, sample_members
 
@@ -45,7 +46,7 @@ class RawShards:
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
     ) -> None:
-        shard_name(pattern, 0)  # validates the placeholder
+        check_pattern(pattern, option="output")
         self.pattern = pattern
         self.cut = Cut(max_count, max_size, trailer=len(END_OF_ARCHIVE))
         self.max_shards = max_shards

@@ -15,8 +15,8 @@ from itertools import islice
 from typing import Any
 
 from ..errors import ConfigError
+from ..formats.names import Format
 from ..handlers import Handler, reraise
-from ..writer import Format
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
 from ._outputs import Output
 from ._tarscan import TarScanner, sample_members

@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..engines import Engine
 from ..errors import ConfigError, DataError, ShardkitError
+from ..formats.names import Format
 from ..handlers import OnError, check_on_error
 from ..units import Size
-from ..writer import Format
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
 

@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import ConfigError
+from ..formats.names import Format, check_pattern, format_from_name
 from ..units import Size
-from ..writer import Format, ShardInfo, format_from_name
+from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, is_pattern, prepare_output
 from ._rawsplit import RawShards, split_raw
@@ -83,6 +84,7 @@ def split(
     Tar into uncompressed tar copies each sample's members as they are (their original
     headers kept); any other combination re-encodes samples through ShardWriter.
     ``sha256=False`` lets the copy skip hashing (its ShardInfo.sha256 is then empty)."""
+    check_pattern(pattern, option="output")
     refs = as_refs(inputs, storage_options=storage_options)
     kind, gz = format_from_name(pattern)
     if (format or kind) == "tar" and not gz and all(ref.format == "tar" for ref in refs):
