@@ -256,3 +256,56 @@ def test_manifest_write_on_a_full_disk(tmp_path: Path, corpus: str) -> None:
     )
     assert rerun.returncode == 0, rerun.stderr
     assert "manifest.json" in os.listdir(out)
+
+
+# --------------------------------------------------------------------------- the tools
+
+_TOOLS = {
+    "cat": ["cat", "{shard}", "-o", "{disk}/out.tar"],
+    "cat-gz": ["cat", "{shard}", "-o", "{disk}/out.tar.gz"],
+    "split": ["split", "{shard}", "-o", "{disk}/s-%03d.tar", "--max-count", "10"],
+    "split-gz": ["split", "{shard}", "-o", "{disk}/s-%03d.tar.gz", "--max-count", "10"],
+    "convert": ["convert", "{shard}", "-o", "{disk}/out.tfrecord"],
+    "show-grid": ["show", "{shard}", "--grid", "{disk}/grid.png", "-c", "40"],
+    "index": ["index", "{disk}/in-0.tar"],
+}
+
+
+@pytest.fixture(scope="module")
+def image_shard(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from conftest_build import make_png
+
+    from shardkit import ShardWriter
+
+    folder = tmp_path_factory.mktemp("shard")
+    with ShardWriter(str(folder / "in-%d.tar"), max_count=None, max_size=None) as sink:
+        for i in range(40):
+            sink.write({"__key__": f"s{i:03d}", "png": make_png(i, (60, 60)), "cls": i % 3})
+    return sink.shards[0].url
+
+
+@pytest.mark.parametrize("tool", sorted(_TOOLS))
+def test_tools_on_a_full_disk(disk: Disk, image_shard: str, tool: str) -> None:
+    """cat -o, split, convert -o, show --grid and index: one Error line, exit 2, nothing
+    partial (they ended in an OSError traceback, exit 1)."""
+    import shutil
+
+    shard = image_shard
+    if tool == "index":  # the index goes beside its shard
+        shard = shutil.copy(image_shard, disk.root / "in-0.tar")
+    before = set(os.listdir(disk.root))
+    disk.leave_free(0)
+    argv = [arg.format(shard=shard, disk=disk.root) for arg in _TOOLS[tool]]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardkit", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=disk.preexec,
+        check=False,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("Error: "), done.stderr
+    assert any(reason in lines[0] for reason in NO_SPACE), lines[0]
+    assert set(os.listdir(disk.root)) - {"filler"} == before  # no partial file, no temporary

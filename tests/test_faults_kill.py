@@ -1,7 +1,7 @@
 """kill -9 of ``shardkit build`` (local engine) at 20 seeded moments, then rerun.
 
 Half the kills land at a random time over the whole build; the other half land exactly
-before or after one of the driver's renames (a shard taking its final name, the manifest
+before or after one of the build's renames (a shard taking its final name, the manifest
 taking its name), found by a hook that announces each rename on stderr and pauses 20 ms.
 After every kill: no partial file under a final name, no manifest unless every shard is
 complete, and no worker left running; the rerun completes and the output is
@@ -30,9 +30,11 @@ FINAL = re.compile(r"shard-\d{6}\.tar")
 ARGS = ["--max-count", "40", "--validate", "full", "--seed", "11", "--workers", "2", "-q"]
 LOCK = ".shardkit-build.lock"
 
-# The CLI with os.replace announced on stderr ("@@ before NAME" / "@@ after NAME") and a
-# pause after each announcement, so that a kill lands on a chosen side of a rename.
-HOOKED = textwrap.dedent(
+# os.replace announced on stderr ("@@ before NAME" / "@@ after NAME") and a pause after each
+# announcement, so that a kill lands on a chosen side of a rename. It is installed as a
+# sitecustomize module in every process of the hooked build (the driver renames the
+# manifest, and shards when they are cut up front; workers write the shards they assemble).
+HOOK = textwrap.dedent(
     """
     import os, sys, time
     real = os.replace
@@ -44,10 +46,18 @@ HOOKED = textwrap.dedent(
         if not name.startswith("."):
             sys.stderr.write(f"@@ after {name}\\n"); sys.stderr.flush(); time.sleep(0.02)
     os.replace = replace
-    from shardkit.cli import main
-    sys.exit(main(["build", *sys.argv[1:]]))
     """
 )
+HOOKED = "import sys; from shardkit.cli import main; sys.exit(main(['build', *sys.argv[1:]]))"
+
+
+@pytest.fixture(scope="module")
+def hooked_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a hooked build: the hook on the path of every process it starts."""
+    folder = tmp_path_factory.mktemp("hook")
+    (folder / "sitecustomize.py").write_text(HOOK)
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +113,10 @@ def _kill_at_time(cmd: list[str], out: str, delay: float) -> list[int]:
     return kids
 
 
-def _kill_at_event(cmd: list[str], event: str) -> list[int]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def _kill_at_event(cmd: list[str], event: str, env: dict[str, str]) -> list[int]:
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:
@@ -143,7 +155,7 @@ def _reference(corpus: str, out: str, args: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def _events(corpus: str, out: str, args: list[str]) -> list[str]:
+def _events(corpus: str, out: str, args: list[str], env: dict[str, str]) -> list[str]:
     """The renames an uninterrupted hooked build announces, in order."""
     done = subprocess.run(
         [sys.executable, "-c", HOOKED, corpus, out, *args],
@@ -151,6 +163,7 @@ def _events(corpus: str, out: str, args: list[str]) -> list[str]:
         text=True,
         timeout=60,
         check=False,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     return [line for line in done.stderr.splitlines() if line.startswith("@@ ")]
@@ -160,13 +173,13 @@ def _events(corpus: str, out: str, args: list[str]) -> list[str]:
     ("extra", "seed"), [([], 1), (["--resize", "32"], 2)], ids=["renamed", "assembled"]
 )
 def test_kill_9_at_ten_seeded_moments_then_rerun_is_identical(
-    tmp_path: Path, corpus: str, extra: list[str], seed: int
+    tmp_path: Path, corpus: str, extra: list[str], seed: int, hooked_env: dict[str, str]
 ) -> None:
     args = [*ARGS, *extra]
     reference = str(tmp_path / "reference")
     duration = _reference(corpus, reference, args)
     expected = snapshot(reference)
-    events = _events(corpus, str(tmp_path / "hooked"), args)
+    events = _events(corpus, str(tmp_path / "hooked"), args, hooked_env)
     assert snapshot(str(tmp_path / "hooked")) == expected
     assert "@@ before manifest.json" in events and "@@ after manifest.json" in events
     rng = random.Random(seed)
@@ -186,7 +199,8 @@ def test_kill_9_at_ten_seeded_moments_then_rerun_is_identical(
             cmd = [sys.executable, "-m", "shardkit", "build", corpus, out, *args]
             kids = _kill_at_time(cmd, out, when)
         else:
-            kids = _kill_at_event([sys.executable, "-c", HOOKED, corpus, out, *args], when)
+            cmd = [sys.executable, "-c", HOOKED, corpus, out, *args]
+            kids = _kill_at_event(cmd, when, hooked_env)
         assert _gone(kids), f"workers outlived the killed build ({what})"
         finished += _check_after_kill(out, expected, what)
         rerun = run_cli(corpus, out, *args)

@@ -116,7 +116,7 @@ def test_a_stalled_connection_is_reopened_where_it_stopped(
 ) -> None:
     import tempfile
 
-    monkeypatch.setattr(storage, "_HTTP_STALL_S", 1.0)
+    monkeypatch.setattr(storage._remote, "_HTTP_STALL_S", 1.0)  # where remote reads live
     with tempfile.TemporaryDirectory() as folder:
         urls = write_shards(folder, [40], manifest=False, jpeg=True)
         data = read_bytes(urls[0])

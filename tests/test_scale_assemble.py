@@ -41,7 +41,7 @@ def reference(corpus: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 def _record_driver_io(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """(what, name) of every upload and read of an object this process (the driver) makes."""
     seen: list[tuple[str, str]] = []
-    upload, read = storage.atomic_write, storage.open_read
+    upload, read = storage.open_atomic, storage.open_read  # every write goes through it
 
     def uploading(url: str, **kwargs: Any) -> Any:
         seen.append(("upload", url))
@@ -56,7 +56,7 @@ def _record_driver_io(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
         return real_range(self, name, offset, length)
 
     real_range = ObjectStore.read_range
-    monkeypatch.setattr(storage, "atomic_write", uploading)
+    monkeypatch.setattr(storage, "open_atomic", uploading)
     monkeypatch.setattr(storage, "open_read", reading)
     monkeypatch.setattr(ObjectStore, "read_range", ranged)
     return seen

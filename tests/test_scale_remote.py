@@ -60,15 +60,15 @@ def references(corpus: str, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 def _record_driver_uploads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every URL this process (the driver) uploads through storage.atomic_write."""
+    """Every URL this process (the driver) uploads (every write goes through open_atomic)."""
     uploads: list[str] = []
-    real = storage.atomic_write
+    real = storage.open_atomic
 
     def recording(url: str, **kwargs: Any) -> Any:
         uploads.append(url)
         return real(url, **kwargs)
 
-    monkeypatch.setattr(storage, "atomic_write", recording)
+    monkeypatch.setattr(storage, "open_atomic", recording)
     return uploads
 
 

@@ -116,3 +116,88 @@ def test_public_api_is_sorted_and_import_stays_light() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+_FRESH_OUTPUTS = {
+    "cat": ["cat", "{shard}", "-o", "new/deeper/all.tar"],
+    "split": ["split", "{shard}", "-o", "new/deeper/s-%03d.tar", "--max-count", "4"],
+    "convert": ["convert", "{shard}", "-o", "new/deeper/all.tfrecord"],
+    "proc": ["proc", "{shard}", "-e", "true", "-o", "new/deeper/p-%03d.tar"],
+    "proc-file": ["proc", "{shard}", "-e", "true", "-o", "new/deeper/p.tar"],
+}
+
+
+@pytest.mark.parametrize("tool", sorted(_FRESH_OUTPUTS))
+def test_outputs_create_their_folder(tool: str, tmp_path: object) -> None:
+    """The README's examples write into folders that do not exist yet (as build does)."""
+    folder = str(tmp_path)
+    (shard,) = write_shards(os.path.join(folder, "in"), samples(9), per_shard=9)
+    argv = [arg.format(shard=shard) for arg in _FRESH_OUTPUTS[tool]]
+    done = subprocess.run([SHARDKIT, *argv], capture_output=True, cwd=folder, check=False)
+    assert done.returncode == 0, done.stderr
+    written = os.listdir(os.path.join(folder, "new", "deeper"))
+    assert written and not [name for name in written if name.startswith(".")]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["cat", "{shard}", "-o", "{folder}"],
+        ["convert", "{shard}", "--to", "tar", "-o", "{folder}"],
+        ["proc", "{shard}", "-e", "true", "-o", "{folder}"],
+    ],
+)
+def test_an_existing_folder_as_a_file_output_is_one_line(argv: list[str], tmp_path: object) -> None:
+    folder = str(tmp_path)
+    (shard,) = write_shards(os.path.join(folder, "in"), samples(3), per_shard=3)
+    out = os.path.join(folder, "existing")
+    os.mkdir(out)
+    cmd = [arg.format(shard=shard, folder=out) for arg in argv]
+    done = subprocess.run([SHARDKIT, *cmd], capture_output=True, text=True, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"Error: output {out!r} is a folder: give a file (out.tar) or a shard pattern "
+        f"({os.path.join(out, 'shard-%06d.tar')})"
+    ]
+    assert os.listdir(out) == [] and sorted(os.listdir(folder)) == ["existing", "in"]
+
+
+@pytest.mark.parametrize("command", ["split", "build"])
+def test_a_max_size_without_a_unit_is_refused_with_a_hint(command: str, tmp_path: object) -> None:
+    """--max-size 100 (a forgotten unit) made one shard per sample."""
+    folder = str(tmp_path)
+    (shard,) = write_shards(os.path.join(folder, "in"), samples(5), per_shard=5)
+    out = os.path.join(folder, "out-%03d.tar" if command == "split" else "out")
+    done = subprocess.run(
+        [
+            SHARDKIT,
+            command,
+            shard,
+            *(["-o"] if command == "split" else []),
+            out,
+            "--max-size",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("Error: ") and "'100' has no unit" in line and "use e.g. 100MB" in line
+    assert sorted(os.listdir(folder)) == ["in"]
+
+
+def test_a_float_max_size_is_a_size(tmp_path: object) -> None:
+    """1e9 (webdataset's maxsize habit) on the command line."""
+    folder = str(tmp_path)
+    (shard,) = write_shards(os.path.join(folder, "in"), samples(5), per_shard=5)
+    pattern = os.path.join(folder, "o-%03d.tar")
+    done = subprocess.run(
+        [SHARDKIT, "split", shard, "-o", pattern, "--max-size", "1e9"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert os.path.exists(pattern % 0) and not os.path.exists(pattern % 1)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import functools
 import gzip
-import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any, BinaryIO, cast
+from typing import Any, cast
 
 from . import storage
 from .engines import Engine, Executor, check_engine, make_executor
@@ -55,20 +54,6 @@ class _Task:
     storage_options: dict[str, Any] | None
 
 
-class _Hashing:
-    """A write-only stream that counts and hashes what passes through."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        self.stream = stream
-        self.hash = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.hash.update(data)
-        self.size += len(data)
-        return self.stream.write(data)
-
-
 def _each(fn: SampleFn, samples: Iterator[Sample]) -> Iterator[Mapping[str, Any]]:
     for sample in samples:
         out = fn(sample)
@@ -90,8 +75,7 @@ def run_shard(task: _Task) -> ShardResult:
     kind, gz = format_from_name(task.output)
     read, written = [0], 0
     key: str | None = None
-    with storage.atomic_write(task.output, storage_options=task.storage_options) as raw:
-        out = _Hashing(raw)
+    with storage.open_atomic(task.output, storage_options=task.storage_options, sha256=True) as out:
         sink: Any = gzip.GzipFile("", "wb", fileobj=cast(Any, out), mtime=0) if gz else out
         samples = _counted(read_shard(task.input, storage_options=task.storage_options), read)
         try:
@@ -108,7 +92,7 @@ def run_shard(task: _Task) -> ShardResult:
                 sink.close()
         except Exception as exc:
             raise _located(exc, task.input, key) from None
-    return ShardResult(task.input, task.output, read[0], written, out.size, out.hash.hexdigest())
+    return ShardResult(task.input, task.output, read[0], written, out.size, out.sha256)
 
 
 def _encoder(kind: str) -> Callable[[Mapping[str, Any]], bytes]:

@@ -10,18 +10,17 @@ it unless one sample alone does, and that sample then stands alone in its shard.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 from . import storage
 from .errors import ConfigError, EncodeError, StorageError
 from .formats import tar
+from .formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE, Cut
 from .formats.names import FORMATS, Format, check_pattern, format_from_name, shard_name
-from .units import parse_size
+from .units import Size
 
 __all__ = ["Format", "ShardInfo", "ShardWriter", "format_from_name", "shard_name"]
 
@@ -42,35 +41,32 @@ class ShardInfo:
 
 
 class _Sink:
-    """One open shard: counts exact bytes on disk and hashes them as they go."""
+    """One open shard (an atomic file that counts and hashes its bytes), gzip-framed when
+    ``gzip``: :meth:`trial` projects the file's final size before a sample is written."""
 
-    def __init__(self, stream: BinaryIO, gzip: bool) -> None:
-        self.stream = stream
-        self.hash = hashlib.sha256()
-        self.size = 0
+    def __init__(self, file: storage.AtomicFile, gzip: bool) -> None:
+        self.file = file
         self._gz: Any = None
         self._crc = 0
         self._raw = 0
         if gzip:
             # A fixed header (mtime 0, no name, OS 255) keeps gzip shards reproducible.
-            self._emit(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")
+            file.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")
             self._gz = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
 
     def _emit(self, data: bytes) -> None:
         if data:
-            self.stream.write(data)
-            self.hash.update(data)
-            self.size += len(data)
+            self.file.write(data)
 
     def trial(self, data: bytes, trailer: bytes) -> tuple[bytes, int, Any]:
         """(bytes to emit for ``data``, final size if we closed right after, compressor)."""
         if self._gz is None:
-            return data, self.size + len(data) + len(trailer), None
+            return data, self.file.size + len(data) + len(trailer), None
         comp = self._gz.copy()
         out = comp.compress(data) + comp.flush(zlib.Z_SYNC_FLUSH)
         end = comp.copy()
         final = end.compress(trailer) + end.flush(zlib.Z_FINISH)
-        return out, self.size + len(out) + len(final) + 8, comp
+        return out, self.file.size + len(out) + len(final) + 8, comp
 
     def commit(self, data: bytes, out: bytes, comp: Any) -> None:
         if comp is not None:
@@ -98,11 +94,11 @@ _WEBDATASET_WAYS = {
 
 
 def _webdataset_options(
-    given: Mapping[str, Any], max_count: int | None, max_size: int | str | None, start: int
+    given: Mapping[str, Any], max_count: int | None, max_size: Size | None, start: int
 ) -> tuple[Any, Any, Any]:
     """``ShardWriter(maxcount=, maxsize=, start_shard=)``: webdataset's names."""
     ours: dict[str, Any] = {"max_count": max_count, "max_size": max_size, "start_index": start}
-    defaults = {"max_count": 100_000, "max_size": 3 << 30, "start_index": 0}
+    defaults = {"max_count": WRITER_MAX_COUNT, "max_size": WRITER_MAX_SIZE, "start_index": 0}
     for name, value in given.items():
         if name in _WEBDATASET_WAYS:
             raise ConfigError(f"ShardWriter() has no {name}= argument: {_WEBDATASET_WAYS[name]}")
@@ -112,7 +108,7 @@ def _webdataset_options(
         if ours[own] != defaults[own]:
             raise ConfigError(f"ShardWriter() takes one of {own}= and {name}=, not both")
         if isinstance(value, float) and value.is_integer():
-            value = int(value)  # webdataset's maxsize=3e9
+            value = int(value)  # webdataset's maxcount=1e5 (a size takes floats anyway)
         ours[own] = value
     return ours["max_count"], ours["max_size"], ours["start_index"]
 
@@ -137,8 +133,8 @@ class ShardWriter:
         self,
         pattern: str,
         *,
-        max_count: int | None = 100_000,
-        max_size: int | str | None = 3 << 30,
+        max_count: int | None = WRITER_MAX_COUNT,
+        max_size: Size | None = WRITER_MAX_SIZE,
         start_index: int = 0,
         format: Format | None = None,
         compress: bool | None = None,
@@ -151,10 +147,7 @@ class ShardWriter:
             max_count, max_size, start_index = _webdataset_options(
                 webdataset, max_count, max_size, start_index
             )
-        if max_count is not None and max_count < 1:
-            raise ConfigError(f"max_count must be at least 1, not {max_count}")
-        if max_size is not None:
-            max_size = parse_size(max_size, name="max_size")
+        self.cut = Cut(max_count, max_size)  # the trailer is in each size projected
         if start_index < 0:
             raise ConfigError(f"start_index must be >= 0, not {start_index}")
         check_pattern(pattern, option="pattern")
@@ -164,14 +157,13 @@ class ShardWriter:
         self.pattern = pattern
         self.format: Format = format or implied
         self.compress = gz if compress is None else compress
-        self.max_count = max_count
-        self.max_size = max_size
+        self.max_count = self.cut.max_count
+        self.max_size = self.cut.max_size
         self.encode = encode
         self.storage_options = storage_options
         self.on_shard = on_shard
         self.shards: list[ShardInfo] = []
         self._index = start_index
-        self._stack: contextlib.ExitStack | None = None
         self._sink: _Sink | None = None
         self._url = ""
         self._count = 0
@@ -207,29 +199,22 @@ class ShardWriter:
     # -- shard lifecycle
     def _open(self) -> _Sink:
         self._url = shard_name(self.pattern, self._index)
-        if storage.is_local(self._url) and self._url != "-":
-            folder = os.path.dirname(os.path.abspath(storage.local_path(self._url)))
-            try:
-                os.makedirs(folder, exist_ok=True)  # a fresh out/ folder, as build does
-            except OSError as exc:
-                raise StorageError(f"cannot create the folder: {exc}", url=self._url) from exc
-        self._stack = contextlib.ExitStack()
-        stream = self._stack.enter_context(
-            storage.atomic_write(self._url, storage_options=self.storage_options)
-        )
-        self._sink = _Sink(stream, self.compress)
+        # A fresh out/ folder is created, as build does (AtomicFile makes a file's folder).
+        file = storage.open_atomic(self._url, storage_options=self.storage_options, sha256=True)
+        self._sink = _Sink(file, self.compress)
         self._count = 0
         return self._sink
 
     def _commit(self) -> None:
-        sink, stack = self._sink, self._stack
-        if sink is None or stack is None:
+        sink = self._sink
+        if sink is None:
             return
         with self._io():
             sink.finish(self._trailer)
-            self._sink = self._stack = None
-            stack.close()  # renames the temporary file / completes the upload
-        info = ShardInfo(self._url, self._count, sink.size, sink.hash.hexdigest(), self._index)
+            sink.file.commit()  # renames the temporary file / completes the upload
+            self._sink = None
+        file = sink.file
+        info = ShardInfo(self._url, self._count, file.size, file.sha256, self._index)
         self.shards.append(info)
         self._index += 1
         if self.on_shard is not None:
@@ -240,14 +225,9 @@ class ShardWriter:
         if self._closed:
             raise ConfigError("write() on a closed ShardWriter")
         key, data = self._encode(sample)
-        sink = self._sink
-        if sink is not None and self.max_count is not None and self._count >= self.max_count:
-            self._commit()
-            sink = None
-        if sink is None:
-            sink = self._open()
+        sink = self._sink if self._sink is not None else self._open()
         out, final_size, comp = sink.trial(data, self._trailer)
-        if self.max_size is not None and final_size > self.max_size and self._count > 0:
+        if self.cut.full(self._count, final_size, 0):
             self._commit()
             sink = self._open()
             out, final_size, comp = sink.trial(data, self._trailer)
@@ -278,11 +258,9 @@ class ShardWriter:
     def abort(self) -> None:
         """Discard the shard in progress (it never appears under its name)."""
         self._closed = True
-        stack, self._stack, self._sink = self._stack, None, None
-        if stack is not None:
-            # OSError: the temporary file's unflushed tail (a full disk); it is removed.
-            with contextlib.suppress(_Abort, OSError):
-                stack.__exit__(_Abort, _Abort(), None)
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink.file.discard()
 
     def __enter__(self) -> ShardWriter:
         return self
@@ -295,7 +273,3 @@ class ShardWriter:
 
     def __iter__(self) -> Iterator[ShardInfo]:
         return iter(self.shards)
-
-
-class _Abort(Exception):
-    """Raised into a shard's context to make it discard its temporary file."""

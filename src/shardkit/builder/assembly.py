@@ -1,12 +1,14 @@
-"""Shards assembled by the workers, for an object-store OUT (no shard byte through the driver).
+"""Shards assembled by the workers from chunk parts (no shard byte through the driver).
 
+This is how every build whose output sizes are not known up front (resized images, Python
+samples, URLs, existing shards) makes its shards, into a local folder or an object store.
 The driver still decides every cut, from the chunk results in plan order (it knows each
 sample's size): a :class:`Cutter` turns them into :class:`ShardPlan` s, each a list of
-byte ranges of chunk parts plus the trailer, cut exactly where ``max_count`` or
-``max_size`` says (the same cuts as :class:`~.commit.Assembler`, so the same bytes). As
-soon as a shard's chunks are done, the driver submits :func:`assemble_shard` to the same
-executor as the chunk tasks: the worker reads the ranges from the store (ranged reads),
-uploads the shard under its final name (atomically) and returns its size and sha256.
+byte ranges of chunk parts plus the trailer, cut exactly where the one cut rule
+(:class:`shardkit.formats.cut.Cut`) says. As soon as a shard's chunks are done, the
+driver submits :func:`assemble_shard` to the same executor as the chunk tasks: the worker
+reads the ranges from the store (ranged reads), writes the shard under its final name
+(atomically) and returns its size and sha256.
 
 Shards therefore commit out of order. :class:`WorkerAssembler` (driver side) journals
 each one with its index and cut position, and deletes a part only once every shard that
@@ -18,13 +20,11 @@ while a shard still missing needs it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StorageError
-from ..formats.tar import END_OF_ARCHIVE
 from .commit import Namer
 from .journal import Journal
 from .manifest import ShardRecord
@@ -58,9 +58,8 @@ class Cutter:
 
     def __init__(self, options: BuildOptions, final_name: Namer) -> None:
         self.final_name = final_name
-        self.max_count = options.max_count
-        self.max_size = options.size_limit
-        self.trailer = END_OF_ARCHIVE if options.format == "tar" else b""
+        self.cut = options.cut
+        self.trailer = options.trailer
         self.index = 0  # of the shard being filled
         self._ranges: list[list[Any]] = []
         self._chunks: list[int] = []
@@ -70,11 +69,9 @@ class Cutter:
         if not result.parts:
             return
         name, offset = result.parts[0].name, 0
+        full = self.cut.full
         for sample, size in enumerate(result.sizes):
-            if self._count and (
-                self._count >= self.max_count
-                or self._size + size + len(self.trailer) > self.max_size
-            ):
+            if full(self._count, self._size, size):
                 yield self._cut((result.index, sample))
             if self._ranges and self._ranges[-1][0] == name:
                 self._ranges[-1][2] += size
@@ -117,25 +114,12 @@ class Cutter:
 def assemble_shard(plan: ShardPlan) -> ShardRecord:
     """Worker side: copy ``plan``'s ranges into shard ``plan.name``; returns its record."""
     store = current_context().store
-    pending = store.create(plan.name)
-    digest, size = hashlib.sha256(), 0
-    try:
+    with store.create(plan.name) as pending:  # a failure (a full disk) leaves nothing behind
         for part, offset, length in plan.ranges:
             for block in _read_range(store, part, offset, length):
                 pending.write(block)
-                digest.update(block)
-                size += len(block)
         pending.write(plan.trailer)
-        digest.update(plan.trailer)
-        size += len(plan.trailer)
-        pending.commit()  # a failed commit leaves nothing behind
-    except BaseException as exc:
-        pending.discard()
-        if isinstance(exc, OSError) and not isinstance(exc, StorageError):
-            url = store.join(plan.name)
-            raise StorageError(f"cannot write: {exc.strerror or exc}", url=url) from exc
-        raise
-    return ShardRecord(plan.name, plan.samples, size, digest.hexdigest())
+    return ShardRecord(plan.name, plan.samples, pending.size, pending.sha256)
 
 
 def _read_range(

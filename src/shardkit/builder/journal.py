@@ -8,18 +8,17 @@ Journal: ``OUT/.shardkit-build.journal``, JSON lines. The first line identifies 
 (options that shape the output, seed, input fingerprint, number of tasks); every further
 line records one finished task (its part files with size and sha256, what it skipped,
 per-class counts, sample sizes), appended right after the task's parts are complete and
-before any of them is renamed or copied, or one shard the Assembler committed (with the
-position in the plan where it ends; with its index too when workers assemble shards out
-of order, :mod:`.assembly`). A rerun of the same build reads it back, checks
-every recorded file (size and sha256) and only runs the tasks that are missing. A torn
-last line (the process died mid-write) is ignored. The journal is read back from the
-output, so it is not trusted: a record naming a file that is not a bare name inside the
-output (``../victim``, an absolute path) stops the build with a BuildError.
+before any of them is renamed or copied, or one shard assembled from chunks (its index
+and the position in the plan where it ends, :mod:`.assembly`). A rerun of the same build
+reads it back, checks every recorded file (size and sha256) and only runs the tasks that
+are missing. A torn last line (the process died mid-write) is ignored. The journal is read
+back from the output, so it is not trusted: a record naming a file that is not a bare name
+inside the output (``../victim``, an absolute path) stops the build with a BuildError.
 
 In an object store (no append) the same records are objects under
 ``OUT/.shardkit-build/``, written by the driver: ``header.json``, one
-``task-NNNNNNNNN.json`` per finished task and one ``shard-NNNNNNNNN.json`` per shard the
-Assembler committed. Each is one atomic upload, so none is ever torn; a resume lists and
+``task-NNNNNNNNN.json`` per finished task and one ``shard-NNNNNNNNN.json`` per shard
+assembled. Each is one atomic upload, so none is ever torn; a resume lists and
 reads them (from any machine: nothing is kept on the driver's disk). The lock of an
 object-store OUT is a lease object (:mod:`.lease`).
 """
@@ -89,7 +88,7 @@ class Journal:
         self.url = store.url
         self.header = header
         self.done: dict[int, TaskResult] = {}
-        self.shards: list[dict[str, Any]] = []  # shards committed by the Assembler, in order
+        self.shards: list[dict[str, Any]] = []  # shards assembled from chunks
         self._log: _Log = (
             _FileLog(store.join(JOURNAL_NAME))
             if isinstance(store, LocalStore)

@@ -8,9 +8,11 @@ from typing import Any, Literal
 
 from ..engines import Engine, check_engine
 from ..errors import ConfigError
+from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE, Cut
 from ..formats.names import FORMATS, Format
+from ..formats.tar import END_OF_ARCHIVE
 from ..handlers import OnError, check_on_error
-from ..units import parse_size
+from ..units import Size
 
 __all__ = [
     "BuildOptions",
@@ -42,7 +44,8 @@ _PREFIX_FORBIDDEN = frozenset("/\\\0")
 class BuildOptions:
     """How :func:`shardkit.build` packs a dataset (the CLI's options, same names).
 
-    ``max_size`` accepts an int or a size string (``"100MB"``, ``"1GiB"``). ``workers``
+    ``max_size`` accepts an int, a float (``1e9``) or a size string (``"100MB"``,
+    ``"1GiB"``); shards are cut by :class:`~shardkit.formats.cut.Cut`. ``workers``
     ``None`` means every usable core. ``resize`` scales the shorter side to that many
     pixels (``resize_mode="keep-ratio"``), or gives exactly ``resize`` x ``resize``
     pixels: ``"center-crop"`` scales the shorter side and crops the middle,
@@ -58,8 +61,8 @@ class BuildOptions:
     """
 
     format: OutputFormat = "tar"
-    max_count: int = 10_000
-    max_size: int | str = 250_000_000
+    max_count: int = BUILD_MAX_COUNT
+    max_size: Size = BUILD_MAX_SIZE
     workers: int | None = None
     shuffle: bool = True
     seed: int = 0
@@ -81,14 +84,13 @@ class BuildOptions:
     fetch_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        size = parse_size(self.max_size, name="max_size")
-        object.__setattr__(self, "max_size", size)
+        _positive_int("max_count", self.max_count)
+        object.__setattr__(self, "max_size", Cut(self.max_count, self.max_size).max_size)
         _choice("format", self.format, FORMATS)
         _choice("validate", self.validate, ("none", "header", "full"))
         check_on_error(self.on_error)
         _choice("resize_mode", self.resize_mode, RESIZE_MODES)
         _choice("encode", self.encode, ENCODE_FORMATS)
-        _positive_int("max_count", self.max_count)
         _positive_int("fetch_concurrency", self.fetch_concurrency)
         _check_timeout(self.fetch_timeout)
         if self.workers is not None:
@@ -115,6 +117,16 @@ class BuildOptions:
     def size_limit(self) -> int:
         """``max_size`` in bytes."""
         return int(self.max_size)
+
+    @property
+    def trailer(self) -> bytes:
+        """The bytes every shard ends with (a tar's end-of-archive blocks)."""
+        return END_OF_ARCHIVE if self.format == "tar" else b""
+
+    @property
+    def cut(self) -> Cut:
+        """Where shards are cut (:class:`~shardkit.formats.cut.Cut`), trailer included."""
+        return Cut(self.max_count, self.max_size, trailer=len(self.trailer))
 
     @property
     def transforms(self) -> bool:

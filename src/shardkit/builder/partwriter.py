@@ -5,26 +5,21 @@ sample is a list of byte chunks (tar headers, data, padding) written by a single
 ``os.writev`` call straight from the buffers, hashed as it goes, with no join and no
 userspace write buffer. Tar headers for short names come from a fixed template (same
 bytes as :func:`shardkit.formats.tar.encode_sample`, which remains the reference and the
-fallback for long names). A part is written under a temporary name and renamed when
-complete; the writer rotates to a new part before ``max_size`` would be passed.
-
-:class:`StreamPartWriter` writes the same parts into an object store instead (one atomic
-upload per part, straight from the worker): rotation is decided before each sample is
-written, so a part streams out and is never rewritten.
+fallback for long names). A part is an atomic file of the output's store (a local file
+renamed when complete, or one upload straight from the worker); the writer starts a new
+part where the cut rule says, decided before each sample is written, so a part streams
+out and is never rewritten.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
 from collections.abc import Sequence
 
-from ..errors import StorageError
 from ..formats import tar
+from ..formats.cut import Cut
 from .store import Pending, Store
 
-__all__ = ["PartWriter", "StreamPartWriter", "tar_chunks"]
+__all__ = ["PartWriter", "tar_chunks"]
 
 _BLOCK = 512
 _BIG = 4096  # data larger than this is written from its own buffer, not copied
@@ -79,139 +74,64 @@ def tar_chunks(key: str, fields: Sequence[tuple[str, bytes]]) -> tuple[list[byte
 
 
 class PartWriter:
-    """Write one task's samples into part files ``pattern % n`` (n = 0, 1, ...)."""
-
-    def __init__(
-        self, pattern: str, *, max_size: int, trailer: bytes = b"", keep_sizes: bool = False
-    ) -> None:
-        self.pattern = pattern
-        self.sizes: list[int] = []  # of every sample, when ``keep_sizes``
-        self._keep_sizes = keep_sizes
-        self.max_size = max_size
-        self.trailer = trailer
-        self.parts: list[tuple[str, int, int, str]] = []  # name, samples, bytes, sha256
-        self._active = False  # a part is open
-        self._fd = -1
-        self._tmp = ""
-        self._count = 0
-        self._size = 0
-        self._hash = hashlib.sha256()
-        self._last_key: str | None = None
-
-    def add(self, key: str, chunks: list[bytes], size: int) -> None:
-        """Append one encoded sample (``chunks`` totalling ``size`` bytes)."""
-        tar.check_key_order(self._last_key, key)
-        if self._active and self._size + size + len(self.trailer) > self.max_size:
-            self._finish()
-        if not self._active:
-            self._open()
-        self._write(chunks)
-        self._count += 1
-        self._size += size
-        self._last_key = key
-        if self._keep_sizes:
-            self.sizes.append(size)
-
-    def _open(self) -> None:
-        final = self.pattern % len(self.parts)
-        folder, name = os.path.split(final)
-        self._tmp = os.path.join(folder, f".{name}.tmp-{os.getpid()}")
-        try:
-            self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as exc:
-            raise StorageError(f"cannot write: {exc.strerror}", url=self._tmp) from exc
-        self._started()
-
-    def _started(self) -> None:
-        self._active = True
-        self._count = self._size = 0
-        self._hash = hashlib.sha256()
-
-    def _write(self, chunks: list[bytes]) -> None:
-        update = self._hash.update
-        for chunk in chunks:
-            update(chunk)
-        total = sum(len(c) for c in chunks)
-        try:
-            written = os.writev(self._fd, chunks)
-            if written != total:  # a short write (a signal, a nearly full disk)
-                data = b"".join(chunks)[written:]
-                while data:
-                    data = data[os.write(self._fd, data) :]
-        except OSError as exc:
-            raise StorageError(f"cannot write: {exc.strerror or exc}", url=self._tmp) from exc
-
-    def _finish(self) -> None:
-        if self.trailer:
-            self._write([self.trailer])
-            self._size += len(self.trailer)
-        self._active = False
-        name = self._commit()
-        self.parts.append((name, self._count, self._size, self._hash.hexdigest()))
-
-    def _commit(self) -> str:
-        """Make the open part visible under its name; returns that name."""
-        os.close(self._fd)
-        self._fd = -1
-        final = self.pattern % len(self.parts)
-        os.replace(self._tmp, final)
-        return os.path.basename(final)
-
-    def close(self) -> list[tuple[str, int, int, str]]:
-        """Commit the last part; returns (name, samples, bytes, sha256) of every part."""
-        if self._active:
-            self._finish()
-        return self.parts
-
-    def abort(self) -> None:
-        """Discard the part in progress."""
-        if self._active:
-            self._active = False
-            self._discard()
-
-    def _discard(self) -> None:
-        os.close(self._fd)
-        self._fd = -1
-        with contextlib.suppress(OSError):
-            os.unlink(self._tmp)
-
-
-class StreamPartWriter(PartWriter):
-    """A :class:`PartWriter` whose parts are uploads to ``store`` (``pattern`` is a name)."""
+    """Write one task's samples into parts ``pattern % n`` (n = 0, 1, ...) of ``store``,
+    starting a new part where ``cut`` says (:class:`~shardkit.formats.cut.Cut`); each part
+    ends with ``trailer`` (``cut.trailer`` bytes long)."""
 
     def __init__(
         self,
         store: Store,
         pattern: str,
         *,
-        max_size: int,
+        cut: Cut,
         trailer: bytes = b"",
         keep_sizes: bool = False,
     ) -> None:
-        super().__init__(pattern, max_size=max_size, trailer=trailer, keep_sizes=keep_sizes)
-        self._store = store
-        self._pending: Pending | None = None
+        if len(trailer) != cut.trailer:
+            raise ValueError(f"a {len(trailer)}-byte trailer, but the cut counts {cut.trailer}")
+        self.store = store
+        self.pattern = pattern
+        self.cut = cut
+        self.trailer = trailer
+        self.sizes: list[int] = []  # of every sample, when ``keep_sizes``
+        self._keep_sizes = keep_sizes
+        self.parts: list[tuple[str, int, int, str]] = []  # name, samples, bytes, sha256
+        self._file: Pending | None = None
+        self._count = 0
+        self._last_key: str | None = None
 
-    def _open(self) -> None:
-        self._pending = self._store.create(self.pattern % len(self.parts))
-        self._started()
+    def add(self, key: str, chunks: list[bytes], size: int) -> None:
+        """Append one encoded sample (``chunks`` totalling ``size`` bytes)."""
+        tar.check_key_order(self._last_key, key)
+        file = self._file
+        if file is not None and self.cut.full(self._count, file.size, size):
+            self._finish(file)
+            file = None
+        if file is None:
+            file = self._file = self.store.create(self.pattern % len(self.parts))
+            self._count = 0
+        file.writev(chunks)
+        self._count += 1
+        self._last_key = key
+        if self._keep_sizes:
+            self.sizes.append(size)
 
-    def _write(self, chunks: list[bytes]) -> None:
-        pending = self._pending
-        if pending is None:
-            raise ValueError("no part is open")
-        update = self._hash.update
-        for chunk in chunks:
-            update(chunk)
-            pending.write(chunk)
+    def _finish(self, file: Pending) -> None:
+        self._file = None
+        if self.trailer:
+            file.write(self.trailer)
+        file.commit()
+        name = self.pattern % len(self.parts)
+        self.parts.append((name, self._count, file.size, file.sha256))
 
-    def _commit(self) -> str:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.commit()
-        return self.pattern % len(self.parts)
+    def close(self) -> list[tuple[str, int, int, str]]:
+        """Commit the last part; returns (name, samples, bytes, sha256) of every part."""
+        if self._file is not None:
+            self._finish(self._file)
+        return self.parts
 
-    def _discard(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.discard()
+    def abort(self) -> None:
+        """Discard the part in progress."""
+        file, self._file = self._file, None
+        if file is not None:
+            file.discard()

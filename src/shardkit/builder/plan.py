@@ -11,7 +11,8 @@ exactly its file plus headers and padding, so the estimate is exact (unless a fi
 out to be another format than its name says; the task writer then rotates to a new part
 rather than pass ``max_size``). Where sizes are not known (resized images, samples from
 Python, URLs), tasks are chunks of :data:`CHUNK` items and the driver cuts shards from
-their output exactly (:class:`~shardkit.builder.commit.Assembler`).
+their output exactly (:class:`~shardkit.builder.assembly.Cutter`). Both cuts are the one
+rule, :class:`shardkit.formats.cut.Cut`.
 """
 
 from __future__ import annotations
@@ -104,15 +105,14 @@ def estimator(options: BuildOptions, classes: list[str]) -> Callable[[Item], int
 def cut_tasks(
     items: Iterable[Item], options: BuildOptions, estimate: Callable[[Item], int] | None
 ) -> list[Task]:
-    """Cut ordered items into shard tasks by ``max_count`` and ``max_size``."""
+    """Cut ordered items into shard tasks where ``options.cut`` says, by estimated size."""
     tasks: list[Task] = []
-    trailer = len(tar.END_OF_ARCHIVE) if options.format == "tar" else 0
-    limit = options.size_limit - trailer
+    full = options.cut.full
     current: list[Item] = []
     size = 0
     for item in items:
         grow = estimate(item) if estimate is not None else 0
-        if current and (len(current) >= options.max_count or size + grow > limit):
+        if full(len(current), size, grow):
             tasks.append(Task(len(tasks), current))
             current, size = [], 0
         current.append(item)
@@ -123,7 +123,7 @@ def cut_tasks(
 
 
 def chunk_items(items: list[Item], size: int) -> list[Task]:
-    """Tasks of ``size`` consecutive items (the Assembler cuts the shards)."""
+    """Tasks of ``size`` consecutive items (the Cutter cuts the shards)."""
     return [
         Task(i, items[start : start + size]) for i, start in enumerate(range(0, len(items), size))
     ]

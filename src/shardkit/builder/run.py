@@ -8,9 +8,9 @@ Commit protocol (what makes a build crash-safe and deterministic):
    to the committer strictly in plan order (:mod:`.commit`): task *t* is committed only
    once tasks 0..t-1 are, so final names ``{prefix}-{index:06d}.{ext}`` are contiguous and
    do not depend on which worker finished first. A task whose items were all skipped
-   contributes no shard. When shards are assembled into an object store, the committer
-   only cuts them: each shard is a task the workers run (:mod:`.assembly`), committed
-   (journaled) as it comes back, in any order.
+   contributes no shard. When shards are assembled from chunks (sizes not known up
+   front), the committer only cuts them: each shard is a task the workers run
+   (:mod:`.assembly`), committed (journaled) as it comes back, in any order.
 3. ``manifest.json`` is written last, atomically; then the journal and lock go away.
 
 A killed build leaves complete files (final or part names), the journal and no manifest;
@@ -38,7 +38,7 @@ from .. import config
 from ..engines import Executor, make_executor
 from ..errors import BuildError, EmptyBuildError
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
-from .commit import Assembler, Renamer
+from .commit import Renamer
 from .folder import OutputFolder
 from .journal import Journal, output_lock
 from .manifest import MANIFEST_NAME, ShardRecord, make_manifest, write_manifest
@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 
 Store = LocalStore | ObjectStore
-Committer = Renamer | Assembler | WorkerAssembler
+Committer = Renamer | WorkerAssembler
 R = TypeVar("R")
 
 
@@ -86,10 +86,8 @@ class _Driver:
         self.assemble = options.transforms or not listing.sizes_known
         self.chunk = min(CHUNK, options.max_count)  # items per task when assembling
         self.committer: Committer = Renamer(store, self.journal, self.folder.final_name)
-        if self.assemble and isinstance(store, ObjectStore):  # workers assemble the shards
+        if self.assemble:  # workers assemble the shards the driver cuts
             self.committer = WorkerAssembler(store, self.journal, self.folder.final_name, options)
-        elif self.assemble:  # the driver copies (a local disk: as fast, and no extra task)
-            self.committer = Assembler(store, self.journal, self.folder.final_name, options)
         self.started = time.perf_counter()
         self.next_task = 0
         self.counts = [0, 0, len(listing.skipped)]  # samples, bytes, skipped
@@ -207,8 +205,6 @@ class _Driver:
                         self._finished(_result_of(future))
         except BaseException:
             executor.close(cancel=True)
-            if isinstance(self.committer, Assembler):
-                self.committer.abort()
             raise
         executor.close()
 

@@ -3,10 +3,11 @@
 The driver and the workers reach the output only through a :class:`Store`:
 
 - :class:`LocalStore` (a folder): a new file is written under a hidden temporary name and
-  renamed when complete; rename is ``os.replace``; a recorded file is checked by size and
+  renamed when complete (:class:`shardkit.storage.AtomicFile`, as every file shardkit
+  writes); rename is ``os.replace``; a recorded file is checked by size and
   sha256.
 - :class:`ObjectStore` (``s3://``, ``gs://``, any fsspec URL): a new object is one upload
-  (:func:`shardkit.storage.atomic_write`: it appears under its name only once complete; a
+  (:class:`shardkit.storage.AtomicFile`: it appears under its name only once complete; a
   failed upload is discarded); rename is a server-side copy then a delete (S3 CopyObject is
   atomic: the copy appears whole or not at all); a recorded object is checked by size from
   one listing (an object store never shows a partial upload, and shards are deterministic,
@@ -20,7 +21,6 @@ finds credentials in the usual places (``AWS_*``, ``~/.aws``, instance roles, ..
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, Protocol
@@ -43,16 +43,9 @@ __all__ = [
 Matcher = Callable[[str, int, str], bool]  # (name, size, sha256) -> present and complete
 
 
-class Pending(Protocol):
-    """An object being written: invisible under its name until :meth:`commit`."""
-
-    url: str
-
-    def write(self, data: bytes) -> int: ...
-
-    def commit(self) -> None: ...
-
-    def discard(self) -> None: ...
+Pending = storage.AtomicFile
+"""An object being written (:class:`shardkit.storage.AtomicFile`): invisible under its
+name until ``commit()``; it counts and hashes what it writes."""
 
 
 class Store(Protocol):
@@ -102,51 +95,16 @@ def file_matches(path: str, size: int, sha256: str) -> bool:
     try:
         if os.path.getsize(path) != size:
             return False
-        digest = hashlib.sha256()
+        tally = storage.Tally()
         with open(path, "rb", buffering=0) as f:
             while chunk := f.read(1 << 22):
-                digest.update(chunk)
+                tally.update(chunk)
     except OSError:
         return False
-    return digest.hexdigest() == sha256
+    return tally.hexdigest() == sha256
 
 
 # --------------------------------------------------------------------------- local
-
-
-class _LocalPending:
-    """A file written under ``.NAME.tmp-PID`` beside its final name, renamed on commit."""
-
-    def __init__(self, path: str) -> None:
-        folder, name = os.path.split(path)
-        self.url = path
-        self._tmp = os.path.join(folder, f".{name}.tmp-{os.getpid()}")
-        self._stream: BinaryIO | None = open(self._tmp, "wb")  # noqa: SIM115
-
-    def write(self, data: bytes) -> int:
-        if self._stream is None:
-            raise ValueError("write after commit or discard")
-        return self._stream.write(data)
-
-    def commit(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is None:
-            return
-        try:
-            stream.close()
-            os.replace(self._tmp, self.url)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp)
-            raise
-
-    def discard(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            with contextlib.suppress(OSError):  # what it could not flush is dropped anyway
-                stream.close()
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp)
 
 
 class LocalStore:
@@ -170,7 +128,8 @@ class LocalStore:
             return {}
 
     def create(self, name: str) -> Pending:
-        return _LocalPending(self.join(name))
+        """A new file, unbuffered (parts go out with one ``writev`` per sample)."""
+        return storage.open_atomic(self.join(name), sha256=True, buffering=0)
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(self.join(src), self.join(dst))
@@ -208,41 +167,6 @@ class LocalStore:
 
 class PreconditionFailed(Exception):
     """A conditional write lost: the object is not in the state the caller expected."""
-
-
-class _StreamPending:
-    """One atomic upload (:func:`shardkit.storage.atomic_write`) held open across calls."""
-
-    def __init__(self, url: str, options: dict[str, Any]) -> None:
-        self.url = url
-        self._context = storage.atomic_write(url, storage_options=options)
-        self._stream: BinaryIO | None = self._context.__enter__()
-
-    def write(self, data: bytes) -> int:
-        if self._stream is None:
-            raise ValueError("write after commit or discard")
-        try:
-            return self._stream.write(data)
-        except StorageError:
-            raise
-        except OSError as exc:
-            raise StorageError(f"upload failed: {exc}", url=self.url) from exc
-
-    def commit(self) -> None:
-        if self._stream is not None:
-            self._stream = None
-            self._context.__exit__(None, None, None)
-
-    def discard(self) -> None:
-        if self._stream is not None:
-            self._stream = None
-            error = _Discarded()
-            with contextlib.suppress(Exception):  # the upload is aborted: nothing appears
-                self._context.__exit__(_Discarded, error, None)
-
-
-class _Discarded(Exception):
-    """Thrown into an upload's context to make it discard what it holds."""
 
 
 class ObjectStore:
@@ -312,7 +236,7 @@ class ObjectStore:
         }
 
     def create(self, name: str) -> Pending:
-        return _StreamPending(self.join(name), self.options)
+        return storage.open_atomic(self.join(name), storage_options=self.options, sha256=True)
 
     def rename(self, src: str, dst: str) -> None:
         """Server-side copy, then delete (the copy appears whole or not at all)."""

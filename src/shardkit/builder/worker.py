@@ -9,7 +9,6 @@ reporter installed by :func:`init_worker`.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -18,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DataError
-from ..formats.tar import END_OF_ARCHIVE
+from ..formats.cut import Cut
 from .options import BuildOptions
-from .partwriter import PartWriter, StreamPartWriter, tar_chunks
+from .partwriter import PartWriter, tar_chunks
 from .plan import Task
 from .sources import Item, Source, check_listed_size
 from .store import LocalStore, ObjectStore
@@ -56,7 +55,7 @@ class WorkerContext:
     options: BuildOptions
     source: Source
     classes: tuple[str, ...]
-    assemble: bool = False  # chunk parts for the Assembler instead of whole shards
+    assemble: bool = False  # chunk parts to assemble shards from, not whole shards
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ class TaskResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     class_counts: dict[int, int] = field(default_factory=dict)
     input_bytes: int = 0
-    sizes: list[int] = field(default_factory=list)  # per sample, for the Assembler
+    sizes: list[int] = field(default_factory=list)  # per sample, for the Cutter
     # Each http(s) download's outcome, with the index (in this task) of the sample it is,
     # or of the next sample packed after it when it was skipped: its shard is known later.
     fetch: list[tuple[int, str]] = field(default_factory=list)
@@ -217,14 +216,8 @@ def _loaded(
 def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
     options = context.options
     if context.assemble:  # one part, samples back to back; the driver cuts the shards
-        limits: dict[str, Any] = {"max_size": 1 << 62, "keep_sizes": True}
-    else:
-        trailer = END_OF_ARCHIVE if options.format == "tar" else b""
-        limits = {"max_size": options.size_limit, "trailer": trailer}
-    store = context.store
-    if isinstance(store, LocalStore):  # a file per part, one writev per sample
-        return PartWriter(os.path.join(store.root, pattern), **limits)
-    return StreamPartWriter(store, pattern, **limits)  # an upload per part
+        return PartWriter(context.store, pattern, cut=Cut(), keep_sizes=True)
+    return PartWriter(context.store, pattern, cut=options.cut, trailer=options.trailer)
 
 
 def encode_item(

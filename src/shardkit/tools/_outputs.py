@@ -12,16 +12,25 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import os
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from .. import storage
 from ..errors import ConfigError, EncodeError
-from ..formats.names import FORMATS, Format, check_pattern, format_from_name, is_pattern
+from ..formats.names import (
+    FORMATS,
+    Format,
+    check_pattern,
+    format_from_name,
+    is_pattern,
+    shard_name,
+)
 from ..formats.tar import TarWriter, check_key_order
+from ..units import Size
 from ..writer import ShardInfo, ShardWriter
 
-__all__ = ["Output", "is_pattern", "tar_fields"]
+__all__ = ["Output", "is_pattern", "prepare_output", "tar_fields"]
 
 
 def tar_fields(sample: Mapping[str, Any]) -> dict[str, Any]:
@@ -39,6 +48,20 @@ def tar_fields(sample: Mapping[str, Any]) -> dict[str, Any]:
     return to_tar_sample(sample)
 
 
+def prepare_output(url: str) -> None:
+    """Refuse an existing folder where a local output file goes, up front (one line, not
+    an IsADirectoryError once the work is done). A missing folder is created when the
+    first file is written (:class:`~shardkit.storage.AtomicFile`), as ``build`` does."""
+    if url == "-" or not storage.is_local(url):
+        return
+    path = storage.local_path(shard_name(url, 0) if is_pattern(url) else url)
+    if os.path.isdir(path):
+        raise ConfigError(
+            f"output {url!r} is a folder: give a file (out.tar) or a shard pattern "
+            f"({os.path.join(url, 'shard-%06d.tar')})"
+        )
+
+
 class Output:
     """An open output: :meth:`write` samples; :attr:`raw` is the tar stream (or None)."""
 
@@ -48,7 +71,7 @@ class Output:
         *,
         format: Format | None = None,
         max_count: int | None = None,
-        max_size: int | None = None,
+        max_size: Size | None = None,
         max_shards: int | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
@@ -60,14 +83,15 @@ class Output:
         self._max_shards = max_shards
         self._writer: ShardWriter | None = None
         self._tar: TarWriter | None = None
+        self._file: storage.AtomicFile | None = None
+        self._gzip: gzip.GzipFile | None = None
         self._stream: BinaryIO | None = None
-        self._stack = contextlib.ExitStack()
         self._last_key: str | None = None
         if is_pattern(url):
             check_pattern(url, option="output")
             if max_shards is not None and max_shards < 1:
                 raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
-            self._writer = ShardWriter(
+            writer = ShardWriter(
                 url,
                 max_count=max_count,
                 max_size=max_size,
@@ -76,7 +100,9 @@ class Output:
                 storage_options=storage_options,
                 on_shard=self._on_shard,
             )
-            self.format: Format = self._writer.format
+            prepare_output(url)
+            self._writer = writer
+            self.format: Format = writer.format
             return
         if max_count is not None or max_size is not None or max_shards is not None:
             raise ConfigError(
@@ -85,12 +111,11 @@ class Output:
             )
         implied, gz = format_from_name(url) if url != "-" else ("tar", False)
         self.format = format or implied
-        stream = self._stack.enter_context(
-            storage.atomic_write(url, storage_options=storage_options)
-        )
+        prepare_output(url)
+        self._file = storage.open_atomic(url, storage_options=storage_options)
+        stream: Any = self._file
         if gz:
-            zipped = gzip.GzipFile(filename="", fileobj=stream, mode="wb", mtime=0)
-            stream = self._stack.enter_context(zipped)  # type: ignore[assignment]
+            stream = self._gzip = gzip.GzipFile(filename="", fileobj=stream, mode="wb", mtime=0)
         self._stream = stream
         if self.format == "tar":
             self._tar = TarWriter(stream)
@@ -154,13 +179,20 @@ class Output:
             self._writer.close()
         if self._tar is not None:
             self._tar.close()
-        self._stack.close()
+        if self._gzip is not None:
+            self._gzip.close()
+        if self._file is not None:
+            self._file.commit()
 
     def abort(self) -> None:
         """Discard what is not committed yet."""
         if self._writer is not None:
             self._writer.abort()
-        self._stack.__exit__(ConfigError, ConfigError("aborted"), None)
+        if self._gzip is not None:
+            with contextlib.suppress(OSError, ValueError):  # its end goes to a dropped file
+                self._gzip.close()
+        if self._file is not None:
+            self._file.discard()
 
     def __enter__(self) -> Output:
         return self

@@ -11,15 +11,14 @@ the sample is complete, then runs of whole samples go out as single slices of it
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import storage
-from ..errors import ConfigError
+from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
 from ..formats.tar import END_OF_ARCHIVE, Grouping, TarScanner, check_key_order
+from ..units import Size
 from ..writer import ShardInfo
 from ._inputs import ShardRef, gzip_errors, open_shard
 
@@ -39,7 +38,7 @@ class RawShards:
         pattern: str,
         *,
         max_count: int | None,
-        max_size: int | None,
+        max_size: Size | None,
         max_shards: int | None = None,
         sha256: bool = True,
         storage_options: dict[str, Any] | None = None,
@@ -47,8 +46,7 @@ class RawShards:
     ) -> None:
         check_pattern(pattern, option="output")
         self.pattern = pattern
-        self.max_count = max_count
-        self.max_size = max_size
+        self.cut = Cut(max_count, max_size, trailer=len(END_OF_ARCHIVE))
         self.max_shards = max_shards
         self.sha256 = sha256
         self.storage_options = storage_options
@@ -56,66 +54,44 @@ class RawShards:
         self.shards: list[ShardInfo] = []
         self.full = False
         self.before_commit: Callable[[], None] | None = None
-        self._stack: contextlib.ExitStack | None = None
+        self._file: storage.AtomicFile | None = None
         self._write: Write | None = None
-        self._hash: Any = None
-        self._url = ""
-        self._size = 0
-        self._count = 0
+        self._count = self._size = 0  # the size counts samples whose copy may be pending
         self._last_key: str | None = None
 
     def add(self, key: str, size: int, emit: Callable[[Write], None]) -> bool:
         """Add a sample of ``size`` bytes that ``emit(write)`` writes; False (and nothing
         written) once ``max_shards`` shards are full."""
         check_key_order(self._last_key, key)
-        if self._stack is not None and (
-            (self.max_count is not None and self._count >= self.max_count)
-            or (
-                self.max_size is not None
-                and self._size + size + len(END_OF_ARCHIVE) > self.max_size
-                and self._count > 0
-            )
-        ):
+        file = self._file
+        if file is not None and self.cut.full(self._count, self._size, size):
             self._commit()
         if self.full:
             return False
         write = self._write if self._write is not None else self._open()
         emit(write)
-        self._size += size
         self._count += 1
+        self._size += size
         self._last_key = key
         return True
 
     def _open(self) -> Write:
-        self._url = shard_name(self.pattern, len(self.shards))
-        self._stack = contextlib.ExitStack()
-        stream = self._stack.enter_context(
-            storage.atomic_write(self._url, storage_options=self.storage_options)
-        )
-        self._hash = hashlib.sha256() if self.sha256 else None
-        self._size = self._count = 0
-        update = self._hash.update if self._hash is not None else None
-
-        def write(view: memoryview) -> None:
-            stream.write(view)
-            if update is not None:
-                update(view)
-
-        self._write = write
+        url = shard_name(self.pattern, len(self.shards))
+        file = storage.open_atomic(url, storage_options=self.storage_options, sha256=self.sha256)
+        self._file, self._count, self._size = file, 0, 0
+        self._write = write = file.write  # one bound method: the scanner batches by identity
         return write
 
     def _commit(self) -> None:
-        stack, write = self._stack, self._write
-        if stack is None or write is None:
+        file = self._file
+        if file is None:
             return
         if self.before_commit is not None:
             self.before_commit()  # pending bytes of this shard go out first
-        write(memoryview(END_OF_ARCHIVE))
-        self._size += len(END_OF_ARCHIVE)
-        self._stack = self._write = None
-        digest = self._hash.hexdigest() if self._hash is not None else ""
-        stack.close()
-        info = ShardInfo(self._url, self._count, self._size, digest, len(self.shards))
+        file.write(END_OF_ARCHIVE)
+        self._file = self._write = None
+        file.commit()
+        info = ShardInfo(file.url, self._count, file.size, file.sha256, len(self.shards))
         self.shards.append(info)
         if self.on_shard is not None:
             self.on_shard(info)
@@ -127,9 +103,9 @@ class RawShards:
         return self.shards
 
     def abort(self) -> None:
-        stack, self._stack, self._write = self._stack, None, None
-        if stack is not None:
-            stack.__exit__(ConfigError, ConfigError("aborted"), None)
+        file, self._file, self._write = self._file, None, None
+        if file is not None:
+            file.discard()
 
 
 def _split_shard(members: TarScanner, sink: RawShards) -> bool:

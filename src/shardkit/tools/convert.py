@@ -21,8 +21,10 @@ from typing import Any
 
 from .. import storage
 from ..errors import ConfigError
+from ..formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE
 from ..formats.names import FORMATS, Format, shard_name_format
 from ..formats.tfschema import to_example_fields
+from ..units import Size
 from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, is_pattern
@@ -49,7 +51,7 @@ def convert(
     *,
     to: Format | None = None,
     max_count: int | None = None,
-    max_size: int | None = None,
+    max_size: Size | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> tuple[int, list[ShardInfo]]:
     """Convert the samples of ``inputs`` to ``to`` (default: the output's extension),
@@ -59,8 +61,8 @@ def convert(
     rotation: dict[str, Any] = {}
     if is_pattern(output):
         rotation = {"max_count": max_count, "max_size": max_size}
-        if max_count is None and max_size is None:
-            rotation["max_count"] = 100_000
+        if max_count is None and max_size is None:  # ShardWriter's defaults
+            rotation = {"max_count": WRITER_MAX_COUNT, "max_size": WRITER_MAX_SIZE}
     elif max_count is not None or max_size is not None:
         raise ConfigError("--max-count/--max-size need an output shard pattern")
     with Output(output, format=target, storage_options=storage_options, **rotation) as out:

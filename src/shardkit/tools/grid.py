@@ -152,6 +152,8 @@ def contact_sheet(
     font = _font(max(10, tile // 14))
     for index, item in enumerate(items):
         _draw_tile(canvas, font, index, columns, tile, item)
-    with storage.atomic_write(output, storage_options=storage_options) as stream:
-        canvas.save(stream, format="PNG")
+    png = io.BytesIO()  # encoded first: an error while writing names the file, and
+    canvas.save(png, format="PNG")  # PIL writes to a descriptor past any wrapper
+    with storage.open_atomic(output, storage_options=storage_options) as file:
+        file.write(png.getbuffer())
     return sheet

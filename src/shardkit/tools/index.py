@@ -74,8 +74,8 @@ def write_index(
     if url == "-":
         raise StorageError("cannot index stdin: index a shard file", url=url)
     index = build_index(url, sha256=sha256, storage_options=storage_options)
-    with storage.atomic_write(index_url(url), storage_options=storage_options) as stream:
-        stream.write(index.to_json())
+    with storage.open_atomic(index_url(url), storage_options=storage_options) as file:
+        file.write(index.to_json())
     return index
 
 

@@ -41,6 +41,7 @@ from ..engines import Engine
 from ..errors import ConfigError, DataError, ShardkitError
 from ..formats.names import Format
 from ..handlers import OnError, check_on_error
+from ..units import Size
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
 
@@ -240,7 +241,7 @@ def proc(
     names: Names = "sample",
     timeout: float | None = None,
     max_count: int | None = None,
-    max_size: int | None = None,
+    max_size: Size | None = None,
     format: Format | None = None,
     storage_options: dict[str, Any] | None = None,
     engine: Engine = "local",

@@ -8,9 +8,10 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..formats.names import Format, check_pattern, format_from_name
+from ..units import Size
 from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
-from ._outputs import Output, is_pattern
+from ._outputs import Output, is_pattern, prepare_output
 from ._rawsplit import RawShards, split_raw
 
 __all__ = ["split", "write_shards"]
@@ -23,7 +24,7 @@ def write_shards(
     pattern: str,
     *,
     max_count: int | None = None,
-    max_size: int | None = None,
+    max_size: Size | None = None,
     max_shards: int | None = None,
     format: Format | None = None,
     storage_options: dict[str, Any] | None = None,
@@ -71,7 +72,7 @@ def split(
     pattern: str,
     *,
     max_count: int | None = None,
-    max_size: int | None = None,
+    max_size: Size | None = None,
     max_shards: int | None = None,
     format: Format | None = None,
     sha256: bool = True,
@@ -91,6 +92,7 @@ def split(
             raise ConfigError("give max_count and/or max_size (--max-count, --max-size)")
         if max_shards is not None and max_shards < 1:
             raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
+        prepare_output(pattern)
         sink = RawShards(
             pattern,
             max_count=max_count,

@@ -13,6 +13,7 @@ than the default that names no field of the first sample is a ConfigError.
 from __future__ import annotations
 
 import contextlib
+import io
 import statistics
 from collections import Counter
 from collections.abc import Callable
@@ -303,5 +304,7 @@ def plot_stats(result: Stats, output: str, *, top: int = 50) -> None:
         bars.bar(range(len(names)), counts, color="#cc6677")
         bars.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
         bars.set(title=f"samples per class (top {len(names)})", ylabel="samples")
-    with storage.atomic_write(output) as stream:
-        figure.savefig(stream, format="png")
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    with storage.open_atomic(output) as file:  # an error while writing names the file
+        file.write(png.getbuffer())

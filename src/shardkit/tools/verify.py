@@ -15,7 +15,6 @@ its headers and seeking over member data, as ``tar -t`` does.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from ..errors import FormatError, StorageError
 from ..formats.index import compare_index
 from ..formats.tar import TarScanner
 from ..reader import load_index
+from ..storage import Tally
 from ._checks import Seen, check_tar, check_tfrecord
 from ._inputs import (
     MANIFEST,
@@ -104,23 +104,20 @@ class _Hashing:
 
     def __init__(self, raw: BinaryIO) -> None:
         self._raw = raw
-        self.hash = hashlib.sha256()
-        self.size = 0
+        self.tally = Tally()
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int = -1) -> bytes:
         data = self._raw.read(n)
-        self.hash.update(data)
-        self.size += len(data)
+        self.tally.update(data)
         return data
 
     def readinto(self, buffer: memoryview) -> int:
         n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
         if n:
-            self.hash.update(buffer[:n])
-            self.size += n
+            self.tally.update(buffer[:n])
         return int(n or 0)
 
     def drain(self) -> None:
@@ -223,7 +220,7 @@ def _check_stream(
         report(None, None, f"read error: {exc}")
     if hashing is not None:
         hashing.drain()
-        check.sha256, check.bytes = hashing.hash.hexdigest(), hashing.size
+        check.sha256, check.bytes = hashing.tally.hexdigest(), hashing.tally.size
     elif storage.is_local(ref.url):
         check.bytes = os.path.getsize(storage.local_path(ref.url))
     return seen
