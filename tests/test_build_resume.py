@@ -72,8 +72,15 @@ def test_kill_9_at_a_random_moment_then_rerun_is_identical(
         rerun = run_cli(src, out, *args)
         assert rerun.returncode == 0, rerun.stderr
         assert snapshot(out) == expected, f"resumed output differs (delay {delay:.3f})"
-        for name, inode in inodes.items():  # finished shards were not written again
-            assert os.stat(os.path.join(out, name)).st_ino == inode
+        # Finished shards were not written again. When workers assemble the shards, one a
+        # worker had renamed but the driver had not journaled yet is assembled again (same
+        # bytes): at most one per worker.
+        rewritten = [
+            name
+            for name, inode in inodes.items()
+            if os.stat(os.path.join(out, name)).st_ino != inode
+        ]
+        assert len(rewritten) <= (2 if extra else 0), (rewritten, delay)
     assert interrupted >= 1
 
 

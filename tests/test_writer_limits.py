@@ -104,36 +104,42 @@ def test_an_extension_with_nul_is_refused() -> None:
         _write({"__key__": "k", "t\0xt": b"x"})
 
 
-def _tar_writer() -> Callable[[str], None]:
+Add = Callable[[str], None]
+Abort = Callable[[], None]
+
+
+def _tar_writer(folder: Path) -> tuple[Add, Abort]:
     writer = tar.TarWriter(io.BytesIO())
-    return lambda key: writer.write({"__key__": key, "txt": b"x"})
+    return lambda key: writer.write({"__key__": key, "txt": b"x"}), lambda: None
 
 
-def _shard_writer(folder: Path) -> Callable[[str], None]:
+def _shard_writer(folder: Path) -> tuple[Add, Abort]:
     writer = ShardWriter(str(folder / "w-%06d.tar"), max_count=10)
-    return lambda key: writer.write({"__key__": key, "txt": b"x"})
+    return lambda key: writer.write({"__key__": key, "txt": b"x"}), writer.abort
 
 
-def _part_writer(folder: Path) -> Callable[[str], None]:
+def _part_writer(folder: Path) -> tuple[Add, Abort]:
     from shardkit.builder.partwriter import PartWriter, tar_chunks
+    from shardkit.builder.store import LocalStore
+    from shardkit.formats.cut import Cut
 
-    writer = PartWriter(str(folder / "p-%06d.tar"), max_size=1 << 20)
+    writer = PartWriter(LocalStore(str(folder)), "p-%06d.tar", cut=Cut(10_000, 1 << 20))
 
     def add(key: str) -> None:
         chunks, size = tar_chunks(key, [("txt", b"x")])
         writer.add(key, chunks, size)
 
-    return add
+    return add, writer.abort
 
 
-def _output(folder: Path) -> Callable[[str], None]:
+def _output(folder: Path) -> tuple[Add, Abort]:
     from shardkit.tools._outputs import Output
 
     out = Output(str(folder / "o.tar"))
-    return lambda key: out.write({"__key__": key, "txt": b"x"})
+    return lambda key: out.write({"__key__": key, "txt": b"x"}), out.abort
 
 
-def _raw_shards(folder: Path) -> Callable[[str], None]:
+def _raw_shards(folder: Path) -> tuple[Add, Abort]:
     from shardkit.tools._rawsplit import RawShards
 
     sink = RawShards(str(folder / "r-%06d.tar"), max_count=10, max_size=None)
@@ -141,27 +147,32 @@ def _raw_shards(folder: Path) -> Callable[[str], None]:
     def add(key: str) -> None:
         sink.add(key, 0, lambda write: None)
 
-    return add
+    return add, sink.abort
 
 
-@pytest.mark.parametrize("make", ["tar", "shard", "part", "output", "raw"])
+_WRITERS: dict[str, Callable[[Path], tuple[Add, Abort]]] = {
+    "tar": _tar_writer,
+    "shard": _shard_writer,
+    "part": _part_writer,
+    "output": _output,
+    "raw": _raw_shards,
+}
+
+
+@pytest.mark.parametrize("make", list(_WRITERS))
 def test_every_writer_refuses_the_same_key_twice_in_a_row_with_one_message(
     tmp_path: Path, make: str
 ) -> None:
     # Was: three different messages over five copies of the check.
-    factories: dict[str, Callable[[], Callable[[str], None]]] = {
-        "tar": _tar_writer,
-        "shard": lambda: _shard_writer(tmp_path),
-        "part": lambda: _part_writer(tmp_path),
-        "output": lambda: _output(tmp_path),
-        "raw": lambda: _raw_shards(tmp_path),
-    }
-    add = factories[make]()
-    add("a")
-    add("b")
-    with pytest.raises(EncodeError) as info:
+    add, abort = _WRITERS[make](tmp_path)
+    try:
+        add("a")
         add("b")
-    assert info.value.message == tar.SAME_KEY and info.value.key == "b"
+        with pytest.raises(EncodeError) as info:
+            add("b")
+        assert info.value.message == tar.SAME_KEY and info.value.key == "b"
+    finally:
+        abort()
 
 
 def test_split_and_cat_across_shards_refuse_a_key_that_would_merge(tmp_path: Path) -> None:
