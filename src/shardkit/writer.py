@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import storage
+from .digest import DEFAULT_HASH, HashName, check_hash
 from .errors import ConfigError, EncodeError, StorageError
 from .formats import tar
 from .formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE, Cut
@@ -32,17 +33,24 @@ _BRACE = re.compile(r"\{shard(:[^}]*)?\}")
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """A committed shard: where it is, how many samples, its size and sha256."""
+    """A committed shard: where it is, how many samples, its size and its digest
+    (``ALGO:HEX``, :mod:`shardkit.digest`; ``""`` when written with ``hash="none"``)."""
 
     url: str
     samples: int
     bytes: int
-    sha256: str
+    digest: str
     index: int
 
     @property
     def name(self) -> str:
         return storage.basename(self.url)
+
+    @property
+    def sha256(self) -> str:
+        """The hex sha256, when the shard was hashed with sha256 (else ``""``)."""
+        name, _, hexdigest = self.digest.partition(":")
+        return hexdigest if name == "sha256" else ""
 
 
 def shard_name(pattern: str, index: int) -> str:
@@ -118,7 +126,8 @@ class ShardWriter:
 
     ``encode=True`` (the default) runs :func:`shardkit.codecs.encode_sample` on each sample,
     so values may be ints, str, dicts (json), numpy arrays and images as well as bytes.
-    ``on_shard`` is called with a :class:`ShardInfo` as each shard is committed.
+    ``on_shard`` is called with a :class:`ShardInfo` as each shard is committed; ``hash``
+    names the algorithm of its digest (:mod:`shardkit.digest`, ``"none"`` to skip it).
     """
 
     def __init__(
@@ -133,8 +142,10 @@ class ShardWriter:
         encode: bool = True,
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
+        hash: HashName = DEFAULT_HASH,
     ) -> None:
-        self.cut = Cut(max_count, max_size)  # the trailer is in each size projected
+        self.cut = Cut(max_count, max_size)
+        self.hash = check_hash(hash)  # the trailer is in each size projected
         if start_index < 0:
             raise ConfigError(f"start_index must be >= 0, not {start_index}")
         shard_name(pattern, start_index)  # validates the placeholder
@@ -185,7 +196,7 @@ class ShardWriter:
     # -- shard lifecycle
     def _open(self) -> _Sink:
         self._url = shard_name(self.pattern, self._index)
-        file = storage.open_atomic(self._url, storage_options=self.storage_options, sha256=True)
+        file = storage.open_atomic(self._url, storage_options=self.storage_options, hash=self.hash)
         self._sink = _Sink(file, self.compress)
         self._count = 0
         return self._sink
@@ -199,7 +210,7 @@ class ShardWriter:
             sink.file.commit()  # renames the temporary file / completes the upload
             self._sink = None
         file = sink.file
-        info = ShardInfo(self._url, self._count, file.size, file.sha256, self._index)
+        info = ShardInfo(self._url, self._count, file.size, file.digest, self._index)
         self.shards.append(info)
         self._index += 1
         if self.on_shard is not None:

@@ -53,7 +53,7 @@ class Renamer:
                 where = [part.name]
                 if contiguous:  # final indices are known only after an unbroken prefix
                     where.append(self.final_name(index))
-                ok = ok and any(matches(name, part.bytes, part.sha256) for name in where)
+                ok = ok and any(matches(name, part.bytes, part.digest) for name in where)
                 index += 1
             if not ok:
                 redo.append(task)
@@ -65,7 +65,7 @@ class Renamer:
             # A missing part was renamed before an interruption (resume verified it).
             with contextlib.suppress(FileNotFoundError):
                 self.store.rename(part.name, final)
-            self.shards.append(ShardRecord(final, part.samples, part.bytes, part.sha256))
+            self.shards.append(ShardRecord(final, part.samples, part.bytes, part.digest))
 
     def finish(self) -> None:
         """Nothing left to do: every shard was renamed as its task came in."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..digest import entry_digest
 from ..errors import BuildError
-from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
+from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal, upgrade_header
 from .manifest import MANIFEST_NAME, ShardRecord, read_manifest
 from .options import BuildOptions
 from .store import LocalStore, ObjectStore
@@ -62,11 +63,20 @@ class OutputFolder:
     ) -> tuple[list[ShardRecord], list[tuple[str, str]]]:
         """Verify a complete build's shards; returns its shards and skipped items.
 
-        Local shards are checked by size and sha256; objects by size (see :mod:`.store`)."""
-        shards = [ShardRecord(**s) for s in manifest["shards"]]
+        Local shards are checked by size and digest; objects by size (see :mod:`.store`)."""
+        try:
+            shards = [
+                ShardRecord(s["name"], s["samples"], s["bytes"], entry_digest(s))
+                for s in manifest["shards"]
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BuildError(
+                f"manifest.json is damaged ({exc}); use --overwrite to build again",
+                url=self.store.url,
+            ) from exc
         matches = self.store.matcher()
         for shard in shards:
-            if not matches(shard.name, shard.bytes, shard.sha256):
+            if not matches(shard.name, shard.bytes, shard.digest):
                 raise BuildError(
                     f"shard {shard.name} does not match the manifest (changed or missing); "
                     "use --overwrite to build again",
@@ -102,6 +112,6 @@ class OutputFolder:
 def _same_build(manifest: dict[str, Any], identity: dict[str, Any]) -> bool:
     source = manifest.get("source", {})
     return bool(
-        manifest.get("options") == identity["options"]
+        upgrade_header(manifest).get("options") == identity["options"]
         and {k: source.get(k) for k in identity["source"]} == identity["source"]
     )

@@ -6,11 +6,11 @@ dies, so a killed build never leaves a stale lock.
 
 Journal: ``OUT/.shardkit-build.journal``, JSON lines. The first line identifies the build
 (options that shape the output, seed, input fingerprint, number of tasks); every further
-line records one finished task (its part files with size and sha256, what it skipped,
+line records one finished task (its part files with size and digest, what it skipped,
 per-class counts, sample sizes), appended right after the task's parts are complete and
 before any of them is renamed or copied, or one shard assembled from chunks (its index
 and the position in the plan where it ends, :mod:`.assembly`). A rerun of the same build
-reads it back, checks every recorded file (size and sha256) and only runs the tasks that
+reads it back, checks every recorded file (size and digest) and only runs the tasks that
 are missing. A torn last line (the process died mid-write) is ignored.
 
 In an object store (no append) the same records are objects under
@@ -31,10 +31,18 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..errors import BuildError, StorageError
+from .options import upgrade_options
 from .store import LocalStore, ObjectStore
 from .worker import PartInfo, TaskResult
 
-__all__ = ["JOURNAL_DIR", "JOURNAL_NAME", "LOCK_NAME", "Journal", "output_lock"]
+__all__ = [
+    "JOURNAL_DIR",
+    "JOURNAL_NAME",
+    "LOCK_NAME",
+    "Journal",
+    "output_lock",
+    "upgrade_header",
+]
 
 LOCK_NAME = ".shardkit-build.lock"
 JOURNAL_NAME = ".shardkit-build.journal"
@@ -100,7 +108,7 @@ class Journal:
         records = self._log.read()
         if records is None:
             return False
-        if records[0] != self.header:
+        if upgrade_header(records[0]) != self.header:
             raise BuildError(
                 "the output holds an interrupted build with different options or "
                 "inputs; rerun with the same ones to resume, or use --overwrite",
@@ -280,10 +288,25 @@ def _ends_with_newline(path: str) -> bool:
         return f.read(1) == b"\n"
 
 
+def upgrade_header(header: dict[str, Any]) -> dict[str, Any]:
+    """A journal header or manifest written by an older shardkit, with the options it
+    did not have yet set to what it did (:func:`.options.upgrade_options`)."""
+    options = header.get("options")
+    if isinstance(options, dict):
+        return {**header, "options": upgrade_options(options)}
+    return header
+
+
+def _digest(value: object) -> str:
+    """A recorded part digest: ``ALGO:HEX``, or an older journal's bare sha256 hex."""
+    text = str(value)
+    return text if not text or ":" in text else f"sha256:{text}"
+
+
 def _encode(result: TaskResult) -> dict[str, Any]:
     return {
         "task": result.index,
-        "parts": [[p.name, p.samples, p.bytes, p.sha256] for p in result.parts],
+        "parts": [[p.name, p.samples, p.bytes, p.digest] for p in result.parts],
         "skipped": result.skipped,
         "classes": [[k, v] for k, v in sorted(result.class_counts.items())],
         "input_bytes": result.input_bytes,
@@ -294,7 +317,7 @@ def _encode(result: TaskResult) -> dict[str, Any]:
 def _decode(obj: dict[str, Any]) -> TaskResult:
     return TaskResult(
         index=int(obj["task"]),
-        parts=[PartInfo(str(n), int(s), int(b), str(h)) for n, s, b, h in obj["parts"]],
+        parts=[PartInfo(str(n), int(s), int(b), _digest(h)) for n, s, b, h in obj["parts"]],
         skipped=[(str(p), str(r)) for p, r in obj["skipped"]],
         class_counts={int(k): int(v) for k, v in obj["classes"]},
         input_bytes=int(obj["input_bytes"]),

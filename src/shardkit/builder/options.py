@@ -6,12 +6,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..errors import ConfigError
 from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE, Cut
 from ..formats.tar import END_OF_ARCHIVE
 from ..units import Size
 
-__all__ = ["BuildOptions", "OnError", "OutputFormat", "ValidateMode"]
+__all__ = ["BuildOptions", "OnError", "OutputFormat", "ValidateMode", "upgrade_options"]
 
 OutputFormat = Literal["tar", "tfrecord"]
 ValidateMode = Literal["none", "header", "full"]
@@ -31,7 +32,9 @@ class BuildOptions:
     ``None`` means every usable core. ``resize`` scales the shorter side to that many
     pixels; ``max_side`` shrinks images whose longer side is larger; both re-encode in
     the workers (``quality`` applies to JPEG and WebP). ``path_column`` and
-    ``label_column`` name the columns of a CSV/JSONL list.
+    ``label_column`` name the columns of a CSV/JSONL list. ``hash`` is the algorithm of
+    each shard's digest in the manifest (:mod:`shardkit.digest`: ``blake3``, ``sha256``,
+    ``xxh3-128`` or ``none``); it never changes the shards' bytes.
     """
 
     format: OutputFormat = "tar"
@@ -51,6 +54,7 @@ class BuildOptions:
     label_column: str | None = "label"
     engine: Literal["local", "ray", "dask"] = "local"  # where tasks run (docs/scaling.md)
     address: str | None = None  # the Ray/Dask cluster (None: start a local one)
+    hash: HashName = DEFAULT_HASH
 
     def __post_init__(self) -> None:
         _positive_int("max_count", self.max_count)
@@ -71,6 +75,7 @@ class BuildOptions:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an int, not {self.seed!r}")
         _check_prefix(self.prefix)
+        check_hash(self.hash)
         from ..engines import check_engine
 
         check_engine(self.engine, self.address)
@@ -108,6 +113,17 @@ class BuildOptions:
             for field in dataclasses.fields(self)
             if field.name not in _RUN_ONLY
         }
+
+
+# What an older shardkit did for options it did not have yet.
+_BEFORE = {"hash": "sha256"}
+
+
+def upgrade_options(stored: dict[str, Any]) -> dict[str, Any]:
+    """Options stored (journal, manifest) by an older shardkit, with the values it used
+    for options it did not have yet: such a build resumes, or is found complete, as the
+    same build when asked for with those values."""
+    return {**_BEFORE, **stored}
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

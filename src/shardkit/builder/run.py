@@ -324,7 +324,7 @@ def _cluster_executor(options: BuildOptions, listing: Listing, ctx: WorkerContex
     if not listing.splittable or not _picklable(ctx):
         raise BuildError(f"engine={options.engine!r} needs a source that pickles and splits")
     if isinstance(ctx.store, LocalStore):  # cluster workers have their own cwd
-        ctx = replace(ctx, store=LocalStore(os.path.abspath(ctx.store.root)))
+        ctx = replace(ctx, store=LocalStore(os.path.abspath(ctx.store.root), hash=ctx.store.hash))
     executor: Executor = make_executor(
         options.engine, options.address, init=init_worker, context=ctx
     )

@@ -6,7 +6,9 @@ import argparse
 import os
 from typing import Any
 
+from ..digest import DEFAULT_HASH
 from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE
+from ._toolargs import add_hash_option
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
@@ -55,6 +57,11 @@ def add_parser(sub: Any) -> None:
     add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column (label)")
     add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
     add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
+    add_hash_option(
+        parser,
+        DEFAULT_HASH,
+        f"each shard's digest in the manifest: blake3, sha256, xxh3-128 or none ({DEFAULT_HASH})",
+    )
     add("-q", "--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -81,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         label_column=args.label_column or None,
         engine=args.engine,
         address=args.address,
+        hash=args.hash,
     )
     with _ProgressBar(disable=args.quiet) as bar:
         result = build(args.src, args.out, options=options, progress=bar.update)

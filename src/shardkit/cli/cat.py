@@ -12,7 +12,15 @@ import argparse
 import sys
 from typing import Any
 
-from ._toolargs import add_tool_parser, check_stdin, check_stdout, count
+from ._toolargs import (
+    TOOL_HASH_HELP,
+    add_hash_option,
+    add_tool_parser,
+    check_stdin,
+    check_stdout,
+    count,
+    digest_printer,
+)
 
 EXAMPLES = """
   shardkit cat data/shard-{000000..000009}.tar -o all.tar
@@ -36,6 +44,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--format", choices=("tar", "tfrecord"), help="output format (default: from -o's name)"
     )
+    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 
@@ -52,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         shuffle=args.shuffle,
         seed=args.seed,
         format=args.format,
+        hash=args.hash,
+        on_shard=digest_printer(args.hash, args.output),
     )
     if args.output != "-":
         print(f"wrote {written} samples to {args.output}", file=sys.stderr)

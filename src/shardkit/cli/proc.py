@@ -13,7 +13,16 @@ import argparse
 import sys
 from typing import Any
 
-from ._toolargs import add_tool_parser, check_stdin, check_stdout, positive, size
+from ._toolargs import (
+    TOOL_HASH_HELP,
+    add_hash_option,
+    add_tool_parser,
+    check_stdin,
+    check_stdout,
+    digest_printer,
+    positive,
+    size,
+)
 
 EXAMPLES = """
   shardkit proc data/ -c 'tr a-z A-Z < sample.txt > sample.upper.txt' -o out/s-%06d.tar \\
@@ -44,6 +53,7 @@ def add_parser(sub: Any) -> None:
         help="ray/dask: one cluster task per input shard, -o a pattern (docs/scaling.md)",
     )
     parser.add_argument("--address", help="the Ray or Dask cluster (HOST:PORT)")
+    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 
@@ -64,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         max_size=args.max_size,
         engine=args.engine,
         address=args.address,
+        hash=args.hash,
+        on_shard=digest_printer(args.hash, args.output),
     )
     skipped = f", skipped {result.skipped}" if result.skipped else ""
     print(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from .. import storage
+from ..digest import entry_digest
 from ..errors import ConfigError, FormatError
 from ..handlers import Handler, reraise
 from ..reader import detect_format, iter_stream_samples, read_shard
@@ -56,12 +57,18 @@ class ShardRef:
     gzip: bool
     samples: int | None = None
     bytes: int | None = None
-    sha256: str | None = None
+    digest: str | None = None  # ALGO:HEX (shardkit.digest)
     manifest: str | None = None
 
     @property
     def stdin(self) -> bool:
         return self.url == "-"
+
+    @property
+    def sha256(self) -> str | None:
+        """The manifest's hex sha256 of this shard, when it records one."""
+        name, _, hexdigest = (self.digest or "").partition(":")
+        return hexdigest if name == "sha256" else None
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,10 @@ def read_manifest(url: str, *, storage_options: dict[str, Any] | None = None) ->
             raise FormatError("every manifest shard needs a 'name'", url=url)
         shard_url = storage.join(folder, entry["name"])
         kind, gz = detect_format(shard_url, fmt if fmt in ("tar", "tfrecord") else None)
-        sha = entry.get("sha256")
+        try:
+            digest = entry_digest(entry)
+        except ValueError as exc:
+            raise FormatError(f"shard {entry['name']!r}: {exc}", url=url) from None
         refs.append(
             ShardRef(
                 shard_url,
@@ -109,7 +119,7 @@ def read_manifest(url: str, *, storage_options: dict[str, Any] | None = None) ->
                 gz,
                 samples=_opt_int(entry, "samples", url),
                 bytes=_opt_int(entry, "bytes", url),
-                sha256=sha if isinstance(sha, str) else None,
+                digest=digest or None,
                 manifest=url,
             )
         )

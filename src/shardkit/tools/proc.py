@@ -30,13 +30,14 @@ import stat
 import subprocess
 import tempfile
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError, DataError, ShardkitError
 from ..units import Size
-from ..writer import Format
+from ..writer import Format, ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
 
@@ -224,12 +225,15 @@ def proc(
     storage_options: dict[str, Any] | None = None,
     engine: Literal["local", "ray", "dask"] = "local",
     address: str | None = None,
+    hash: HashName = DEFAULT_HASH,
+    on_shard: Callable[[ShardInfo], None] | None = None,
 ) -> ProcResult:
     """Run ``command`` over every sample of ``inputs`` and write the results to ``output``.
 
     ``engine="ray"|"dask"`` runs one task per input shard on that cluster (``address``),
     writing one output shard per input (``output`` is then a pattern; see
-    :func:`shardkit.map_shards`)."""
+    :func:`shardkit.map_shards`). ``on_shard`` gets each file written (its size and
+    ``hash`` digest)."""
     if names not in ("sample", "key"):
         raise ConfigError(f"names must be 'sample' or 'key', not {names!r}")
     if engine != "local":
@@ -249,6 +253,8 @@ def proc(
                 names=names,
                 timeout=timeout,
                 storage_options=storage_options,
+                hash=hash,
+                on_shard=on_shard,
             )
         )
     refs = as_refs(inputs, storage_options=storage_options)
@@ -259,6 +265,8 @@ def proc(
         max_count=max_count,
         max_size=max_size,
         storage_options=storage_options,
+        hash=hash,
+        on_shard=on_shard,
     )
     with out:
         samples = iter_samples(refs, storage_options=storage_options)
