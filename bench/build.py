@@ -14,7 +14,8 @@ every sample to one manager-shared ``ShardWriter`` under a lock; one webdataset
 ``ShardWriter`` per pool worker; MosaicML streaming's ``MDSWriter`` (one process) and
 ``litdata.optimize(num_workers=2)``, run from their own venv (see ``PEERS``) with a
 stand-in ``torchvision`` (``bench/standins/``: ``import streaming`` needs one, the
-registry's wheels do not load against the pinned CPU torch, MDSWriter never uses it). Resize contenders (shorter side to 224, JPEG quality 90,
+registry's wheels do not load against the pinned CPU torch, MDSWriter never uses it).
+Resize contenders (shorter side to 224, JPEG quality 90,
 TFRecord output): ``shardkit build --resize 224 --format tfrecord`` against pool workers
 that decode and resize with Pillow and feed one ``tf.io.TFRecordWriter`` through a queue.
 The peers are written the way such one-off scripts usually are: plain, no validation.
