@@ -167,6 +167,11 @@ class WorkerAssembler:
         return not self.ready and len(self.committed) == self.cutter.index
 
     @property
+    def finished(self) -> int:
+        """Shards assembled and journaled so far (what progress reports)."""
+        return len(self.committed)
+
+    @property
     def shards(self) -> list[ShardRecord]:
         return [self.committed[i] for i in sorted(self.committed)]
 
@@ -200,6 +205,13 @@ class WorkerAssembler:
             if (t >= task or t in needed)
             and not all(matches(p.name, p.bytes, p.digest) for p in result.parts)
         ]
+
+    def record(self, result: TaskResult) -> None:
+        """Journal a finished chunk (at once: shards and part deletions rely on it)."""
+        self.journal.record(result)
+
+    def close(self) -> None:
+        """Nothing runs in the background."""
 
     def add(self, result: TaskResult) -> None:
         if result.parts:

@@ -129,6 +129,11 @@ class Journal:
 
     def record(self, result: TaskResult) -> None:
         self.done[result.index] = result
+        self.write(result)
+
+    def write(self, result: TaskResult) -> None:
+        """Write a task's record (what :meth:`record` does after noting it as done; a
+        commit thread may call it for an object-store journal)."""
         self._log.append("task", result.index, _encode(result))
 
     def record_shard(self, shard: dict[str, Any], index: int | None = None) -> None:

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from .. import config
 from ..errors import BuildError
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
-from .commit import Renamer
+from .commit import COMMIT_THREADS, Renamer
 from .executor import Executor, InlineExecutor, ProcessExecutor
 from .folder import OutputFolder
 from .journal import Journal, output_lock
@@ -83,7 +83,10 @@ class _Driver:
         self.folder = OutputFolder(store, options, self.journal)
         self.assemble = options.transforms or not listing.sizes_known
         self.chunk = min(CHUNK, options.max_count)  # items per task when assembling
-        self.committer: Committer = Renamer(store, self.journal, self.folder.final_name)
+        threads = COMMIT_THREADS if isinstance(store, ObjectStore) else 0
+        self.committer: Committer = Renamer(
+            store, self.journal, self.folder.final_name, threads=threads
+        )
         if self.assemble:  # workers assemble the shards the driver cuts
             self.committer = WorkerAssembler(store, self.journal, self.folder.final_name, options)
         self.started = time.perf_counter()
@@ -206,7 +209,7 @@ class _Driver:
 
     def _finished(self, result: TaskResult) -> None:
         self.guard()
-        self.journal.record(result)
+        self.committer.record(result)
         self._commit_ready()
 
     def _assembled(self, plan: ShardPlan, shard: ShardRecord) -> None:
@@ -250,7 +253,7 @@ class _Driver:
         items = self.listing.items
         total = len(items) + len(self.listing.skipped) if items is not None else None
         samples, nbytes, skipped = self.counts
-        shards = len(self.committer.shards)
+        shards = self.committer.finished
         self.progress_fn(BuildProgress(samples, skipped, total, nbytes, shards, now - self.started))
 
     # -- finish
@@ -358,6 +361,7 @@ def run_build(
             done = driver.prepare()
             return done if done is not None else driver.run()
         finally:
+            driver.committer.close()  # commits in flight end before the lock goes
             driver.journal.close()
 
 

@@ -252,9 +252,11 @@ class ObjectStore:
         return storage.open_atomic(self.join(name), storage_options=self.options, hash=self.hash)
 
     def rename(self, src: str, dst: str) -> None:
-        """Server-side copy, then delete (the copy appears whole or not at all)."""
+        """Server-side copy, then delete (the copy appears whole or not at all).
+        ``cp_file``, not ``copy``: one object to one name, without the two listings
+        ``copy`` makes to expand its arguments."""
         with self._errors(src, "rename"):
-            self.fs.copy(self.path(src), self.path(dst))
+            self.fs.cp_file(self.path(src), self.path(dst))
             self.fs.rm_file(self.path(src))
 
     def remove(self, names: Iterable[str]) -> None:
