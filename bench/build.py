@@ -29,6 +29,7 @@ from /proc), and how many of the corpus's corrupt files ended up in the output.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -164,6 +165,15 @@ def c_shardkit(src: str, out: str, workers: int) -> dict[str, Any]:
 
     options = BuildOptions(workers=workers, max_size=SHARD_SIZE, max_count=SHARD_COUNT)
     result = build(src, out, options=options)
+    return {"samples": result.samples}
+
+
+def c_shardkit_sha256(src: str, out: str, workers: int) -> dict[str, Any]:
+    """The build before BLAKE3 was the default digest."""
+    from shardkit import BuildOptions, build
+
+    options = BuildOptions(workers=workers, max_size=SHARD_SIZE, max_count=SHARD_COUNT)
+    result = build(src, out, options=dataclasses.replace(options, hash="sha256"))
     return {"samples": result.samples}
 
 
@@ -385,6 +395,7 @@ def c_tf_queue(src: str, out: str, workers: int) -> dict[str, Any]:
 CONTENDERS: dict[str, tuple[str, Callable[[str, str, int], dict[str, Any]]]] = {
     "shardkit": ("pass", c_shardkit),
     "shardkit-1-worker": ("pass", c_shardkit_1worker),
+    "shardkit-sha256": ("pass", c_shardkit_sha256),
     "gnu-tar": ("pass", c_gnu_tar),
     "wds-single": ("pass", c_wds_single),
     "wds-manager-lock": ("pass", c_wds_manager),
@@ -410,6 +421,7 @@ _IMPORTS = {
     "litdata-optimize-2": "litdata",
     "shardkit": "shardkit",
     "shardkit-1-worker": "shardkit",
+    "shardkit-sha256": "shardkit",
     "shardkit-resize": "shardkit",
 }
 
