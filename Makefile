@@ -27,6 +27,7 @@ demo: $(VENV)/.demo-stamp
 lint: $(VENV)/.test-stamp
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.test-stamp
 	$(BIN)/mypy

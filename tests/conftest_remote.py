@@ -62,6 +62,8 @@ class Faults:
     statuses: list[int] = field(default_factory=list)  # answer with this status instead
     hold_after: int | None = None  # pause the body after n bytes until `release` is set
     stall_after: list[int] = field(default_factory=list)  # send n body bytes, then go silent
+    chunked: bool = False  # no Content-Length: a chunked body (Range requests still honoured)
+    end_after: list[int] = field(default_factory=list)  # chunked: a clean end after n bytes
     release: threading.Event = field(default_factory=threading.Event)
     requests: list[dict[str, str]] = field(default_factory=list)
 
@@ -100,12 +102,21 @@ def _handle(conn: socket.socket, files: dict[str, bytes], faults: Faults) -> Non
             start, status = int(match.group(1)), "206 Partial Content"
             extra = f"Content-Range: bytes {start}-{len(data) - 1}/{len(data)}\r\n"
         body = data[start:]
+        length = "Transfer-Encoding: chunked" if faults.chunked else f"Content-Length: {len(body)}"
         head = (
-            f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\nAccept-Ranges: bytes\r\n"
+            f"HTTP/1.1 {status}\r\n{length}\r\nAccept-Ranges: bytes\r\n"
             f"{extra}Connection: close\r\n\r\n"
         )
         conn.sendall(head.encode())
         if method == "HEAD":
+            return
+        if faults.chunked:
+            if method == "GET" and faults.end_after:
+                body = body[: faults.end_after.pop(0)]  # ends early, yet cleanly
+            for i in range(0, len(body), 4096):
+                piece = body[i : i + 4096]
+                conn.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+            conn.sendall(b"0\r\n\r\n")
             return
         if method == "GET" and faults.cut_after:
             conn.sendall(body[: faults.cut_after.pop(0)])

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
 import os
 from pathlib import Path
 
 import pytest
-from conftest_build import make_corpus, run_cli
+from conftest_build import make_corpus, make_corpus_jpeg, run_cli, write
 
-from shardkit.cli import main
+import shardkit
+from shardkit import BuildOptions, EmptyBuildError
+from shardkit.cli import COMMANDS, main
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +44,18 @@ def test_empty_source_and_no_class_folders(tmp_path: Path) -> None:
     (empty / "loose.jpg").write_bytes(b"\xff\xd8\xff")
     _fails_cleanly([str(empty), out], out, "no class subfolders")
     (empty / "cats").mkdir()
-    _fails_cleanly([str(empty), out], out, "no images found")
+    (empty / "loose.jpg").unlink()
+    _fails_cleanly([str(empty), out], out, "no images found")  # nothing at all
+    (empty / "loose.jpg").write_bytes(b"\xff\xd8\xff")
+    (empty / "cats" / "notes.txt").write_bytes(b"")  # something skipped: exit 1 and the reasons
+    result = run_cli(str(empty), out)
+    assert result.returncode == 1 and not os.path.exists(out)
+    assert result.stderr.splitlines() == [
+        f"Error: {empty}: no images found in the class folders: all 2 files found were skipped; "
+        "nothing was written",
+        "  skipped cats/notes.txt: not an image file (extension 'txt')",
+        "  skipped loose.jpg: not inside a class folder",
+    ]
 
 
 def test_output_inside_the_source(corpus: str) -> None:
@@ -98,3 +114,84 @@ def test_main_returns_2_for_a_locked_or_foreign_folder(corpus: str, tmp_path: Pa
     assert sorted(os.listdir(out)) == ["shard-000000.tar"]
     assert main(["build", corpus, str(out), "-q", "--overwrite"]) == 0
     assert "manifest.json" in os.listdir(out)
+
+
+def _bad_only(folder: Path, count: int) -> str:
+    for i in range(count):
+        write(str(folder), f"cat/bad{i:02d}.jpg", b"not an image %d\n" % i)
+    return str(folder)
+
+
+def test_a_build_that_packs_nothing_fails_and_leaves_no_manifest(tmp_path: Path) -> None:
+    src = _bad_only(tmp_path / "src", 3)
+    out = str(tmp_path / "out")
+    result = run_cli(src, out, "--workers", "1")
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.replace("\r", "\n").strip().splitlines()
+    errors = [line for line in lines if line.startswith("Error: ")]
+    message = "no sample was packed: all 3 items were skipped; nothing was written"
+    assert errors == [f"Error: {out}: {message}"]
+    reasons = lines[lines.index(errors[0]) + 1 :]
+    assert reasons == [
+        f"  skipped cat/bad{i:02d}.jpg: not an image (content is not JPG nor another known format)"
+        for i in range(3)
+    ]
+    assert os.listdir(out) == [], "no manifest, journal, part or lock file may be left"
+    with pytest.raises(EmptyBuildError) as caught:
+        shardkit.build(src, out, options=BuildOptions(workers=2))
+    assert [path for path, _ in caught.value.skipped] == [f"cat/bad{i:02d}.jpg" for i in range(3)]
+    assert os.listdir(out) == []
+    write(src, "cat/good.jpg", make_corpus_jpeg(0))  # fixed: the rerun just works
+    again = run_cli(src, out, "-q")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("1 samples in 1 shards")
+
+
+def test_the_cli_lists_what_it_skipped(tmp_path: Path) -> None:
+    src = _bad_only(tmp_path / "src", 12)
+    write(str(src), "cat/good.jpg", make_corpus_jpeg(0))
+    out = str(tmp_path / "out")
+    result = run_cli(src, out, "--workers", "1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("1 samples in 1 shards") and "12 skipped" in lines[0]
+    assert lines[1:11] == [
+        f"  skipped cat/bad{i:02d}.jpg: not an image (content is not JPG nor another known format)"
+        for i in range(10)
+    ]
+    assert lines[11:] == ["  ... and 2 more (-v lists them all)"]
+    every = run_cli(src, out, "-v").stdout.splitlines()  # -v after the subcommand
+    assert every[0].startswith("already complete: 1 samples")
+    assert [line.split(":")[0] for line in every[1:]] == [
+        f"  skipped cat/bad{i:02d}.jpg" for i in range(12)
+    ]
+    quiet = run_cli(src, out, "-q")
+    assert quiet.stdout.splitlines() == every[:1] and quiet.stderr == ""
+    both = run_cli(src, out, "-q", "-v")
+    assert both.returncode == 2 and both.stderr.startswith("Error: ")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_verbose_and_quiet_work_after_every_subcommand(command: str) -> None:
+    from shardkit.cli import build_parser
+
+    parser = build_parser()
+    help_text = _help_of(parser, command)
+    assert "-v, --verbose" in help_text and "-q, --quiet" in help_text
+
+
+def _help_of(parser: argparse.ArgumentParser, command: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parser.parse_args([command, "--help"])
+    return out.getvalue()
+
+
+def test_skipped_names_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write(str(src), "cat/ok.jpg", make_corpus_jpeg(0))
+    write(str(src), "cat/\x1b[2J\u202egpj.jpg", b"not an image")
+    result = run_cli(str(src), str(tmp_path / "out"), "--workers", "1")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+    assert "  skipped cat/\\x1b[2J\\u202egpj.jpg: not an image" in result.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.builder.keys import _resolve, make_keys, path_key
+from shardkit.builder.keys import _resolve, make_keys, path_key, relative_paths
 
 
 def test_collisions_get_the_extension_then_a_counter() -> None:
@@ -36,3 +36,41 @@ def test_the_fast_path_gives_what_the_full_rules_give(paths: list[str]) -> None:
     assert keys == _resolve(paths, [path_key(p) for p in paths])
     assert len(set(keys)) == len(keys)
     assert all("." not in k.rsplit("/", 1)[-1] for k in keys)
+
+
+def test_list_paths_are_relative_to_the_root_or_to_their_common_folder() -> None:
+    inside = ["/data/lists/imgs/a/1.jpg", "/data/lists/imgs/b/2.jpg"]
+    assert relative_paths(inside, "/data/lists") == ["imgs/a/1.jpg", "imgs/b/2.jpg"]
+    outside = ["/data/lists/../imgs/class0/01600.jpg", "/data/imgs/class1/7.jpg"]
+    assert relative_paths(outside, "/data/lists") == ["class0/01600.jpg", "class1/7.jpg"]
+    urls = ["https://host.example/x/a/1.jpg", "https://host.example/x/b/2.jpg"]
+    assert relative_paths(urls, "/data/lists") == ["a/1.jpg", "b/2.jpg"]
+    assert relative_paths(urls, "https://host.example/x") == ["a/1.jpg", "b/2.jpg"]
+    hosts = ["https://one.example/a.jpg", "https://two.example/a.jpg"]
+    assert relative_paths(hosts, "/") == ["one.example/a.jpg", "two.example/a.jpg"]
+    mixed = ["/data/a.jpg", "s3://bucket/a.jpg"]
+    assert make_keys(relative_paths(mixed, "/elsewhere")) == ["data/a", "s3/bucket/a"]
+    assert relative_paths(["/data/one.jpg"], "/elsewhere") == ["one.jpg"]
+
+
+_PARTS = st.sampled_from(["a", "b", "..", ".", "c.d", "x y", ""])
+_LOCATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["/r/", "/r/s/", "/t/", "s3://bk/", "https://h/"]),
+        st.lists(_PARTS, max_size=3),
+        st.sampled_from(["1.jpg", "1.png", "2.b.jpg", "2_b.jpg"]),
+    ).map(lambda t: t[0] + "/".join([*t[1], t[2]])),
+    unique=True,
+    max_size=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(locations=_LOCATIONS, root=st.sampled_from(["/r", "/r/s", "s3://bk", "/"]))
+def test_list_keys_are_unique_and_safe_whatever_the_paths(locations: list[str], root: str) -> None:
+    keys = make_keys(relative_paths(locations, root))
+    assert len(set(keys)) == len(keys)
+    for key in keys:
+        assert key and "." not in key.rsplit("/", 1)[-1]
+        assert not key.startswith("/") and ".." not in key.split("/")
+    assert keys == make_keys(relative_paths(locations, root))

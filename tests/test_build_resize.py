@@ -5,10 +5,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest_build import make_corpus, make_png, read_samples, snapshot, write
+from conftest_build import make_corpus, make_png, read_samples, run_cli, snapshot, write
 
 import shardkit
 from shardkit import BuildOptions
@@ -191,13 +194,209 @@ def test_a_jpeg_that_does_not_decode_is_skipped_with_its_reason(tmp_path: Path) 
 def test_resizing_without_opencv_is_one_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "cv2" else real(name, *a)
-    )
+    monkeypatch.setitem(sys.modules, "cv2", None)  # what `import cv2` sees without it
     out = tmp_path / "out"
-    with pytest.raises(shardkit.ConfigError, match=r"need cv2: pip install 'shardkit\[images\]'"):
+    match = r"needs opencv-python-headless, .* pip install 'shardkit\[images\]'"
+    with pytest.raises(shardkit.ConfigError, match=match):
         shardkit.build(str(tmp_path), str(out), options=BuildOptions(resize=64))
     assert not out.exists()
+
+
+# ------------------------------------------------------------- fixed sizes and --encode
+
+
+@pytest.mark.parametrize("mode", ["center-crop", "pad"])
+def test_center_crop_and_pad_give_exactly_n_by_n(corpus: str, tmp_path: Path, mode: str) -> None:
+    out = str(tmp_path / "out")
+    options = BuildOptions(resize=40, resize_mode=mode, workers=2)
+    result = shardkit.build(corpus, out, options=options)
+    assert result.samples == 91
+    for sample in read_samples(out):
+        ext = "png" if "png" in sample else "jpg"
+        assert _size(sample[ext]) == (40, 40), sample["__key__"]
+    tf_out = str(tmp_path / "tf")
+    tf_options = BuildOptions(resize=40, resize_mode=mode, format="tfrecord")
+    shardkit.build(corpus, tf_out, options=tf_options)
+    from shardkit.formats.example import decode_example
+    from shardkit.formats.tfrecord import iter_records
+
+    with open(os.path.join(tf_out, "shard-000000.tfrecord"), "rb") as f:
+        for _, record in iter_records(f):
+            features = decode_example(record)
+            assert (features["image/width"][0], features["image/height"][0]) == (40, 40)
+            assert _size(features["image/encoded"][0]) == (40, 40)
+
+
+def test_the_readme_training_snippet_collates_fixed_size_images(
+    corpus: str, tmp_path: Path
+) -> None:
+    from torch.utils.data import DataLoader
+
+    out = str(tmp_path / "out")
+    done = run_cli(corpus, out, "--resize", "32", "--resize-mode", "center-crop", "-q")
+    assert done.returncode == 0, done.stderr
+    ds = shardkit.Dataset(out, seed=0).shuffle(100).decode("torchrgb8").to_tuple("jpg;png", "cls")
+    loader = DataLoader(ds, batch_size=16, num_workers=0)
+    shapes = [tuple(images.shape) for images, _ in loader]
+    assert sum(shape[0] for shape in shapes) == 91
+    assert {shape[1:] for shape in shapes} == {(3, 32, 32)}
+
+
+def _reference(data: bytes, mode: str, scaled: tuple[int, int], box: tuple[int, int, int]) -> Any:
+    """Full decode, antialiased bicubic resize to ``scaled``, then crop or pad (Pillow)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        image = image.convert(mode).resize(scaled, Image.Resampling.BICUBIC)
+    return _fit_box(image, box)
+
+
+def _fit_box(image: Any, box: tuple[int, int, int]) -> Any:
+    from PIL import Image
+
+    left, top, n = box
+    if image.size[0] >= n and image.size[1] >= n:
+        return image.crop((left, top, left + n, top + n))
+    canvas = Image.new(image.mode, (n, n), "black")
+    canvas.paste(image, (left, top))
+    return canvas
+
+
+def _pillow_draft(
+    data: bytes, mode: str, scaled: tuple[int, int], box: tuple[int, int, int]
+) -> bytes:
+    """What a Pillow user writes: JPEG draft, bilinear resize, crop or pad, encode."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        image.draft(mode, scaled)
+        image = image.convert(mode).resize(scaled, Image.Resampling.BILINEAR)
+    out = io.BytesIO()
+    _fit_box(image, box).save(out, format="JPEG", quality=95)
+    return out.getvalue()
+
+
+def _psnr(got: bytes, want: Any) -> float:
+    import numpy as np
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(got)).convert(want.mode)
+    diff = np.asarray(image, dtype=np.float64) - np.asarray(want, dtype=np.float64)
+    return float(10 * np.log10(255**2 / max(np.mean(diff**2), 1e-12)))
+
+
+@pytest.mark.parametrize(
+    ("size", "mode", "resize_mode", "scaled", "box"),
+    [
+        ((640, 480), "RGB", "center-crop", (299, 224), (37, 0, 224)),  # 1/2 DCT scale
+        ((300, 500), "RGB", "center-crop", (224, 373), (0, 74, 224)),  # full decode
+        ((3000, 2000), "RGB", "center-crop", (336, 224), (56, 0, 224)),  # 1/8 DCT scale
+        ((640, 480), "RGB", "pad", (224, 168), (0, 28, 224)),
+        ((300, 500), "RGB", "pad", (134, 224), (45, 0, 224)),
+        ((160, 120), "RGB", "pad", (224, 168), (0, 28, 224)),  # enlarged
+        ((640, 480), "L", "pad", (224, 168), (0, 28, 224)),  # grayscale stays grayscale
+        ((640, 480), "CMYK", "center-crop", (299, 224), (37, 0, 224)),  # Pillow's path
+    ],
+)
+def test_fixed_size_jpegs_match_pillow(
+    size: tuple[int, int],
+    mode: str,
+    resize_mode: str,
+    scaled: tuple[int, int],
+    box: tuple[int, int, int],
+) -> None:
+    from PIL import Image
+
+    from shardkit.builder.transform import transform_image
+
+    data = _photo(size, mode)
+    out, ext, got = transform_image(
+        data, "jpg", resize=224, max_side=None, quality=95, mode=resize_mode
+    )
+    assert ext == "jpg" and got == (224, 224)
+    with Image.open(io.BytesIO(out)) as image:
+        assert image.size == (224, 224) and image.mode == mode
+    want = _reference(data, mode, scaled, box)
+    # Within 1 dB of what Pillow's draft + resize + crop/pad gives (the resize test's rule).
+    assert _psnr(out, want) > _psnr(_pillow_draft(data, mode, scaled, box), want) - 1.0
+
+
+@pytest.mark.parametrize(
+    ("resize_mode", "scaled", "box"),
+    [("center-crop", (75, 30), (22, 0, 30)), ("pad", (30, 12), (0, 9, 30))],
+)
+def test_fixed_size_pngs_are_pillows_pixels(
+    resize_mode: str, scaled: tuple[int, int], box: tuple[int, int, int]
+) -> None:
+    from shardkit.builder.transform import transform_image
+
+    data = make_png(3, (300, 120))
+    out, ext, got = transform_image(
+        data, "png", resize=30, max_side=None, quality=90, mode=resize_mode
+    )
+    assert ext == "png" and got == (30, 30) == _size(out)
+    assert _psnr(out, _reference(data, "RGB", scaled, box)) > 40
+
+
+def test_encode_stores_every_image_in_one_format(corpus: str, tmp_path: Path) -> None:
+    out = str(tmp_path / "png")
+    shardkit.build(corpus, out, options=BuildOptions(encode="png", workers=2))
+    samples = read_samples(out)
+    assert len(samples) == 91 and all("png" in s and "jpg" not in s for s in samples)
+    for sample in samples[:10]:
+        with open(os.path.join(corpus, json.loads(sample["json"])["path"]), "rb") as f:
+            assert _size(f.read()) == _size(sample["png"])  # not resized
+    out = str(tmp_path / "webp")
+    done = run_cli(corpus, out, "--resize", "24", "--resize-mode", "pad", "--encode", "webp", "-q")
+    assert done.returncode == 0, done.stderr
+    samples = read_samples(out)
+    assert all(set(s) & {"jpg", "png", "webp"} == {"webp"} for s in samples)
+    assert {_size(s["webp"]) for s in samples} == {(24, 24)}
+    out = str(tmp_path / "jpg")
+    shardkit.build(corpus, out, options=BuildOptions(encode="jpg", workers=1))
+    for sample in read_samples(out):  # JPEGs keep their bytes; the PNG becomes a JPEG
+        with open(os.path.join(corpus, json.loads(sample["json"])["path"]), "rb") as f:
+            original = f.read()
+        assert ("png" not in sample) and (sample["jpg"] == original) == original.startswith(
+            b"\xff\xd8"
+        )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"resize_mode": "center-crop"}, "resize_mode='center-crop' needs resize"),
+        ({"resize_mode": "pad", "resize": 8, "max_side": 4}, "max_side does not combine"),
+        ({"resize_mode": "zoom", "resize": 8}, "resize_mode must be one of"),
+        ({"encode": "gif"}, "encode must be one of keep, jpg, png, webp"),
+    ],
+)
+def test_bad_resize_modes_and_encodings_are_config_errors(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(shardkit.ConfigError, match=re.escape(message)):
+        BuildOptions(**options)
+
+
+def test_resizing_samples_that_are_not_image_files_is_refused(corpus: str, tmp_path: Path) -> None:
+    shards = str(tmp_path / "shards")
+    shardkit.build(corpus, shards, options=BuildOptions(workers=1))
+    shard = os.path.join(shards, "shard-000000.tar")
+    for options in (
+        BuildOptions(resize=8, resize_mode="center-crop"),
+        BuildOptions(encode="png"),
+        BuildOptions(max_side=8),
+    ):
+        with pytest.raises(shardkit.ConfigError, match="a shards source packs its samples as"):
+            shardkit.build(shard, str(tmp_path / "o"), options=options)
+        with pytest.raises(shardkit.ConfigError, match="a dataset source packs its samples as"):
+            shardkit.build(_Items(), str(tmp_path / "p"), options=options)
+    assert not os.path.exists(tmp_path / "o") and not os.path.exists(tmp_path / "p")
+
+
+class _Items:
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"__key__": f"k{i}", "txt": "x"}

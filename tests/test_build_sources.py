@@ -5,11 +5,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_build import make_corpus, make_png, read_samples, run_cli, snapshot
+from conftest_build import (
+    make_corpus,
+    make_corpus_jpeg,
+    make_png,
+    read_samples,
+    run_cli,
+    snapshot,
+    write,
+)
 
 import shardkit
 from shardkit import BuildOptions
@@ -205,3 +214,87 @@ def test_python_samples_to_tfrecord_encode_images_and_keep_numbers(tmp_path: Pat
     assert [f["cls"][0] for f in features] == [i % 2 for i in range(40)]
     assert all(f["png"][0].startswith(b"\x89PNG") for f in features)
     assert features[3]["__key__"] == [b"00000003"]
+
+
+def _imgs(base: Path) -> list[str]:
+    """base/imgs/class{0,1}/0160{0..2}.jpg; returns their paths relative to base."""
+    rels = [f"imgs/class{i % 2}/{1600 + i:05d}.jpg" for i in range(3)]
+    for i, rel in enumerate(rels):
+        write(str(base), rel, make_corpus_jpeg(i))
+    return rels
+
+
+def _keys(out: str) -> list[str]:
+    return sorted(s["__key__"] for s in read_samples(out))
+
+
+def test_keys_from_list_paths_are_relative_not_mangled(tmp_path: Path) -> None:
+    rels = _imgs(tmp_path)
+    lists = tmp_path / "meta" / "lists"
+    lists.mkdir(parents=True)
+    (lists / "up.csv").write_text("path,label\n" + "".join(f"../../{r},1\n" for r in rels))
+    out = str(tmp_path / "up")
+    shardkit.build(str(lists / "up.csv"), out, options=BuildOptions(workers=1))
+    assert _keys(out) == ["class0/01600", "class0/01602", "class1/01601"]  # not __/__/imgs/...
+    absolute = "".join(f"{tmp_path / r},1\n" for r in rels)
+    (lists / "abs.csv").write_text("path,label\n" + absolute)
+    out = str(tmp_path / "abs")
+    shardkit.build(str(lists / "abs.csv"), out, options=BuildOptions(workers=1))
+    assert _keys(out) == ["class0/01600", "class0/01602", "class1/01601"]  # not tmp/pytest-...
+    (tmp_path / "beside.csv").write_text("path,label\n" + "".join(f"{r},1\n" for r in rels))
+    out = str(tmp_path / "beside")
+    shardkit.build(str(tmp_path / "beside.csv"), out, options=BuildOptions(workers=1))
+    assert _keys(out) == ["imgs/class0/01600", "imgs/class0/01602", "imgs/class1/01601"]
+
+
+def test_root_is_where_relative_paths_are_read_from_and_keys_start(tmp_path: Path) -> None:
+    rels = _imgs(tmp_path / "data")
+    (tmp_path / "list.jsonl").write_text("".join(json.dumps({"path": r}) + "\n" for r in rels))
+    out = str(tmp_path / "out")
+    done = run_cli(str(tmp_path / "list.jsonl"), out, "--root", str(tmp_path / "data"), "-q")
+    assert done.returncode == 0, done.stderr
+    assert _keys(out) == ["imgs/class0/01600", "imgs/class0/01602", "imgs/class1/01601"]
+    with open(os.path.join(out, "manifest.json")) as f:
+        assert json.load(f)["options"]["root"] == str(tmp_path / "data")
+    with pytest.raises(shardkit.ConfigError, match="root applies to a CSV/JSONL list only"):
+        shardkit.build(str(tmp_path / "data"), str(tmp_path / "o"), options=BuildOptions(root="x"))
+
+
+def test_the_same_file_listed_twice_under_two_spellings_is_an_error(tmp_path: Path) -> None:
+    rels = _imgs(tmp_path)
+    (tmp_path / "list.csv").write_text(f"path\n{rels[0]}\nimgs/../{rels[0]}\n")
+    with pytest.raises(BuildError, match=r"listed twice \(as 'imgs/class0/01600.jpg'\)"):
+        shardkit.build(str(tmp_path / "list.csv"), str(tmp_path / "out"))
+
+
+def test_a_list_whose_every_row_is_skipped_fails_with_the_reasons(tmp_path: Path) -> None:
+    (tmp_path / "list.csv").write_text("path\nmissing.jpg\nnotes.txt\n")
+    out = str(tmp_path / "out")
+    with pytest.raises(shardkit.EmptyBuildError, match="all 2 files found were skipped") as caught:
+        shardkit.build(str(tmp_path / "list.csv"), out)
+    assert caught.value.skipped == [
+        ("missing.jpg", "cannot read: No such file or directory"),
+        ("notes.txt", "not an image file (extension 'txt')"),
+    ]
+    assert not os.path.exists(out)
+    back = pickle.loads(pickle.dumps(caught.value))  # e.g. from a Ray driver
+    assert type(back) is shardkit.EmptyBuildError and back.skipped == caught.value.skipped
+    assert str(back) == str(caught.value)
+
+
+def test_second_build_in_one_process_reads_the_rewritten_input_shards(tmp_path: Path) -> None:
+    """Regression (#11): the open-stream cache outlived the build that filled it, so a
+    second inline build after the inputs were rewritten packed the old bytes."""
+    shard = str(tmp_path / "in-000000.tar")
+
+    def write_input(text: str) -> None:
+        with shardkit.ShardWriter(str(tmp_path / "in-%06d.tar")) as sink:
+            for i in range(3):
+                sink.write({"__key__": f"k{i}", "txt": f"{text}-{i}"})
+
+    write_input("old")
+    shardkit.build(shard, str(tmp_path / "a"), options=BuildOptions(workers=1, shuffle=False))
+    write_input("new!")  # another length: the offsets move too
+    shardkit.build(shard, str(tmp_path / "b"), options=BuildOptions(workers=1, shuffle=False))
+    texts = [s["txt"] for s in read_samples(str(tmp_path / "b"))]
+    assert texts == [b"new!-0", b"new!-1", b"new!-2"]

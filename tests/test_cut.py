@@ -6,7 +6,7 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.builder.assembly import Cutter
@@ -24,6 +24,12 @@ from shardkit.tools._rawsplit import RawShards, split_raw
 from shardkit.writer import ShardWriter
 
 _NO_LIMIT = 1 << 40  # BuildOptions always has both limits
+# Tar sizes are multiples of 512: limits on and around a block boundary, where an
+# off-by-one in any user of the rule shows.
+_PAYLOADS = st.one_of(st.sampled_from([0, 1, 511, 512, 513, 1024]), st.integers(0, 6000))
+_BOUNDARIES = st.integers(2, 48).flatmap(
+    lambda n: st.sampled_from([n * 512 - 1, n * 512, n * 512 + 1])
+)
 
 
 def _greedy(sizes: list[int], max_count: int | None, max_size: int | None) -> list[int]:
@@ -88,13 +94,17 @@ def _cutter(sizes: list[int], cut: Cut, chunk: int) -> list[int]:
     return [plan.samples for plan in plans]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
-    payloads=st.lists(st.integers(0, 6000), min_size=1, max_size=30),
+    payloads=st.lists(_PAYLOADS, min_size=1, max_size=30),
     max_count=st.one_of(st.none(), st.integers(1, 7)),
-    max_size=st.one_of(st.none(), st.integers(1, 25_000)),
+    max_size=st.one_of(st.none(), st.integers(1, 25_000), _BOUNDARIES),
     chunk=st.integers(1, 9),
 )
+@example(payloads=[512] * 4, max_count=None, max_size=3071, chunk=3)  # one byte short
+@example(payloads=[512] * 4, max_count=None, max_size=3072, chunk=3)  # exactly full
+@example(payloads=[512] * 4, max_count=3, max_size=None, chunk=2)
+@example(payloads=[9000, 0], max_count=None, max_size=2048, chunk=1)  # larger: stands alone
 def test_every_user_of_the_rule_cuts_the_same_sizes_the_same_way(
     payloads: list[int], max_count: int | None, max_size: int | None, chunk: int
 ) -> None:

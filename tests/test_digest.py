@@ -76,7 +76,7 @@ def test_build_records_each_digest_and_the_bytes_do_not_change(corpus: str, tmp_
         options = BuildOptions(max_count=15, workers=2, hash=name)
         shardkit.build(corpus, str(out), options=options)
         manifest = json.loads((out / "manifest.json").read_text())
-        assert manifest["options"]["hash"] == name
+        assert manifest["options"].get("hash", "sha256") == name  # sha256: as before --hash
         for entry in manifest["shards"]:
             data = (out / entry["name"]).read_bytes()
             want = None if name == "none" else f"{name}:{REFERENCE[name](data)}"
@@ -112,7 +112,7 @@ def test_an_older_sha256_manifest_reads_verifies_and_counts_as_built(
     shardkit.build(corpus, str(out), options=options)
     path = out / "manifest.json"
     manifest = json.loads(path.read_text())
-    del manifest["options"]["hash"]  # what shardkit wrote before --hash existed
+    assert "hash" not in manifest["options"]  # sha256 builds keep the fingerprint of before
     for entry in manifest["shards"]:
         entry["sha256"] = entry.pop("digest").removeprefix("sha256:")
     path.write_text(json.dumps(manifest))

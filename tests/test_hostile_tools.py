@@ -55,7 +55,7 @@ def _proc(
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TMPDIR": str(sandbox / "tmp")}
     return subprocess.run(
-        [sys.executable, "-m", "shardkit", "proc", str(shard), "-c", command, *extra],
+        [sys.executable, "-m", "shardkit", "proc", str(shard), "-e", command, *extra],
         cwd=sandbox / "cwd",
         env=env,
         capture_output=True,
@@ -155,3 +155,46 @@ def test_a_command_that_only_leaves_links_is_an_error(sandbox: Path) -> None:
     assert done.stderr.strip().splitlines()[-1].startswith("Error: ")
     assert "no files" in done.stderr
     assert not (sandbox / "cwd" / "out.tar").exists()
+
+
+def test_proc_timeout_kills_the_commands_children_too(sandbox: Path, tmp_path: Path) -> None:
+    """Regression (#12.6): only the shell was killed; its child slept on, holding the
+    output pipes open, so the run (and whatever read its output) waited for it."""
+    import time
+
+    import shardkit
+
+    shard = sandbox / "in-000000.tar"
+    with shardkit.ShardWriter(str(sandbox / "in-%06d.tar")) as sink:
+        sink.write({"__key__": "a", "txt": b"x"})
+    pids = tmp_path / "pids"
+    command = f"sleep 120 & echo $! >> {pids}; wait"
+    started = time.monotonic()
+    done = _proc(sandbox, shard, command, "--timeout", "1", "--on-error", "skip", "-o", "-")
+    assert time.monotonic() - started < 30 and done.returncode == 0, done.stderr
+    assert "timed out after 1.0 s" in done.stderr
+    child = int(pids.read_text().split()[0])
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        time.sleep(0.05)  # a killed orphan is reaped by init
+    assert not os.path.exists(f"/proc/{child}")
+
+
+def test_proc_on_a_key_holding_a_nul_byte_follows_on_error(sandbox: Path) -> None:
+    """Regression (#12.12): a ValueError traceback, even with --on-error skip."""
+    import shardkit
+
+    shard = sandbox / "in-000000.tfrecord"
+    with shardkit.ShardWriter(str(sandbox / "in-%06d.tfrecord")) as sink:
+        sink.write({"__key__": "a\0b", "txt": b"x"})
+        sink.write({"__key__": "c", "txt": b"y"})
+    out = sandbox / "out.tar"
+    done = _proc(sandbox, shard, "true", "-o", str(out), "--on-error", "skip")
+    assert done.returncode == 0, done.stderr
+    assert "NUL byte" in done.stderr and "Traceback" not in done.stderr
+    with open(out, "rb") as f:
+        assert [s["__key__"] for s in iter_samples(f)] == ["c"]
+    failed = _proc(sandbox, shard, "true", "-o", str(sandbox / "fail.tar"))
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert failed.stderr.strip().splitlines()[-1].startswith("Error: ")
+    assert "NUL byte" in failed.stderr

@@ -11,6 +11,11 @@ def test_all_is_sorted_and_every_name_exists() -> None:
     assert shardkit.__all__ == sorted(shardkit.__all__)
     for name in shardkit.__all__:
         assert hasattr(shardkit, name), name
+    from shardkit.errors import MissingDependencyError
+    from shardkit.reader import read_shard
+
+    assert shardkit.read_shard is read_shard
+    assert shardkit.MissingDependencyError is MissingDependencyError
 
 
 def test_import_is_light() -> None:

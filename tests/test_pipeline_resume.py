@@ -46,6 +46,19 @@ PIPELINES: dict[str, Callable[[str], Dataset]] = {
     "with-epoch": lambda f: Dataset(f + "/shard-{000000..000004}.tar").shuffle(4).with_epoch(50),
     "skip-handler": lambda f: Dataset(f, handler="warn").decode().to_tuple("__key__"),
     "threaded-decode": lambda f: Dataset(f).decode(threads=3).to_tuple("__key__", "cls"),
+    # with_epoch counts where it sits: here batches, after the resume point (its count is
+    # saved), and before a threaded decoder that works ahead through it.
+    "batched-with-epoch": lambda f: (
+        Dataset(f, seed=3).shuffle(4).to_tuple("__key__").batched(3, collate=None).with_epoch(17)
+    ),
+    "with-epoch-then-threads": lambda f: Dataset(f).with_epoch(45).decode(threads=3).map(_key),
+    "slice": lambda f: Dataset(f).slice(3, 30, 2).to_tuple("__key__"),
+    "slice-after-shuffle": lambda f: Dataset(f).shuffle(5).slice(20).decode(threads=2).map(_key),
+    "unbatched": lambda f: Dataset(f).shuffle(5).batched(4, collate=None).unbatched().map(_key),
+    "repeat": lambda f: Dataset(f, seed=2).shuffle(3).repeat(2).map(_key),
+    "repeat-skips-shards": lambda f: Dataset(f, shuffle_shards=True).repeat(3).map(_key),
+    "resampled": lambda f: Dataset(f, resampled=True).map(_key).with_epoch(45),
+    "shuffle-initial": lambda f: Dataset(f).shuffle(8, initial=2).map(_key),
 }
 
 
@@ -62,7 +75,7 @@ def shard_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=90, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.sampled_from(sorted(PIPELINES)), st.floats(0, 1), st.integers(0, 2))
 def test_stop_save_restore_gives_the_exact_rest(
@@ -84,6 +97,18 @@ def test_stop_save_restore_gives_the_exact_rest(
     resumed.set_epoch(epoch)  # the usual training loop does this; the position is kept
     assert _plain(head) + _plain(list(resumed)) == full
     assert _plain(list(resumed)) == next_epoch
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_each_pipeline_resumes_from_its_middle(shard_folder: str, name: str) -> None:
+    """Every stage in the contract, at least once, whatever hypothesis draws above."""
+    full = _plain(list(PIPELINES[name](shard_folder)))
+    first = PIPELINES[name](shard_folder)
+    iterator = iter(first)
+    head = [next(iterator) for _ in range(len(full) // 2)]
+    resumed = PIPELINES[name](shard_folder)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert _plain(head) + _plain(list(resumed)) == full
 
 
 def test_state_after_an_epoch_and_mismatches(shard_folder: str) -> None:
@@ -139,14 +164,26 @@ def test_resume_in_a_new_process(shard_folder: str, tmp_path: os.PathLike[str]) 
     assert _run(SCRIPT, shard_folder, "rest", "0", state_file) == full[stop:]
 
 
+LOADER_PIPELINES = {
+    "shuffled": "Dataset(folder, seed=5, node=(0, 1)).shuffle(6).decode()"
+    '.to_tuple("__key__", "cls")',
+    # per-worker stage counts: 10 batches of 2 per rank, read pass after pass
+    "with-epoch": 'Dataset(folder, seed=5, node=(0, 1)).decode().to_tuple("__key__", "cls")'
+    ".batched(2).with_epoch(10)",
+}
+
 LOADER_SCRIPT = r"""
 import json, sys
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 from shardkit import Dataset
-folder, mode, stop, state_file = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-ds = Dataset(folder, seed=5, node=(0, 1)).shuffle(6).decode().to_tuple("__key__", "cls")
-loader = StatefulDataLoader(ds, batch_size=3, num_workers=2, multiprocessing_context="fork")
+folder, mode, stop, state_file, pipeline = sys.argv[1:6]
+stop = int(stop)
+ds = eval(pipeline)
+batch_size = None if ".batched(" in pipeline else 3
+loader = StatefulDataLoader(
+    ds, batch_size=batch_size, num_workers=2, multiprocessing_context="fork"
+)
 out = []
 if mode == "rest":
     loader.load_state_dict(torch.load(state_file, weights_only=False))
@@ -161,17 +198,79 @@ print(json.dumps(out))
 
 
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata 0.11
+@pytest.mark.parametrize("name", sorted(LOADER_PIPELINES))
 def test_resume_through_stateful_dataloader_with_workers(
-    shard_folder: str, tmp_path: os.PathLike[str]
+    shard_folder: str, tmp_path: os.PathLike[str], name: str
 ) -> None:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    pipeline = LOADER_PIPELINES[name]
     state_file = os.path.join(str(tmp_path), "loader.pt")
-    ds = Dataset(shard_folder, seed=5, node=(0, 1)).shuffle(6).decode().to_tuple("__key__", "cls")
-    loader = StatefulDataLoader(ds, batch_size=3, num_workers=2, multiprocessing_context="fork")
+    ds = eval(pipeline, {"Dataset": Dataset, "folder": shard_folder})
+    batch_size = None if ".batched(" in pipeline else 3
+    loader = StatefulDataLoader(
+        ds, batch_size=batch_size, num_workers=2, multiprocessing_context="fork"
+    )
     full = [[list(k), c.tolist()] for k, c in loader]
-    assert sum(len(keys) for keys, _ in full) == 38
+    assert sum(len(keys) for keys, _ in full) == (38 if name == "shuffled" else 20)
     stop = 5
-    head = _run(LOADER_SCRIPT, shard_folder, "first", str(stop), state_file)
+    args = (shard_folder, "first", str(stop), state_file, pipeline)
+    head = _run(LOADER_SCRIPT, *args)
     assert head == full[:stop]
-    assert _run(LOADER_SCRIPT, shard_folder, "rest", "0", state_file) == full[stop:]
+    rest = _run(LOADER_SCRIPT, shard_folder, "rest", "0", state_file, pipeline)
+    assert rest == full[stop:]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_state_dict_refuses_after_dataloader_workers_read_it(
+    shard_folder: str, context: str
+) -> None:
+    """The main process's dataset does not know where its workers are: its state would
+    silently restart the epoch, so it refuses and names the way that works."""
+    from torch.utils.data import DataLoader
+
+    ds = Dataset(shard_folder, seed=5).shuffle(6).to_tuple("__key__")
+    assert ds.state_dict()["consumed"] == 0  # nothing read yet: a true state
+    loader: DataLoader[Any] = DataLoader(
+        ds, batch_size=3, num_workers=2, multiprocessing_context=context
+    )
+    for i, _ in enumerate(loader):
+        if i == 4:
+            break
+    with pytest.raises(ConfigError, match="StatefulDataLoader"):
+        ds.state_dict()
+    ds.load_state_dict(Dataset(shard_folder, seed=5).state_dict())  # a position of its own
+    assert ds.state_dict()["consumed"] == 0
+    list(ds)  # read in this process: its own position again
+    assert ds.state_dict()["done"]
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata 0.11
+def test_a_single_stream_state_in_a_loader_with_workers_names_the_way(shard_folder: str) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    ds = Dataset(shard_folder, seed=5).shuffle(6).to_tuple("__key__")
+    iterator = iter(ds)
+    next(iterator)
+    state = ds.state_dict()
+    again = Dataset(shard_folder, seed=5).shuffle(6).to_tuple("__key__")
+    again.load_state_dict(state)
+    loader = StatefulDataLoader(again, batch_size=3, num_workers=2, multiprocessing_context="fork")
+    with pytest.raises(ConfigError, match="StatefulDataLoader"):
+        list(loader)
+
+
+def test_stage_counts_are_part_of_the_state(shard_folder: str) -> None:
+    ds = Dataset(shard_folder).to_tuple("__key__").batched(2, collate=None).with_epoch(6)
+    iterator = iter(ds)
+    head = [next(iterator) for _ in range(4)]
+    state = ds.state_dict()
+    assert state["tallies"] == [4]  # four batches counted by with_epoch
+    rest = Dataset(shard_folder).to_tuple("__key__").batched(2, collate=None).with_epoch(6)
+    rest.load_state_dict(state)
+    assert len(head) + len(list(rest)) == 6
+    older = {k: v for k, v in state.items() if k != "tallies"}  # saved before stage counts
+    again = Dataset(shard_folder).to_tuple("__key__").batched(2, collate=None).with_epoch(6)
+    again.load_state_dict(older)
+    with pytest.raises(ConfigError, match="no stage counts"):
+        iter(again)

@@ -135,7 +135,10 @@ def test_handler_policies_on_a_corrupt_shard(
     with caplog.at_level(logging.WARNING):
         assert keys(list(Dataset([bad, good], handler="warn"))) == ["a", "b", "s00000", "s00001"]
     assert "link.txt" in caplog.text
-    assert keys(list(Dataset([bad, good], handler="skip"))) == ["a", "s00000", "s00001"]
+    assert keys(list(Dataset([bad, good], handler="warn_and_stop"))) == ["a", "s00000", "s00001"]
+    assert keys(list(Dataset([bad, good], handler="ignore_and_stop"))) == ["a", "s00000", "s00001"]
+    # "skip" means what it means in on_error: drop the one bad item, log it, go on.
+    assert keys(list(Dataset([bad, good], handler="skip"))) == ["a", "b", "s00000", "s00001"]
 
 
 def test_truncated_shard(tmp_path: os.PathLike[str]) -> None:
@@ -152,5 +155,5 @@ def test_truncated_shard(tmp_path: os.PathLike[str]) -> None:
     items = keys(list(Dataset(folder, handler="warn")))
     assert len(items) == 10 == len(Dataset(folder))
     assert set(items) >= {f"s{i:05d}" for i in range(5, 10)}
-    no_manifest = keys(list(Dataset(urls, handler="skip")))
+    no_manifest = keys(list(Dataset(urls, handler="warn_and_stop")))
     assert len(no_manifest) < 10 and no_manifest[-5:] == [f"s{i:05d}" for i in range(5, 10)]

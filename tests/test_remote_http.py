@@ -11,7 +11,8 @@ import pytest
 from conftest_pipeline import keys, write_shards
 from conftest_remote import Faults, cutting_proxy, faulty_server, http_service
 
-from shardkit import Dataset, StorageError, storage
+from shardkit import Dataset, StorageError, reader, storage
+from shardkit.reader import read_shard
 
 ALL = [f"s{i:05d}" for i in range(12)]
 
@@ -115,7 +116,7 @@ def test_a_stalled_connection_is_reopened_where_it_stopped(
 ) -> None:
     import tempfile
 
-    monkeypatch.setattr(storage, "_HTTP_STALL_S", 1.0)
+    monkeypatch.setattr(storage._remote, "_HTTP_STALL_S", 1.0)  # where remote reads live
     with tempfile.TemporaryDirectory() as folder:
         urls = write_shards(folder, [40], manifest=False, jpeg=True)
         data = read_bytes(urls[0])
@@ -148,6 +149,57 @@ def test_shards_stream_before_they_are_fully_sent() -> None:
         assert not faults.release.is_set()
         faults.release.set()
         assert 1 + sum(1 for _ in samples) == 200
+
+
+@pytest.mark.parametrize("ext", ["tar", "tfrecord", "tar.gz"])
+def test_cache_dir_never_keeps_a_copy_cut_between_samples(
+    tmp_path: os.PathLike[str], ext: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A chunked body (no Content-Length) that ends cleanly but early, between two
+    samples, is not cached: the next read streams the whole shard again and caches it."""
+    urls = write_shards(os.path.join(str(tmp_path), "src"), [6], ext=ext, manifest=False)
+    data = read_bytes(urls[0])
+    offsets = [s["__offset__"] for s in read_shard(urls[0])]
+    if ext == "tar.gz":
+        cut = len(data) // 2  # somewhere in the gzip stream
+    elif ext == "tfrecord":
+        cut = offsets[3] + 20  # inside record 3: a record boundary looks like an end
+    else:
+        cut = offsets[3]  # right before sample 3
+    cache = os.path.join(str(tmp_path), "cache")
+    faults = Faults(chunked=True, end_after=[cut])
+    name = "/" + os.path.basename(urls[0])
+    with faulty_server({name: data}, faults) as server:
+        url = server + name
+        first = keys(list(Dataset(url, cache_dir=cache, handler="warn")))
+        assert len(first) < 6
+        assert os.listdir(cache) == []  # no copy under any name, final or temporary
+        assert "not cached" in caplog.text
+        assert keys(list(Dataset(url, cache_dir=cache))) == [f"s{i:05d}" for i in range(6)]
+        assert read_bytes(storage.cache_path(url, cache)) == data
+        gets = len(faults.requests)
+        assert len(list(Dataset(url, cache_dir=cache))) == 6 and len(faults.requests) == gets
+
+
+def test_a_whole_shard_is_told_from_a_cut_one(tmp_path: os.PathLike[str]) -> None:
+    """The completeness rule itself, on local files: cut at a sample boundary, inside a
+    sample, before the end blocks, and whole."""
+    import io
+
+    folder = str(tmp_path)
+    for ext in ("tar", "tar.gz", "tfrecord", "tfrecord.gz"):
+        (url,) = write_shards(os.path.join(folder, ext), [5], ext=ext, manifest=False)
+        data = read_bytes(url)
+        kind = "tfrecord" if "tfrecord" in ext else "tar"
+        assert reader.holds_whole_shard(io.BytesIO(data), format=kind), ext
+        cuts = [len(data) // 2, len(data) - 1, len(data) - 600]
+        offsets = [s["__offset__"] for s in read_shard(url)][1:]
+        if ext == "tar":
+            cuts += offsets
+        elif ext == "tfrecord":
+            cuts += [offset + 13 for offset in offsets]
+        for cut in (c for c in cuts if 0 < c < len(data)):
+            assert not reader.holds_whole_shard(io.BytesIO(data[:cut]), format=kind), (ext, cut)
 
 
 def test_cache_dir_keeps_complete_copies(

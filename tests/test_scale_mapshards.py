@@ -116,7 +116,7 @@ def test_proc_cli_on_a_cluster(
 ) -> None:
     pattern = str(tmp_path / "up-%02d.tar")
     command = "tr a-z A-Z < sample.txt > sample.upper.txt"
-    argv = ["proc", *inputs, "-c", command, "-o", pattern, "-p", "2", "--engine", engine]
+    argv = ["proc", *inputs, "-e", command, "-o", pattern, "-p", "2", "--engine", engine]
     assert main([*argv, "--address", address_of(engine) or ""]) == 0
     assert "processed 25 samples, wrote 25" in capsys.readouterr().err
     samples = [s for i in range(len(inputs)) for s in read_shard(pattern % i)]

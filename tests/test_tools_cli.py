@@ -32,7 +32,7 @@ def test_every_tool_has_help_with_examples(
         ["tsv", "x.tar"],
         ["show", "no/such.tar"],
         ["convert", "no/such.tar", "-o", "y.tfrecord"],
-        ["proc", "x.tar", "-c", "true", "-o", "y.tar", "--on-error", "maybe"],
+        ["proc", "x.tar", "-e", "true", "-o", "y.tar", "--on-error", "maybe"],
         ["stats", "no/such.tar"],
         ["index", "no/such.tar"],
     ],
@@ -122,8 +122,8 @@ _FRESH_OUTPUTS = {
     "cat": ["cat", "{shard}", "-o", "new/deeper/all.tar"],
     "split": ["split", "{shard}", "-o", "new/deeper/s-%03d.tar", "--max-count", "4"],
     "convert": ["convert", "{shard}", "-o", "new/deeper/all.tfrecord"],
-    "proc": ["proc", "{shard}", "-c", "true", "-o", "new/deeper/p-%03d.tar"],
-    "proc-file": ["proc", "{shard}", "-c", "true", "-o", "new/deeper/p.tar"],
+    "proc": ["proc", "{shard}", "-e", "true", "-o", "new/deeper/p-%03d.tar"],
+    "proc-file": ["proc", "{shard}", "-e", "true", "-o", "new/deeper/p.tar"],
 }
 
 
@@ -144,7 +144,7 @@ def test_outputs_create_their_folder(tool: str, tmp_path: object) -> None:
     [
         ["cat", "{shard}", "-o", "{folder}"],
         ["convert", "{shard}", "--to", "tar", "-o", "{folder}"],
-        ["proc", "{shard}", "-c", "true", "-o", "{folder}"],
+        ["proc", "{shard}", "-e", "true", "-o", "{folder}"],
     ],
 )
 def test_an_existing_folder_as_a_file_output_is_one_line(argv: list[str], tmp_path: object) -> None:

@@ -37,8 +37,33 @@ def test_tar_to_tfrecord_to_tar_round_trips_every_field(tmp_path: object) -> Non
     back_count, _ = convert([s.url for s in shards], os.path.join(folder, "back.tar"))
     assert back_count == 14
     assert read_all([os.path.join(folder, "back.tar")]) == read_all([source])
-    for sample in read_all([shards[0].url]):
-        assert all(isinstance(v, bytes) for k, v in sample.items() if k != "__key__")
+    for sample, original in zip(read_all([shards[0].url]), data, strict=False):
+        assert sample["image/encoded"] == original["jpg"]
+        assert sample["image/format"] == b"jpeg"
+        assert sample["image/class/label"] == original["cls"]  # int64, not b"1"
+        assert isinstance(sample["image/width"], int) and isinstance(sample["json"], bytes)
+
+
+def test_round_trip_keeps_fields_the_schema_cannot_move(tmp_path: object) -> None:
+    """Fields that would not come back the same stay bytes features of their own."""
+    data = [
+        {"__key__": "a", "jpeg": b"\xff\xd8 other spelling", "cls": b"03"},
+        {"__key__": "b", "png": b"not a png", "jpg": b"second image", "cls": b" 1"},
+        {"__key__": "c", "cls": b"99999999999999999999", "json": b'{"class": 5}'},
+        {"__key__": "d", "tif": b"II*\x00", "json": b'{"path": "x/y.tif", "class": "\\u00f1"}'},
+    ]
+    source = put(os.path.join(str(tmp_path), "s.tar"), tar_bytes(data))
+    tf_file = os.path.join(str(tmp_path), "s.tfrecord")
+    convert([source], tf_file)
+    convert([tf_file], os.path.join(str(tmp_path), "back.tar"))
+    assert read_all([os.path.join(str(tmp_path), "back.tar")]) == read_all([source])
+    a, b, c, d = read_all([tf_file])
+    assert a["jpeg"] == b"\xff\xd8 other spelling" and a["cls"] == b"03"
+    assert b["image/encoded"] == b"not a png" and b["image/format"] == b"png"
+    assert "image/height" not in b and b["jpg"] == b"second image"
+    assert c["cls"] == b"99999999999999999999" and "image/class/text" not in c
+    assert d["image/format"] == b"tiff" and d["image/filename"] == b"x/y.tif"
+    assert d["image/class/text"] == "\u00f1".encode()
 
 
 def test_native_tensorflow_features_map_to_tar_fields(tmp_path: object) -> None:

@@ -183,7 +183,7 @@ def raw_tar(data: list[dict[str, str]]) -> bytes:
 def test_cli_proc_stdin_to_stdout_keeps_order(tmp_path: object) -> None:
     blob = tar_bytes(samples(4))
     done = shardkit(
-        "proc", "-", "-p", "2", "-c", "rm sample.bin; echo noise", "-o", "-", input=blob
+        "proc", "-", "-p", "2", "-e", "rm sample.bin; echo noise", "-o", "-", input=blob
     )
     assert done.returncode == 0, done.stderr
     from shardkit.formats import tar

@@ -123,6 +123,16 @@ def test_start_index_and_options_are_validated(tmp_path: os.PathLike[str]) -> No
 def test_unwritable_output_is_a_storage_error(tmp_path: os.PathLike[str]) -> None:
     from shardkit.errors import StorageError
 
-    pattern = os.path.join(str(tmp_path), "missing", "s-%06d.tar")
-    with pytest.raises(StorageError, match="missing"), ShardWriter(pattern, encode=False) as sink:
+    blocker = os.path.join(str(tmp_path), "taken")
+    with open(blocker, "w") as f:
+        f.write("a file where the folder should be")
+    pattern = os.path.join(blocker, "s-%06d.tar")
+    with pytest.raises(StorageError, match="taken"), ShardWriter(pattern, encode=False) as sink:
         sink.write({"__key__": "a", "x": b"1"})
+
+
+def test_the_folder_of_the_shards_is_created(tmp_path: os.PathLike[str]) -> None:
+    pattern = os.path.join(str(tmp_path), "out", "train", "s-%06d.tar")
+    with ShardWriter(pattern) as sink:
+        sink.write({"__key__": "a", "txt": "1"})
+    assert os.listdir(os.path.join(str(tmp_path), "out", "train")) == ["s-000000.tar"]

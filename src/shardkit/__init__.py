@@ -18,8 +18,10 @@ from .errors import (
     ConfigError,
     DataError,
     DecodeError,
+    EmptyBuildError,
     EncodeError,
     FormatError,
+    MissingDependencyError,
     ShardkitError,
     StorageError,
     TruncatedShardError,
@@ -31,9 +33,15 @@ from .writer import ShardInfo, ShardWriter
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
     from .pipeline import Dataset
+    from .reader import read_shard
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
-_LAZY = {"Dataset": ".pipeline", "ShardResult": ".mapshards", "map_shards": ".mapshards"}
+_LAZY = {
+    "Dataset": ".pipeline",
+    "ShardResult": ".mapshards",
+    "map_shards": ".mapshards",
+    "read_shard": ".reader",
+}
 
 __all__ = [
     "BuildError",
@@ -45,8 +53,10 @@ __all__ = [
     "DataError",
     "Dataset",
     "DecodeError",
+    "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "MissingDependencyError",
     "ShardInfo",
     "ShardResult",
     "ShardWriter",
@@ -58,6 +68,7 @@ __all__ = [
     "__version__",
     "build",
     "map_shards",
+    "read_shard",
 ]
 
 

@@ -15,6 +15,9 @@ def make_jpeg(rng: random.Random, label: int, *, min_side: int = 64, max_side: i
     """One synthetic JPEG whose content depends on ``label`` (a shape on a noisy field)."""
     import io
 
+    from ._optional import require
+
+    require("PIL.Image", "the demo (it draws its images)")
     from PIL import Image, ImageDraw
 
     width, height = rng.randint(min_side, max_side), rng.randint(min_side, max_side)
@@ -38,6 +41,9 @@ def make_image_folder(
     folder: str, *, count: int = 600, classes: Sequence[str] = CLASSES, seed: int = 0
 ) -> list[str]:
     """Write ``count`` JPEGs into one subfolder per class (ImageFolder layout)."""
+    from ._optional import require
+
+    require("PIL.Image", "the demo (it draws its images)")  # before any folder is made
     rng = random.Random(seed)
     for name in classes:
         os.makedirs(os.path.join(folder, name), exist_ok=True)

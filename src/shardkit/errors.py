@@ -10,15 +10,18 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
 
     ShardkitError
     ├── ConfigError (ValueError)          bad option or argument
+    │   └── MissingDependencyError (ImportError)  an optional module is not installed
     ├── DataError (ValueError)            something wrong with the data
     │   ├── FormatError                   malformed tar / TFRecord / Example
     │   │   ├── TruncatedShardError       the shard ends in the middle of a record
     │   │   └── ChecksumError             a CRC or sha256 does not match
     │   ├── DecodeError                   a field does not decode
+    │   ├── MissingFieldError (KeyError)  a sample lacks a field a stage needs
     │   └── EncodeError (also TypeError)  a value cannot be encoded
     ├── UnsafeDataError                   refusing to unpickle without opt-in
     ├── StorageError (OSError)            opening / reading / writing a URL failed
     └── BuildError                        a build cannot start or go on
+        └── EmptyBuildError               every item was skipped: nothing to pack
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ __all__ = [
     "ConfigError",
     "DataError",
     "DecodeError",
+    "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "MissingDependencyError",
+    "MissingFieldError",
     "ShardkitError",
     "StorageError",
     "TruncatedShardError",
@@ -103,6 +109,10 @@ class DecodeError(DataError):
     """A sample field could not be decoded."""
 
 
+class MissingFieldError(DataError, KeyError):
+    """A sample lacks a field that ``map_dict``, ``to_tuple`` or ``rename`` needs."""
+
+
 class EncodeError(DataError, TypeError):
     """A sample value could not be encoded (no encoder for its type or extension)."""
 
@@ -111,9 +121,35 @@ class UnsafeDataError(ShardkitError):
     """Decoding would run code from the data (pickle) and the caller did not opt in."""
 
 
+class MissingDependencyError(ConfigError, ImportError):
+    """An optional module a feature needs is not installed; the message names the extra.
+
+    Never a data error: no ``handler=`` policy sees it, whatever the policy."""
+
+
 class StorageError(ShardkitError, OSError):
     """Opening, reading or writing a URL failed."""
 
 
 class BuildError(ShardkitError):
     """A build cannot start or continue (bad source, locked output, ...)."""
+
+
+class EmptyBuildError(BuildError):
+    """A build packed no sample: every item was skipped. ``skipped`` holds
+    ``(path, reason)`` for each; the output is left without a manifest."""
+
+    def __init__(
+        self, message: str, *, skipped: list[tuple[str, str]] | None = None, url: str | None = None
+    ) -> None:
+        super().__init__(message, url=url)
+        self.skipped = list(skipped or [])
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_empty, (self.message, self.skipped, self.url))
+
+
+def _rebuild_empty(
+    message: str, skipped: list[tuple[str, str]], url: str | None
+) -> EmptyBuildError:
+    return EmptyBuildError(message, skipped=skipped, url=url)

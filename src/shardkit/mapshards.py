@@ -21,9 +21,8 @@ from typing import Any, cast
 
 from . import storage
 from .digest import DEFAULT_HASH, HashName, check_hash
-from .engines import Engine, check_engine
+from .engines import Engine, Executor, check_engine, make_executor
 from .errors import ConfigError, ShardkitError
-from .writer import ShardInfo
 
 __all__ = ["ShardResult", "map_shards"]
 
@@ -115,10 +114,12 @@ def _encoder(kind: str) -> Callable[[Mapping[str, Any]], bytes]:
         from .formats.tar import encode_sample as tar_sample
 
         return lambda sample: tar_sample(encode_sample(sample))
-    from .formats.example import sample_to_example
+    from .formats.example import encode_other_values, sample_to_example
     from .formats.tfrecord import frame_record
 
-    return lambda sample: frame_record(sample_to_example(encode_sample(sample)))
+    return lambda sample: frame_record(
+        sample_to_example(encode_other_values(sample, encode_sample))
+    )
 
 
 def _located(exc: Exception, url: str, key: str | None) -> Exception:
@@ -243,63 +244,8 @@ def _run_all(
     executor.close()
 
 
-def _executor(engine: Engine, address: str | None, workers: int | None, tasks: int) -> Any:
-    if engine != "local":
-        from .engines import make_executor
-
-        return make_executor(engine, address)
+def _executor(engine: Engine, address: str | None, workers: int | None, tasks: int) -> Executor:
     from . import config
-    from .builder.executor import InlineExecutor, ProcessExecutor
 
-    count = min(workers or config.default_workers(), tasks)
-    return ProcessExecutor(None, count) if count > 1 else InlineExecutor(None)  # type: ignore[arg-type]
-
-
-def proc_shards(
-    inputs: Any,
-    command: str,
-    output: str,
-    *,
-    engine: Engine,
-    address: str | None,
-    workers: int,
-    on_error: Any,
-    names: Any,
-    timeout: float | None,
-    storage_options: dict[str, Any] | None,
-    hash: HashName = DEFAULT_HASH,
-    on_shard: Callable[[ShardInfo], None] | None = None,
-) -> tuple[int, int, int]:
-    """``shardkit proc --engine ray|dask``: one task per input shard, ``workers`` commands at
-    a time inside each task; ``output`` is a pattern (one output shard per input).
-    Returns (samples in, out, skipped), counting only the shards processed this run."""
-    from .tools.proc import run_on_samples
-
-    urls = [inputs] if isinstance(inputs, str) else list(inputs)
-    if not all(isinstance(url, str) and url != "-" for url in urls):
-        raise ConfigError("with a cluster engine the inputs are shard URLs (not '-' or streams)")
-
-    transform = functools.partial(
-        run_on_samples,
-        command=command,
-        workers=workers,
-        on_error=on_error,
-        names=names,
-        timeout=timeout,
-    )
-    results = map_shard_streams(
-        transform,
-        urls,
-        output,
-        engine=engine,
-        address=address,
-        storage_options=storage_options,
-        hash=hash,
-    )
-    done = [r for r in results if not r.resumed]
-    if on_shard is not None:
-        for i, r in enumerate(done):
-            on_shard(ShardInfo(r.output, r.samples_out or 0, r.bytes, r.digest or "", i))
-    read = sum(r.samples_in or 0 for r in done)
-    written = sum(r.samples_out or 0 for r in done)
-    return read, written, read - written
+    count = min(workers or config.default_workers(), tasks) if engine == "local" else 1
+    return make_executor(engine, address, workers=count, preload=[__name__])

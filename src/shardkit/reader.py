@@ -24,13 +24,14 @@ from typing import Any, BinaryIO
 
 from . import storage
 from .errors import DataError, FormatError
-from .formats.tar import MAX_MEMBER_SIZE
+from .formats.tar import BLOCK, MAX_MEMBER_SIZE
 from .handlers import Handler, reraise
 from .writer import Format, format_from_name
 
 __all__ = [
     "MAX_MEMBER_SIZE",
     "detect_format",
+    "holds_whole_shard",
     "iter_shard_samples",
     "iter_stream_samples",
     "read_shard",
@@ -154,6 +155,47 @@ def read_shard(
         )
     finally:
         stream.close()
+
+
+def holds_whole_shard(stream: BinaryIO, *, format: Format) -> bool:
+    """Whether ``stream`` (a seekable file, at its start) provably holds a whole shard.
+
+    A tar archive must parse to its end-of-archive blocks (both zero blocks, then only
+    zeros); a TFRecord file must end right after a complete record; a gzipped shard
+    must also reach its gzip trailer. This decides whether a cached copy is complete
+    (:func:`shardkit.storage.open_read`). A tar cut at a member boundary fails it,
+    although readers accept such a stream; a plain TFRecord file cut exactly at a
+    record boundary cannot be told from a whole one (only a known length can).
+    """
+    source: BinaryIO = stream
+    if stream.read(2) == _GZIP_MAGIC:
+        source = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+    stream.seek(0)
+    try:
+        if format == "tar":
+            from .formats.tar import iter_members
+
+            for _ in iter_members(source, handler=_carry_on):
+                pass
+            zeros = 0  # the second end block, then padding: zeros only
+            while rest := source.read(1 << 16):
+                if rest.count(0) != len(rest):
+                    return False
+                zeros += len(rest)
+            return zeros >= BLOCK
+        from .formats.tfrecord import iter_records
+
+        for _ in iter_records(source, verify=False):
+            pass
+        while source.read(1 << 16):  # a gzip stream must reach its trailer
+            pass
+        return True
+    except (DataError, *_GZIP_ERRORS):
+        return False
+
+
+def _carry_on(exc: Exception) -> bool:
+    return True
 
 
 def _peek_gzip(stream: BinaryIO) -> bool:

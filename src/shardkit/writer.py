@@ -117,6 +117,34 @@ class _Sink:
         self._emit(self._crc.to_bytes(4, "little") + (self._raw & 0xFFFFFFFF).to_bytes(4, "little"))
 
 
+_WEBDATASET_NAMES = {"maxcount": "max_count", "maxsize": "max_size", "start_shard": "start_index"}
+_WEBDATASET_WAYS = {
+    "post": "pass on_shard=fn: it gets a ShardInfo (url, samples, bytes, sha256) per shard",
+    "opener": "pass a URL (s3://, gs://, ...) and storage_options=",
+    "verbose": "shardkit logs through logging.getLogger('shardkit')",
+}
+
+
+def _webdataset_options(
+    given: Mapping[str, Any], max_count: int | None, max_size: Size | None, start: int
+) -> tuple[Any, Any, Any]:
+    """``ShardWriter(maxcount=, maxsize=, start_shard=)``: webdataset's names."""
+    ours: dict[str, Any] = {"max_count": max_count, "max_size": max_size, "start_index": start}
+    defaults = {"max_count": WRITER_MAX_COUNT, "max_size": WRITER_MAX_SIZE, "start_index": 0}
+    for name, value in given.items():
+        if name in _WEBDATASET_WAYS:
+            raise ConfigError(f"ShardWriter() has no {name}= argument: {_WEBDATASET_WAYS[name]}")
+        if name not in _WEBDATASET_NAMES:
+            raise ConfigError(f"ShardWriter() has no {name}= argument")
+        own = _WEBDATASET_NAMES[name]
+        if ours[own] != defaults[own]:
+            raise ConfigError(f"ShardWriter() takes one of {own}= and {name}=, not both")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # webdataset's maxcount=1e5 (a size takes floats anyway)
+        ours[own] = value
+    return ours["max_count"], ours["max_size"], ours["start_index"]
+
+
 class ShardWriter:
     """Write samples to ``pattern % index`` shards (tar or TFRecord, optionally gzipped).
 
@@ -125,9 +153,13 @@ class ShardWriter:
     ...         sink.write(sample)
 
     ``encode=True`` (the default) runs :func:`shardkit.codecs.encode_sample` on each sample,
-    so values may be ints, str, dicts (json), numpy arrays and images as well as bytes.
+    so values may be ints, str, dicts (json), numpy arrays and images as well as bytes. For
+    TFRecord, bytes, str, numbers and lists become features as they are (an int is an int64
+    feature: :mod:`shardkit.formats.example`); only the other values, and fields ending in
+    ``.gz``, go through the codecs.
     ``on_shard`` is called with a :class:`ShardInfo` as each shard is committed; ``hash``
     names the algorithm of its digest (:mod:`shardkit.digest`, ``"none"`` to skip it).
+    webdataset's ``maxcount=``, ``maxsize=`` and ``start_shard=`` are the same options.
     """
 
     def __init__(
@@ -143,9 +175,14 @@ class ShardWriter:
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
         hash: HashName = DEFAULT_HASH,
+        **webdataset: Any,
     ) -> None:
-        self.cut = Cut(max_count, max_size)
-        self.hash = check_hash(hash)  # the trailer is in each size projected
+        if webdataset:
+            max_count, max_size, start_index = _webdataset_options(
+                webdataset, max_count, max_size, start_index
+            )
+        self.cut = Cut(max_count, max_size)  # the trailer is in each size projected
+        self.hash = check_hash(hash)
         if start_index < 0:
             raise ConfigError(f"start_index must be >= 0, not {start_index}")
         shard_name(pattern, start_index)  # validates the placeholder
@@ -173,17 +210,21 @@ class ShardWriter:
     def _encode(self, sample: Mapping[str, Any]) -> tuple[str, bytes]:
         if not isinstance(sample, Mapping):
             raise EncodeError(f"a sample must be a dict, not {type(sample).__name__}")
-        if self.encode:
-            from .codecs import encode_sample
-
-            sample = encode_sample(sample)
         key = sample.get("__key__")
         if self.format == "tar":
+            if self.encode:
+                from .codecs import encode_sample
+
+                sample = encode_sample(sample)
             data = tar.encode_sample(sample)
         else:
             from .formats import tfrecord
-            from .formats.example import sample_to_example
+            from .formats.example import encode_other_values, sample_to_example
 
+            if self.encode:
+                from .codecs import encode_sample
+
+                sample = encode_other_values(sample, encode_sample)
             if not isinstance(key, str) or not key:
                 raise EncodeError("every sample needs a non-empty str __key__")
             data = tfrecord.frame_record(sample_to_example(sample))
@@ -196,6 +237,7 @@ class ShardWriter:
     # -- shard lifecycle
     def _open(self) -> _Sink:
         self._url = shard_name(self.pattern, self._index)
+        # A fresh out/ folder is created, as build does (AtomicFile makes a file's folder).
         file = storage.open_atomic(self._url, storage_options=self.storage_options, hash=self.hash)
         self._sink = _Sink(file, self.compress)
         self._count = 0

@@ -43,6 +43,9 @@ def build(
 
     Rerunning an interrupted build with the same arguments resumes it; the output is the
     same bytes whatever the number of workers and however often it was interrupted.
+    Items that cannot be packed are skipped and reported (``BuildResult.skipped``); when
+    every item is skipped, :class:`~shardkit.errors.EmptyBuildError` is raised and no
+    manifest is written.
     Worker processes use the ``forkserver`` start method: a script that calls this must
     guard its entry point with ``if __name__ == "__main__":``.
     """

@@ -6,13 +6,14 @@ import os
 from typing import Any
 
 from .. import config
+from ..engines import warm_up
 from ..errors import BuildError, ConfigError
-from .executor import warm_up
 from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
 from .sources import Listing, list_image_folder
 from .store import LocalStore
+from .worker import WORKER_MODULE
 
 __all__ = ["build", "list_source"]
 
@@ -38,10 +39,21 @@ def build(
         from .transform import check_available
 
         check_available()
+    if options.engine != "local":  # before anything is listed or written
+        from ..engines import check_reachable
+
+        check_reachable(options.engine, options.address)
     if (options.workers or config.default_workers()) > 1:
         # The worker server boots while the source is listed.
-        warm_up(("cv2", "simplejpeg", "PIL.Image") if options.transforms else ())
+        images = ("cv2", "simplejpeg", "PIL.Image") if options.transforms else ()
+        warm_up((WORKER_MODULE, *images))
     listing = list_source(source, out_path, options, to_sample)
+    if options.transforms and listing.kind not in ("image_folder", "table"):
+        raise ConfigError(
+            "resize, max_side and encode apply to image files (a folder or a CSV/JSONL list); "
+            f"a {listing.kind} source packs its samples as they are: transform them in "
+            "to_sample, or with shardkit proc / map_shards"
+        )
     if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
         from .store import ObjectStore
 
@@ -69,9 +81,12 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
         path = storage.local_path(path)
     remote = "://" in path
     lower = path.lower()
-    if lower.endswith(_TABLE_EXTENSIONS) and "{" not in path:
+    table = lower.endswith(_TABLE_EXTENSIONS) and "{" not in path
+    if options.root is not None and not table:
+        raise ConfigError("root applies to a CSV/JSONL list only")
+    if table:
         if not remote and not os.path.isfile(path):
-            raise BuildError("no such file", url=path)
+            raise BuildError(_not_a_file(path), url=path)
         from .tables import list_table
 
         return list_table(path, options)
@@ -104,6 +119,15 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
         "or shards (.tar, .tfrecord)",
         url=path,
     )
+
+
+def _not_a_file(path: str) -> str:
+    from .walk import file_kind
+
+    try:
+        return f"not a regular file ({file_kind(os.stat(path).st_mode)})"
+    except OSError as exc:
+        return "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read: {exc}"
 
 
 def _check_not_inside(out: str, source: str) -> None:

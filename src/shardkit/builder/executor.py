@@ -1,193 +1,22 @@
-"""Where tasks run: a tiny executor interface, a local process pool, and in-process.
-
-An executor has ``submit(fn, task) -> concurrent.futures.Future``, ``progress()`` (the
-progress counts workers sent since the last call) and ``close()``. That is all the driver
-uses, so a Ray or Dask engine slots in by wrapping their futures (Dask's
-``Client.get_executor()`` is a ``concurrent.futures.Executor``; a Ray ``ObjectRef`` has
-``.future()``).
-
-The local pool uses the ``forkserver`` start method. ``fork`` starts fastest, but it
-copies whatever the calling process holds (threads of torch, tqdm or a user's program,
-open locks, a large dataset in memory) and is unsafe with threads (Python 3.12 warns, 3.14
-no longer defaults to it on Linux). ``forkserver`` forks workers from a small clean server
-process that has already imported shardkit, so it starts almost as fast as ``fork`` and
-makes tasks self-contained: everything a worker needs arrives pickled, exactly what a
-Ray or Dask worker will need too.
-
-A worker exits as soon as the driver process dies (a thread waits on a pidfd of the
-driver), so ``kill -9`` of a build leaves no orphan still writing. Without that, pool
-workers of a killed parent wait forever: each holds both ends of its task queue, and the
-forkserver stays alive for as long as its children do.
-"""
+"""Where build tasks run: moved to :mod:`shardkit.engines` (one factory for the local
+pool, inline, Ray and Dask). The names stay importable from here."""
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import os
-import queue
-import select
-import sys
-import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any, Protocol, TypeVar
-
-from . import worker
-
-__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "warm_up"]
-
-T = TypeVar("T")
-R = TypeVar("R")
-Counts = tuple[int, int, int]
-
-
-class Executor(Protocol):
-    """Runs tasks somewhere and reports progress counts."""
-
-    workers: int
-
-    def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]: ...
-
-    def progress(self) -> list[Counts]: ...
-
-    def close(self, *, cancel: bool = False) -> None: ...
-
-
-class InlineExecutor:
-    """Runs each task in the calling process when it is submitted."""
-
-    workers = 1
-
-    def __init__(self, context: worker.WorkerContext) -> None:
-        self._counts: list[Counts] = []
-        worker.init_worker(context, self._report)
-
-    def _report(self, samples: int, nbytes: int, skipped: int) -> None:
-        self._counts.append((samples, nbytes, skipped))
-
-    def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
-        future: Future[R] = Future()
-        try:
-            future.set_result(fn(arg))
-        except Exception as exc:
-            future.set_exception(exc)
-        return future
-
-    def progress(self) -> list[Counts]:
-        counts, self._counts = self._counts, []
-        return counts
-
-    def close(self, *, cancel: bool = False) -> None:
-        worker.init_worker(None, None)
-
-
-_queue: Any = None
-
-
-def _report_to_queue(samples: int, nbytes: int, skipped: int) -> None:
-    _queue.put((samples, nbytes, skipped))
-
-
-def _init_process(context: worker.WorkerContext, progress_queue: Any, driver: int) -> None:
-    global _queue
-    _exit_with(driver)
-    _queue = progress_queue
-    worker.init_worker(context, _report_to_queue)
-
-
-def _exit_with(pid: int) -> None:
-    """Exit this process as soon as process ``pid`` (the driver) ends."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        os._exit(1)
-    except (AttributeError, OSError):  # not Linux >= 5.3: poll instead
-        fd = -1
-    threading.Thread(target=_watch, args=(pid, fd), name="shardkit-watch", daemon=True).start()
-
-
-def _watch(pid: int, fd: int) -> None:
-    if fd >= 0:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        while not poller.poll():
-            pass
-        os._exit(1)
-    while True:
-        time.sleep(1.0)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            os._exit(1)
-        except PermissionError:
-            pass
-
-
-UNGUARDED_SCRIPT = (
-    "a worker process importing your script started a build again: put the call to "
-    "shardkit.build under `if __name__ == '__main__':`"
+from ..engines import (
+    Executor,
+    InlineExecutor,
+    ProcessExecutor,
+    check_not_bootstrapping,
+    warm_up,
 )
-_PRELOAD = ["__main__", "shardkit.builder.worker"]
+from ..engines._local import UNGUARDED_SCRIPT
 
-
-def check_not_bootstrapping() -> None:
-    """Stop a worker process that, while importing the user's script (as forkserver and
-    spawn children do), reaches a build again: the script has no ``if __name__ ==
-    "__main__":`` guard. Without this, every worker prints a page of multiprocessing
-    traceback. The worker's last words are one line on stderr (the only place a process
-    being bootstrapped can say it); the driver then reports the dead workers."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        sys.stderr.write(f"shardkit: {UNGUARDED_SCRIPT}\n")
-        sys.stderr.flush()
-        os._exit(1)
-
-
-def warm_up(preload: tuple[str, ...] = ()) -> None:
-    """Start the forkserver now (it imports shardkit, and ``preload``, in the background),
-    so that the pool starts in milliseconds once the source is listed and every worker
-    inherits those imports instead of paying for them."""
-    from multiprocessing import forkserver
-
-    check_not_bootstrapping()
-    multiprocessing.get_context("forkserver").set_forkserver_preload([*_PRELOAD, *preload])
-    forkserver.ensure_running()
-
-
-class ProcessExecutor:
-    """A local pool of ``workers`` processes (forkserver), progress through one queue."""
-
-    def __init__(self, context: worker.WorkerContext, workers: int) -> None:
-        check_not_bootstrapping()
-        mp = multiprocessing.get_context("forkserver")
-        mp.set_forkserver_preload(_PRELOAD)
-        self.workers = workers
-        self._queue = mp.Queue()
-        self._pool = ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=mp,
-            initializer=_init_process,
-            initargs=(context, self._queue, os.getpid()),
-        )
-
-    def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
-        return self._pool.submit(fn, arg)
-
-    def progress(self) -> list[Counts]:
-        counts: list[Counts] = []
-        with contextlib.suppress(queue.Empty):
-            while True:
-                counts.append(self._queue.get_nowait())
-        return counts
-
-    def close(self, *, cancel: bool = False) -> None:
-        if cancel:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            processes = getattr(self._pool, "_processes", None) or {}
-            for process in list(processes.values()):
-                with contextlib.suppress(Exception):
-                    process.terminate()
-        self._pool.shutdown(wait=True, cancel_futures=cancel)
-        self._queue.close()
-        self._queue.join_thread()
+__all__ = [
+    "UNGUARDED_SCRIPT",
+    "Executor",
+    "InlineExecutor",
+    "ProcessExecutor",
+    "check_not_bootstrapping",
+    "warm_up",
+]

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..digest import entry_digest
 from ..errors import BuildError
-from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal, upgrade_header
+from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from .manifest import MANIFEST_NAME, ShardRecord, read_manifest
 from .options import BuildOptions
 from .store import LocalStore, ObjectStore
@@ -112,6 +112,6 @@ class OutputFolder:
 def _same_build(manifest: dict[str, Any], identity: dict[str, Any]) -> bool:
     source = manifest.get("source", {})
     return bool(
-        upgrade_header(manifest).get("options") == identity["options"]
+        manifest.get("options") == identity["options"]
         and {k: source.get(k) for k in identity["source"]} == identity["source"]
     )

@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..errors import BuildError, StorageError
-from .options import upgrade_options
 from .store import LocalStore, ObjectStore
 from .worker import PartInfo, TaskResult
 
@@ -41,7 +40,6 @@ __all__ = [
     "LOCK_NAME",
     "Journal",
     "output_lock",
-    "upgrade_header",
 ]
 
 LOCK_NAME = ".shardkit-build.lock"
@@ -108,7 +106,7 @@ class Journal:
         records = self._log.read()
         if records is None:
             return False
-        if upgrade_header(records[0]) != self.header:
+        if records[0] != self.header:
             raise BuildError(
                 "the output holds an interrupted build with different options or "
                 "inputs; rerun with the same ones to resume, or use --overwrite",
@@ -291,15 +289,6 @@ def _ends_with_newline(path: str) -> bool:
     with open(path, "rb") as f:
         f.seek(-1, os.SEEK_END)
         return f.read(1) == b"\n"
-
-
-def upgrade_header(header: dict[str, Any]) -> dict[str, Any]:
-    """A journal header or manifest written by an older shardkit, with the options it
-    did not have yet set to what it did (:func:`.options.upgrade_options`)."""
-    options = header.get("options")
-    if isinstance(options, dict):
-        return {**header, "options": upgrade_options(options)}
-    return header
 
 
 def _digest(value: object) -> str:

@@ -6,15 +6,21 @@ stem become ``_`` (``a.b.jpg`` -> ``a_b``). Two files that would get the same ke
 and ``a.png``; ``a.b.jpg`` and ``a_b.jpg``) are told apart deterministically: first by
 adding the extension (``a_jpg``, ``a_png``), then, if that still collides, a counter
 (``_2``, ``_3``, ...) in sorted path order. Spaces and non-ASCII letters are kept.
+
+The paths of a CSV/JSONL list become keys through :func:`relative_paths`: relative to the
+list's root folder when every listed file lies inside it, else relative to the deepest
+folder that holds them all (so ``../imgs/a.jpg`` never becomes ``__/imgs/a``, and an
+absolute path or a URL does not drag its whole prefix or its host into the key).
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["make_keys", "path_key"]
+__all__ = ["make_keys", "path_key", "relative_paths"]
 
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
@@ -93,3 +99,36 @@ def _resolve(paths: Sequence[str], base: list[str]) -> list[str]:
         keys[i] = key
         taken.add(key)
     return keys
+
+
+def relative_paths(locations: Sequence[str], root: str) -> list[str]:
+    """Each location relative to ``root`` if all lie inside it, else to their common folder.
+
+    Locations and ``root`` are absolute: a local path (``/data/a.jpg``) or a URL
+    (``s3://bucket/a.jpg``; the host is the first folder). ``.`` and ``..`` are resolved
+    first, by name. Distinct locations give distinct paths (feed them to :func:`make_keys`).
+    """
+    parts = [_components(loc) for loc in locations]
+    base = _components(root)
+    if not all(len(p) > len(base) and p[: len(base)] == base for p in parts):
+        base = _common_folder(parts)
+    return ["/".join(p[len(base) :]) for p in parts]
+
+
+def _components(location: str) -> list[str]:
+    """``["s3", "bucket", "a", "b.jpg"]`` for ``s3://bucket/a/b.jpg``; ``["", ...]`` local."""
+    match = _SCHEME.match(location)
+    scheme, path = (match.group()[:-3], location[match.end() :]) if match else ("", location)
+    path = posixpath.normpath("/" + path.replace("\\", "/"))
+    return [scheme, *(p for p in path.split("/") if p)]
+
+
+def _common_folder(parts: list[list[str]]) -> list[str]:
+    """The longest leading components that every path's folder shares."""
+    common = parts[0][:-1] if parts else []
+    for p in parts[1:]:
+        n = 0
+        while n < len(common) and n < len(p) - 1 and common[n] == p[n]:
+            n += 1
+        del common[n:]
+    return common

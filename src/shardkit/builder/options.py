@@ -7,19 +7,40 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..digest import DEFAULT_HASH, HashName, check_hash
+from ..engines import Engine, check_engine
 from ..errors import ConfigError
 from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE, Cut
 from ..formats.tar import END_OF_ARCHIVE
+from ..handlers import OnError, check_on_error
 from ..units import Size
 
-__all__ = ["BuildOptions", "OnError", "OutputFormat", "ValidateMode", "upgrade_options"]
+__all__ = [
+    "BuildOptions",
+    "EncodeFormat",
+    "OnError",
+    "OutputFormat",
+    "ResizeMode",
+    "ValidateMode",
+]
 
 OutputFormat = Literal["tar", "tfrecord"]
 ValidateMode = Literal["none", "header", "full"]
-OnError = Literal["skip", "fail"]
+ResizeMode = Literal["keep-ratio", "center-crop", "pad"]
+EncodeFormat = Literal["keep", "jpg", "png", "webp"]
+RESIZE_MODES: tuple[ResizeMode, ...] = ("keep-ratio", "center-crop", "pad")
+ENCODE_FORMATS: tuple[EncodeFormat, ...] = ("keep", "jpg", "png", "webp")
 
 # Options that do not change the output bytes: they are left out of the stored fingerprint.
 _RUN_ONLY = frozenset({"workers", "overwrite", "engine", "address"})
+# Options added after the first release: left out of the fingerprint at their default, so
+# a dataset or an interrupted build from before them is still recognised as the same.
+# ``hash``: builds from before it hashed with sha256, so that value is the one left out.
+_LATER_DEFAULTS: dict[str, Any] = {
+    "resize_mode": "keep-ratio",
+    "encode": "keep",
+    "root": None,
+    "hash": "sha256",
+}
 _PREFIX_FORBIDDEN = frozenset("/\\\0")
 
 
@@ -30,11 +51,17 @@ class BuildOptions:
     ``max_size`` accepts an int, a float (``1e9``) or a size string (``"100MB"``,
     ``"1GiB"``); shards are cut by :class:`~shardkit.formats.cut.Cut`. ``workers``
     ``None`` means every usable core. ``resize`` scales the shorter side to that many
-    pixels; ``max_side`` shrinks images whose longer side is larger; both re-encode in
-    the workers (``quality`` applies to JPEG and WebP). ``path_column`` and
-    ``label_column`` name the columns of a CSV/JSONL list. ``hash`` is the algorithm of
-    each shard's digest in the manifest (:mod:`shardkit.digest`: ``blake3``, ``sha256``,
-    ``xxh3-128`` or ``none``); it never changes the shards' bytes.
+    pixels (``resize_mode="keep-ratio"``), or gives exactly ``resize`` x ``resize``
+    pixels: ``"center-crop"`` scales the shorter side and crops the middle,
+    ``"pad"`` scales the longer side and pads with zeros; ``max_side`` shrinks images
+    whose longer side is larger; ``encode`` stores every image as ``jpg``, ``png`` or
+    ``webp`` (``keep``: JPEG and WebP stay, other resized images become PNG). These
+    decode and re-encode in the workers (``quality`` applies to JPEG and WebP).
+    ``path_column`` and ``label_column`` name the columns of a CSV/JSONL list; ``root``
+    is the folder its relative paths are read from and its keys are relative to (default:
+    the list's folder). ``hash`` is the algorithm of each shard's digest in the manifest
+    (:mod:`shardkit.digest`: ``blake3``, ``sha256``, ``xxh3-128`` or ``none``); it never
+    changes the shards' bytes.
     """
 
     format: OutputFormat = "tar"
@@ -47,12 +74,15 @@ class BuildOptions:
     validate: ValidateMode = "header"
     resize: int | None = None
     max_side: int | None = None
+    resize_mode: ResizeMode = "keep-ratio"
+    encode: EncodeFormat = "keep"
     quality: int = 90
     on_error: OnError = "skip"
     overwrite: bool = False
     path_column: str = "path"
     label_column: str | None = "label"
-    engine: Literal["local", "ray", "dask"] = "local"  # where tasks run (docs/scaling.md)
+    root: str | None = None
+    engine: Engine = "local"  # where tasks run (docs/scaling.md)
     address: str | None = None  # the Ray/Dask cluster (None: start a local one)
     hash: HashName = DEFAULT_HASH
 
@@ -61,13 +91,18 @@ class BuildOptions:
         object.__setattr__(self, "max_size", Cut(self.max_count, self.max_size).max_size)
         _choice("format", self.format, ("tar", "tfrecord"))
         _choice("validate", self.validate, ("none", "header", "full"))
-        _choice("on_error", self.on_error, ("skip", "fail"))
+        check_on_error(self.on_error)
+        _choice("resize_mode", self.resize_mode, RESIZE_MODES)
+        _choice("encode", self.encode, ENCODE_FORMATS)
         if self.workers is not None:
             _positive_int("workers", self.workers)
         for name in ("resize", "max_side"):
             value = getattr(self, name)
             if value is not None:
                 _positive_int(name, value)
+        _check_resize_mode(self.resize_mode, self.resize, self.max_side)
+        if self.root is not None and (not isinstance(self.root, str) or not self.root):
+            raise ConfigError(f"root must be a folder path or URL, not {self.root!r}")
         if isinstance(self.quality, bool) or not isinstance(self.quality, int):
             raise ConfigError(f"quality must be an int from 1 to 100, not {self.quality!r}")
         if not 1 <= self.quality <= 100:
@@ -76,8 +111,6 @@ class BuildOptions:
             raise ConfigError(f"seed must be an int, not {self.seed!r}")
         _check_prefix(self.prefix)
         check_hash(self.hash)
-        from ..engines import check_engine
-
         check_engine(self.engine, self.address)
         if not isinstance(self.shuffle, bool):
             raise ConfigError(f"shuffle must be True or False, not {self.shuffle!r}")
@@ -99,8 +132,8 @@ class BuildOptions:
 
     @property
     def transforms(self) -> bool:
-        """Whether images are decoded and re-encoded (``resize`` or ``max_side``)."""
-        return self.resize is not None or self.max_side is not None
+        """Whether images may be decoded and re-encoded (``resize``, ``max_side``, ``encode``)."""
+        return self.resize is not None or self.max_side is not None or self.encode != "keep"
 
     @property
     def extension(self) -> str:
@@ -112,23 +145,28 @@ class BuildOptions:
             field.name: getattr(self, field.name)
             for field in dataclasses.fields(self)
             if field.name not in _RUN_ONLY
+            and not (
+                field.name in _LATER_DEFAULTS
+                and getattr(self, field.name) == _LATER_DEFAULTS[field.name]
+            )
         }
-
-
-# What an older shardkit did for options it did not have yet.
-_BEFORE = {"hash": "sha256"}
-
-
-def upgrade_options(stored: dict[str, Any]) -> dict[str, Any]:
-    """Options stored (journal, manifest) by an older shardkit, with the values it used
-    for options it did not have yet: such a build resumes, or is found complete, as the
-    same build when asked for with those values."""
-    return {**_BEFORE, **stored}
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+def _check_resize_mode(mode: str, resize: int | None, max_side: int | None) -> None:
+    if mode == "keep-ratio":
+        return
+    if resize is None:
+        raise ConfigError(f"resize_mode={mode!r} needs resize (the side of the square)")
+    if max_side is not None:
+        raise ConfigError(
+            f"max_side does not combine with resize_mode={mode!r}: the output is already "
+            f"{resize} x {resize}"
+        )
 
 
 def _positive_int(name: str, value: object) -> None:

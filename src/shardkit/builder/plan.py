@@ -91,7 +91,9 @@ def _tar_estimate(item: Item, classes: list[str]) -> int:
 
 
 def _tfrecord_estimate(item: Item, classes: list[str]) -> int:
-    return item.size + len(item.key) + 2 * len(str(item.ref)) + _TFRECORD_OVERHEAD
+    # A list's other columns become features: about as many bytes as their JSON text.
+    extra = len(item.meta.encode("utf-8", "surrogateescape")) if item.meta else 0
+    return item.size + len(item.key) + 2 * len(str(item.ref)) + _TFRECORD_OVERHEAD + extra
 
 
 def estimator(options: BuildOptions, classes: list[str]) -> Callable[[Item], int]:

@@ -33,10 +33,10 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from .. import config
-from ..errors import BuildError
+from ..engines import Executor, make_executor
+from ..errors import BuildError, EmptyBuildError
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
 from .commit import COMMIT_THREADS, Renamer
-from .executor import Executor, InlineExecutor, ProcessExecutor
 from .folder import OutputFolder
 from .journal import Journal, output_lock
 from .manifest import MANIFEST_NAME, ShardRecord, make_manifest, write_manifest
@@ -45,7 +45,7 @@ from .plan import CHUNK, Task, chunk_items, chunk_stream, cut_tasks, estimator, 
 from .results import BuildProgress, BuildResult, ProgressFn
 from .sources import Listing
 from .store import LocalStore, ObjectStore
-from .worker import TaskResult, WorkerContext, init_worker, run_task
+from .worker import WORKER_MODULE, TaskResult, WorkerContext, init_worker, run_task
 
 __all__ = ["run_build"]
 
@@ -159,9 +159,11 @@ class _Driver:
         workers = self.options.workers or config.default_workers()
         if pending is not None:
             workers = min(workers, pending)
-        if workers <= 1 or not self.listing.splittable or not _picklable(context):
-            return InlineExecutor(context)
-        return ProcessExecutor(context, workers)
+        if workers > 1 and (not self.listing.splittable or not _picklable(context)):
+            workers = 1  # in this process
+        return make_executor(
+            "local", workers=workers, init=init_worker, context=context, preload=[WORKER_MODULE]
+        )
 
     def _execute(self, tasks: Iterator[Task], count: int | None) -> None:
         assembler = self.committer if isinstance(self.committer, WorkerAssembler) else None
@@ -274,6 +276,8 @@ class _Driver:
             "resumed_tasks": self.resumed,
         }
         shards = self.committer.shards
+        if not any(shard.samples for shard in shards):
+            self._nothing_packed(skipped)
         manifest = make_manifest(
             identity=self.identity,
             shards=shards,
@@ -289,6 +293,15 @@ class _Driver:
         self.journal.remove()
         self.folder.remove_strays()
         return self._result(shards, skipped, resumed=self.resumed)
+
+    def _nothing_packed(self, skipped: list[tuple[str, str]]) -> None:
+        """Leave OUT without a manifest, journal or parts, so a rerun starts afresh; raise."""
+        self.journal.remove()
+        self.journal.done.clear()
+        self.folder.remove_strays()
+        what = f"all {len(skipped)} items were skipped" if skipped else "the source has no items"
+        message = f"no sample was packed: {what}; nothing was written"
+        raise EmptyBuildError(message, skipped=skipped, url=self.store.url)
 
     def _result(
         self, shards: list[ShardRecord], skipped: list[tuple[str, str]], resumed: int
@@ -322,16 +335,11 @@ def _result_of(future: Future[R]) -> R:
 def _cluster_executor(options: BuildOptions, listing: Listing, ctx: WorkerContext) -> Executor:
     from dataclasses import replace
 
-    from ..engines import make_executor
-
     if not listing.splittable or not _picklable(ctx):
         raise BuildError(f"engine={options.engine!r} needs a source that pickles and splits")
     if isinstance(ctx.store, LocalStore):  # cluster workers have their own cwd
         ctx = replace(ctx, store=LocalStore(os.path.abspath(ctx.store.root), hash=ctx.store.hash))
-    executor: Executor = make_executor(
-        options.engine, options.address, init=init_worker, context=ctx
-    )
-    return executor
+    return make_executor(options.engine, options.address, init=init_worker, context=ctx)
 
 
 def _picklable(context: WorkerContext) -> bool:

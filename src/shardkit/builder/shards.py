@@ -7,40 +7,41 @@ it first). Remote shards (s3, gs, http with range requests) are listed by stream
 them through the driver once; workers then fetch samples with ranged reads (256 KiB
 read-ahead, so a ``--no-shuffle`` pass reads each shard nearly sequentially).
 
-Samples keep their keys and fields. Between formats, the conventional image fields are
-translated: a tar sample's image (``jpg``, ``png``, ...), ``cls`` and ``json`` become
-``image/encoded``, ``image/format``, ``image/class/label``, ``image/filename`` (plus
-``image/height`` and ``image/width`` from the image header) in a ``tf.train.Example``, and
-back. Other fields pass through under their own names.
+Samples keep their keys and fields. Between formats, samples are laid out in the shardkit
+TFRecord schema (:mod:`shardkit.formats.tfschema`, the same as ``convert``'s): a tar
+sample's image, ``cls`` and ``json`` become ``image/encoded``, ``image/format``,
+``image/height``, ``image/width``, ``image/class/label``, ``image/filename`` and
+``image/class/text`` in a ``tf.train.Example``, and back.
 """
 
 from __future__ import annotations
 
 import atexit
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .. import config, storage
-from ..codecs import image_extension, normalize_image_extension
 from ..errors import BuildError, DataError
+from ..formats import tfschema
 from ..reader import detect_format, iter_stream_samples, read_shard
 from .sources import Item, Listing
 from .store import endpoint_options
 
 __all__ = ["ShardSource", "list_shards"]
 
-_TF_FORMAT = {"jpg": "jpeg", "tif": "tiff"}
-_FROM_TF_FORMAT = {"jpeg": "jpg", "jpg": "jpg", "tiff": "tif"}
-_open: dict[str, BinaryIO] = {}  # per worker process: the last few shards read
+# Per worker process, for one build run: the last few input shards read, keyed by URL and
+# the version the listing saw. A new run's context empties it (close_streams), so a
+# long-lived process never serves one run the bytes a shard held for an earlier run.
+_open: dict[tuple[str, str], BinaryIO] = {}
 _READ_AHEAD = 256 << 10  # bytes fetched per ranged read of a remote shard
 
 
 @atexit.register
-def _close_streams() -> None:
+def close_streams() -> None:
+    """Close every cached input stream (a new build run starts, or the process ends)."""
     while _open:
         _open.popitem()[1].close()
 
@@ -77,13 +78,15 @@ class ShardSource:
 
     urls: tuple[str, ...]
     output_format: str
+    versions: tuple[str, ...] = ()  # per URL, as listed (see _version)
     kind: str = "shards"
     s3_endpoint: str | None = field(default_factory=config.s3_endpoint)  # the driver's
 
     def load(self, item: Item) -> Mapping[str, Any]:
         index, offset = item.ref
         url = self.urls[index]
-        stream = _stream(url, self.s3_endpoint)
+        version = self.versions[index] if self.versions else ""
+        stream = _stream(url, version, self.s3_endpoint)
         stream.seek(offset)
         fmt = detect_format(url)[0]
         for sample in iter_stream_samples(stream, url=url, format=fmt):
@@ -91,9 +94,9 @@ class ShardSource:
             sample.pop("__offset__", None)
             sample["__key__"] = item.key
             if fmt == "tar" and self.output_format == "tfrecord":
-                return _to_example(sample)
+                return tfschema.to_example_fields(sample)
             if fmt == "tfrecord" and self.output_format == "tar":
-                return _from_example(sample)
+                return tfschema.to_tar_sample(sample)
             return sample
         raise DataError("sample not found at its offset (the shard changed?)", url=url)
 
@@ -129,74 +132,25 @@ def _version(url: str) -> str:
     return f"{meta.get('size')}\0{tag}"
 
 
-def _stream(url: str, s3_endpoint: str | None) -> BinaryIO:
-    stream = _open.get(url)
+def _stream(url: str, version: str, s3_endpoint: str | None) -> BinaryIO:
+    stream = _open.get((url, version))
     if stream is None:
         if len(_open) >= 8:
             _open.pop(next(iter(_open))).close()
         if storage.is_local(url):
-            stream = open(storage.local_path(url), "rb")  # noqa: SIM115
+            stream = _open_local(url, version)
         else:
             fs, path = storage.filesystem(url, endpoint_options(url, s3_endpoint))
             stream = fs.open(path, "rb", block_size=_READ_AHEAD, cache_type="readahead")
-        _open[url] = stream
+        _open[(url, version)] = stream
     return stream
 
 
-def _to_example(sample: dict[str, Any]) -> dict[str, Any]:
-    image = next((k for k in sample if image_extension(k) and "." not in k), None)
-    if image is None:
-        return sample
-    from .transform import image_size
-
-    data = sample.pop(image)
-    ext = normalize_image_extension(image)
-    width, height = image_size(data)
-    out = {"__key__": sample.pop("__key__"), "image/encoded": data}
-    out.update({"image/format": _TF_FORMAT.get(ext, ext), "image/height": height})
-    out["image/width"] = width
-    if "cls" in sample:
-        out["image/class/label"] = int(sample.pop("cls"))
-    meta = _json(sample.get("json"))
-    if "path" in meta:
-        out["image/filename"] = str(meta["path"])
-    if "class" in meta:
-        out["image/class/text"] = str(meta["class"])
-    out.update(sample)
-    return out
-
-
-def _from_example(sample: dict[str, Any]) -> dict[str, Any]:
-    if "image/encoded" not in sample:
-        return {k: v for k, v in sample.items() if "/" not in k}
-    fmt = sample.pop("image/format", b"jpeg")
-    fmt = fmt.decode() if isinstance(fmt, bytes) else str(fmt)
-    out: dict[str, Any] = {"__key__": sample.pop("__key__")}
-    out[_FROM_TF_FORMAT.get(fmt.lower(), fmt.lower())] = sample.pop("image/encoded")
-    if "image/class/label" in sample:
-        out["cls"] = int(sample.pop("image/class/label"))
-    meta: dict[str, Any] = {}
-    for name in ("image/filename", "image/class/text"):
-        if name in sample:
-            value = sample.pop(name)
-            meta["path" if name.endswith("filename") else "class"] = (
-                value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-            )
-    for name in ("image/height", "image/width"):
-        if name in sample:
-            meta[name.rsplit("/", 1)[1]] = sample.pop(name)
-    if "cls" in out:
-        meta["label"] = out["cls"]
-    out["json"] = meta
-    out.update({k: v for k, v in sample.items() if "/" not in k})
-    return out
-
-
-def _json(value: Any) -> dict[str, Any]:
-    if not isinstance(value, (bytes, str)):
-        return {}
-    try:
-        meta = json.loads(value)
-    except ValueError:
-        return {}
-    return meta if isinstance(meta, dict) else {}
+def _open_local(url: str, version: str) -> BinaryIO:
+    """Open a local input shard, checking it is still the version the listing saw."""
+    stream = open(storage.local_path(url), "rb")  # noqa: SIM115
+    info = os.fstat(stream.fileno())
+    if version and f"{info.st_size}\0{info.st_mtime_ns}" != version:
+        stream.close()
+        raise BuildError("the shard changed after it was listed: rerun the build", url=url)
+    return stream

@@ -20,13 +20,14 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 from .. import config
 from ..codecs import normalize_image_extension
-from ..errors import BuildError, DataError
+from ..errors import BuildError, DataError, EmptyBuildError
 from .keys import make_keys
 from .store import endpoint_options
+from .walk import FolderWalk, file_kind
 
 __all__ = [
     "FOLDER_EXTENSIONS",
@@ -90,12 +91,23 @@ class Listing:
 
 
 def read_file(path: str, size: int) -> bytes:
-    """The bytes of a local file that was listed with ``size`` bytes (one read call)."""
+    """The bytes of a local file that was listed with ``size`` bytes (one read call).
+
+    Anything but a regular file is a :class:`DataError`, and never blocks: a FIFO or
+    device is refused from its ``stat`` before it is opened, and the file is opened
+    non-blocking and checked again with ``fstat``, in case it was swapped since."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        mode = os.stat(path).st_mode
+        if stat.S_ISREG(mode):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
         raise DataError(f"cannot read: {exc.strerror or exc}", url=path) from exc
+    if not stat.S_ISREG(mode):
+        raise DataError(f"not a regular file ({file_kind(mode)})", url=path)
     try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise DataError(f"not a regular file ({file_kind(mode)})", url=path)
         data = os.read(fd, size + 1) if size < 0x7FFFF000 else _read_all(fd)
     except OSError as exc:
         raise DataError(f"cannot read: {exc.strerror or exc}", url=path) from exc
@@ -171,25 +183,28 @@ def _plain(text: str) -> bool:
 
 
 def list_image_folder(root: str) -> Listing:
-    """List ``root/<class>/**/<image>``; classes are the sorted subfolder names."""
+    """List ``root/<class>/**/<image>``; classes are the sorted subfolder names.
+
+    Links, special files and unreadable folders follow the rules of :mod:`.walk`."""
     if not os.path.isdir(root):
         raise BuildError("no such folder", url=root)
-    with os.scandir(root) as scan:
-        top = [entry for entry in scan if not entry.name.startswith(".")]
-    classes = sorted(entry.name for entry in top if entry.is_dir())
-    if not classes:
+    walk = FolderWalk(root, not_an_image)
+    try:
+        top = walk.top()
+    except OSError as exc:
+        raise BuildError(f"cannot list the folder: {exc.strerror or exc}", url=root) from exc
+    if not any(entry.is_dir() for entry in top):
         raise BuildError(
             "no class subfolders: expected SRC/<class>/<image> (ImageFolder layout)", url=root
         )
-    skipped = [(entry.name, "not inside a class folder") for entry in top if not entry.is_dir()]
-    found: list[tuple[int, str, int, int]] = []  # label, relative path, size, mtime_ns
-    for label, name in enumerate(classes):
-        for rel, info in _walk(os.path.join(root, name), name, skipped):
-            found.append((label, rel, info.st_size, info.st_mtime_ns))
+    walk.walk(top)
+    classes = walk.classes
+    label_of = {name: label for label, name in enumerate(classes)}
+    found = [(label_of[f.cls], f.rel, f.info.st_size, f.info.st_mtime_ns) for f in walk.found]
+    skipped = sorted(walk.skipped)
     if not found:
-        raise BuildError("no images found in the class folders", url=root)
+        nothing_found("no images found in the class folders", skipped, root)
     found.sort()  # by (label, path): paths are unique, so the rest is never compared
-    skipped.sort()
     fingerprint = _fingerprint(classes, ((rel, size, mtime) for _, rel, size, mtime in found))
     return Listing(
         kind="image_folder",
@@ -200,6 +215,21 @@ def list_image_folder(root: str) -> Listing:
         skipped=skipped,
         fingerprint=fingerprint,
     )
+
+
+def nothing_found(message: str, skipped: list[tuple[str, str]], url: str) -> NoReturn:
+    """Raise for a listing with nothing to pack: with the reasons when files were skipped
+    (:class:`EmptyBuildError`), else a plain :class:`BuildError`."""
+    if skipped:
+        what = f"{message}: all {len(skipped)} files found were skipped; nothing was written"
+        raise EmptyBuildError(what, skipped=skipped, url=url)
+    raise BuildError(message, url=url)
+
+
+def not_an_image(name: str) -> str:
+    """The reason to skip a file of an image folder by its name, or ''."""
+    ext = name.rpartition(".")[2].lower() if "." in name else ""
+    return "" if ext in FOLDER_EXTENSIONS else f"not an image file (extension {ext or 'none'!r})"
 
 
 def list_remote_folder(url: str) -> Listing:
@@ -233,14 +263,14 @@ def list_remote_folder(url: str) -> Listing:
         if len(parts) == 1:
             skipped.append((rel, "not inside a class folder"))
             continue
-        ext = parts[-1].rpartition(".")[2].lower() if "." in parts[-1] else ""
-        if ext not in FOLDER_EXTENSIONS:
-            skipped.append((rel, f"not an image file (extension {ext or 'none'!r})"))
+        problem = not_an_image(parts[-1])
+        if problem:
+            skipped.append((rel, problem))
             continue
         version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
         found.append((label_of[parts[0]], rel, int(info.get("size") or 0), version))
     if not found:
-        raise BuildError("no images found in the class folders", url=root)
+        nothing_found("no images found in the class folders", skipped, root)
     found.sort()  # by (label, path), as on disk
     fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
     return Listing(
@@ -262,38 +292,6 @@ def _relative(objects: dict[str, Any], base: str) -> dict[str, Any]:
         for name, info in objects.items()
         if name.startswith(prefix) and info.get("type") != "directory" and not name.endswith("/")
     }
-
-
-def _walk(
-    folder: str, rel: str, skipped: list[tuple[str, str]], seen: set[tuple[int, int]] | None = None
-) -> Iterator[tuple[str, os.stat_result]]:
-    seen = set() if seen is None else seen
-    info = os.stat(folder)
-    if (info.st_dev, info.st_ino) in seen:
-        return  # a symlink loop
-    seen.add((info.st_dev, info.st_ino))
-    with os.scandir(folder) as scan:
-        entries = list(scan)
-    for entry in entries:
-        if entry.name.startswith("."):
-            continue
-        path = f"{rel}/{entry.name}"
-        if entry.is_dir():
-            yield from _walk(entry.path, path, skipped, seen)
-            continue
-        ext = entry.name.rpartition(".")[2].lower() if "." in entry.name else ""
-        if ext not in FOLDER_EXTENSIONS:
-            skipped.append((path, f"not an image file (extension {ext or 'none'!r})"))
-            continue
-        try:
-            st = entry.stat()
-        except OSError as exc:
-            skipped.append((path, f"cannot stat: {exc.strerror or exc}"))
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            skipped.append((path, "not a regular file"))
-            continue
-        yield path, st
 
 
 def _folder_items(found: list[tuple[int, str, int, Any]], classes: list[str]) -> list[Item]:

@@ -15,14 +15,17 @@ import csv
 import hashlib
 import json
 import os
+import posixpath
+import stat
 from collections.abc import Iterator
 from typing import Any
 
 from ..codecs import normalize_image_extension
 from ..errors import BuildError
-from .keys import make_keys
+from .keys import make_keys, relative_paths
 from .options import BuildOptions
-from .sources import FOLDER_EXTENSIONS, FileSource, Item, Listing
+from .sources import FileSource, Item, Listing, not_an_image, nothing_found
+from .walk import file_kind
 
 __all__ = ["list_table"]
 
@@ -43,9 +46,11 @@ def list_table(path: str, options: BuildOptions) -> Listing:
         label_column = None
     classes, labels = _labels([row.get(label_column) for row in rows] if label_column else [])
     remote = "://" in path and not path.startswith("file:")
-    root = path.rsplit("/", 1)[0] if remote else os.path.dirname(os.path.abspath(path))
-    found, skipped = _files(rows, None if remote else root, column, path)
-    keys = make_keys([rel for _, rel, _, _ in found])
+    root = _root(path, options.root, remote)
+    found, skipped = _files(rows, root, column, path)
+    if options.format == "tfrecord":
+        rows = _typed_columns(rows, path, skip=(column, label_column))
+    keys = make_keys(relative_paths([_location(rel, root) for _, rel, _, _ in found], root))
     items, digest = [], hashlib.sha256(json.dumps(classes).encode())
     for (row_index, rel, size, mtime), key in zip(found, keys, strict=True):
         row = rows[row_index]
@@ -59,7 +64,7 @@ def list_table(path: str, options: BuildOptions) -> Listing:
         items.append(Item(rel, key, label, ext, size, text))
         digest.update(f"{text}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
     if not items:
-        raise BuildError("no image files found from the list", url=path)
+        nothing_found("no image files found from the list", skipped, path)
     return Listing(
         kind="table",
         path=path,
@@ -68,8 +73,55 @@ def list_table(path: str, options: BuildOptions) -> Listing:
         classes=classes,
         skipped=skipped,
         fingerprint=digest.hexdigest(),
-        sizes_known=not remote and all(item.size > 0 or "://" not in item.ref for item in items),
+        sizes_known="://" not in root and all(i.size > 0 or "://" not in i.ref for i in items),
     )
+
+
+def _typed_columns(
+    rows: list[dict[str, Any]], path: str, *, skip: tuple[str | None, ...]
+) -> list[dict[str, Any]]:
+    """Rows whose text columns holding only integers (or numbers) hold ints (or floats).
+
+    For a TFRecord build, where each column becomes a feature by the type of its value
+    (:func:`shardkit.formats.tfschema.column_feature`): one type per column, so one
+    tf.data feature spec parses every record. Empty cells do not count.
+    """
+    from ..formats.tfschema import RESERVED
+
+    names = [name for name in rows[0] if name not in skip]
+    clash = sorted(str(name) for name in names if name in RESERVED or str(name).startswith("__"))
+    if clash:
+        raise BuildError(
+            f"column {clash[0]!r} would overwrite a feature of the TFRecord schema: rename it",
+            url=path,
+        )
+    convert: dict[str, Any] = {}
+    for name in names:
+        values = [row.get(name) for row in rows if row.get(name) not in (None, "")]
+        if not values or not all(isinstance(v, str) for v in values):
+            continue  # JSON lines keep their own types
+        if all(_is_int(v) and _fits_int64(v) for v in values):
+            convert[name] = int
+        elif all(_is_float(v) for v in values):
+            convert[name] = float
+    if not convert:
+        return rows
+    return [
+        {k: convert[k](v) if k in convert and v not in (None, "") else v for k, v in row.items()}
+        for row in rows
+    ]
+
+
+def _fits_int64(text: Any) -> bool:
+    return -(1 << 63) <= int(text) < (1 << 63)
+
+
+def _is_float(text: Any) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _rows(path: str) -> Iterator[dict[str, Any]]:
@@ -125,26 +177,28 @@ def _is_int(value: Any) -> bool:
 
 
 def _files(
-    rows: list[dict[str, Any]], root: str | None, column: str, path: str
+    rows: list[dict[str, Any]], root: str, column: str, path: str
 ) -> tuple[list[tuple[int, str, int, int]], list[tuple[str, str]]]:
     """(row, path, size, mtime_ns) of every usable row, and the skipped ones.
 
-    Sizes of URLs and of paths in a remote list (``root`` None) are not known (0).
+    Sizes of URLs and of relative paths under a remote root are not known (0).
     """
     found: list[tuple[int, str, int, int]] = []
     skipped: list[tuple[str, str]] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # location -> the path as listed
     for index, row in enumerate(rows):
         rel = str(row.get(column) or "")
         if not rel:
             raise BuildError(f"row {index + 1} has an empty {column!r}", url=path)
-        if rel in seen:
-            raise BuildError(f"{rel!r} is listed twice", url=path)
-        seen.add(rel)
-        ext = rel.rpartition(".")[2].lower() if "." in rel else ""
-        if ext not in FOLDER_EXTENSIONS:
-            skipped.append((rel, f"not an image file (extension {ext or 'none'!r})"))
-        elif "://" in rel or root is None:
+        location = _location(rel, root)
+        if location in seen:
+            again = "" if seen[location] == rel else f" (as {seen[location]!r})"
+            raise BuildError(f"{rel!r} is listed twice{again}", url=path)
+        seen[location] = rel
+        problem = not_an_image(rel.rpartition("/")[2])
+        if problem:
+            skipped.append((rel, problem))
+        elif "://" in rel or "://" in root:
             found.append((index, rel, 0, 0))
         else:
             try:
@@ -152,5 +206,24 @@ def _files(
             except OSError as exc:
                 skipped.append((rel, f"cannot read: {exc.strerror or exc}"))
                 continue
+            if not stat.S_ISREG(info.st_mode):  # a FIFO would block the worker that reads it
+                skipped.append((rel, f"not a regular file ({file_kind(info.st_mode)})"))
+                continue
             found.append((index, rel, info.st_size, info.st_mtime_ns))
     return found, skipped
+
+
+def _root(path: str, root: str | None, remote: bool) -> str:
+    """The folder relative paths are read from and keys are relative to."""
+    if root is not None:
+        return root.rstrip("/") if "://" in root else os.path.abspath(root)
+    return path.rsplit("/", 1)[0] if remote else os.path.dirname(os.path.abspath(path))
+
+
+def _location(rel: str, root: str) -> str:
+    """Where a listed path points: a URL, or a normalized absolute path."""
+    if "://" in rel:
+        return rel
+    if "://" in root:
+        return f"{root}/{posixpath.normpath(rel)}"
+    return os.path.normpath(os.path.join(root, rel))

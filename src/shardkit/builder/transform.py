@@ -22,17 +22,37 @@ decode + antialiased resize + encode (whose resampler alone costs more than the 
 and stays within 44 dB PSNR (mean) of a full-size decode + antialiased bicubic resize.
 Other images (PNG, WebP, CMYK JPEGs, ...) go through Pillow: JPEG DCT scaling through
 :meth:`PIL.Image.Image.draft`, then an antialiased bilinear shrink or bicubic enlargement.
+
+Fixed-size output (``resize_mode``, after img2dataset's ``resize_mode``): ``center-crop``
+scales the shorter side to N as above and keeps the centred N x N square (torchvision's
+``Resize(N)`` + ``CenterCrop(N)``); ``pad`` scales the longer side to N and centres the
+image on a black N x N canvas (img2dataset's ``border``). Both run on either path: the
+scale first, then a crop or pad of the pixel array. ``encode`` picks the output format
+(``jpg``, ``png``, ``webp``) instead of keeping JPEG/WebP and making the rest PNG; an image
+already at its size and in that format keeps its bytes.
 """
 
 from __future__ import annotations
 
 import io
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-from ..errors import ConfigError, DataError
+from .._optional import require
+from ..codecs import image_size
+from ..codecs._failures import image_failures
+from ..errors import DataError
 
-__all__ = ["check_available", "image_size", "limit_threads", "target_size", "transform_image"]
+__all__ = [
+    "Shape",
+    "check_available",
+    "image_size",
+    "limit_threads",
+    "plan_shape",
+    "target_size",
+    "transform_image",
+]
 
 _LOSSY = {"jpg": "jpg", "webp": "webp"}
 _JPEG_MODES = frozenset({"L", "RGB", "CMYK"})
@@ -42,14 +62,9 @@ _AREA_ABOVE = 2.0  # shrink ratios from which OpenCV averages areas instead of b
 
 
 def check_available() -> None:
-    """Raise ConfigError unless the image libraries that resizing needs are installed."""
-    import importlib.util
-
-    missing = [m for m in ("PIL", "simplejpeg", "cv2") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(
-            f"resize and max_side need {', '.join(missing)}: pip install 'shardkit[images]'"
-        )
+    """Raise MissingDependencyError unless the image libraries resizing needs are here."""
+    for module in ("PIL.Image", "simplejpeg", "cv2"):
+        require(module, "resize and max_side")
 
 
 def target_size(
@@ -67,48 +82,83 @@ def target_size(
     return width, height
 
 
-def image_size(data: bytes) -> tuple[int, int]:
-    """(width, height) from the image header, without decoding the pixels."""
-    from PIL import Image
+class Shape(NamedTuple):
+    """How one image changes: scaled to ``scaled``, then cropped or padded to ``size``.
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(data)) as image:
-                return image.size  # type: ignore[no-any-return]
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
-        raise DataError(f"cannot read the image header: {exc}") from exc
+    ``offset`` is the top-left corner of the kept square in the scaled image (crop), or
+    where the scaled image sits on the canvas (pad); (0, 0) when ``scaled == size``.
+    """
+
+    scaled: tuple[int, int]
+    size: tuple[int, int]
+    offset: tuple[int, int]
+
+
+def plan_shape(
+    width: int, height: int, resize: int | None, max_side: int | None, mode: str = "keep-ratio"
+) -> Shape:
+    """The :class:`Shape` of an input of ``width`` x ``height`` (modes: module docstring)."""
+    if mode == "keep-ratio" or resize is None:
+        size = target_size(width, height, resize, max_side)
+        return Shape(size, size, (0, 0))
+    if mode == "center-crop":
+        scaled = target_size(width, height, resize, None)  # the shorter side is resize
+        offset = ((scaled[0] - resize) // 2, (scaled[1] - resize) // 2)
+    else:  # pad: the longer side is resize
+        longer = max(width, height)
+        scaled = (max(1, round(width * resize / longer)), max(1, round(height * resize / longer)))
+        offset = ((resize - scaled[0]) // 2, (resize - scaled[1]) // 2)
+    return Shape(scaled, (resize, resize), offset)
+
+
+def output_extension(ext: str, encode: str) -> str:
+    """The extension a re-encoded ``ext`` image gets (``encode`` ``keep``: module docstring)."""
+    return _LOSSY.get(ext, "png") if encode == "keep" else encode
 
 
 def transform_image(
-    data: bytes, ext: str, *, resize: int | None, max_side: int | None, quality: int
+    data: bytes,
+    ext: str,
+    *,
+    resize: int | None,
+    max_side: int | None,
+    quality: int,
+    mode: str = "keep-ratio",
+    encode: str = "keep",
 ) -> tuple[bytes, str, tuple[int, int]]:
     """(bytes, extension, (width, height)) of the image after resizing and re-encoding."""
+
+    def shape_of(width: int, height: int) -> Shape:
+        return plan_shape(width, height, resize, max_side, mode)
+
     if ext == "jpg":
-        fast = _transform_jpeg(data, resize, max_side, quality)
+        fast = _transform_jpeg(data, shape_of, output_extension(ext, encode), quality)
         if fast is not None:
             return fast
+    require("PIL.Image", "resize and max_side")
     from PIL import Image
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with Image.open(io.BytesIO(data)) as image:
-                size = target_size(*image.size, resize, max_side)
-                if size == image.size:
-                    return data, ext, size
-                out_ext = _LOSSY.get(ext, "png")
-                return _encode(_resized(image, size, out_ext), out_ext, quality), out_ext, size
+                shape = shape_of(*image.size)
+                if shape.scaled == shape.size == image.size and encode in ("keep", ext):
+                    return data, ext, shape.size
+                out_ext = output_extension(ext, encode)
+                image = _fit(_resized(image, shape.scaled, out_ext), shape)
+                return _encode(image, out_ext, quality), out_ext, shape.size
     except DataError:
         raise
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
+    except image_failures() as exc:
         raise DataError(f"cannot decode: {exc}") from exc
 
 
 def _transform_jpeg(
-    data: bytes, resize: int | None, max_side: int | None, quality: int
+    data: bytes, shape_of: Callable[[int, int], Shape], out_ext: str, quality: int
 ) -> tuple[bytes, str, tuple[int, int]] | None:
     """The fast path (module docstring); None for a JPEG it does not handle (CMYK)."""
+    require("simplejpeg", "resize and max_side")
     import simplejpeg
 
     try:
@@ -117,11 +167,11 @@ def _transform_jpeg(
         return None  # Pillow reports what is wrong with it
     if colorspace not in _FAST_SPACES:
         return None
-    size = target_size(width, height, resize, max_side)
-    if size == (width, height):
-        return data, "jpg", size
+    shape = shape_of(width, height)
+    if shape.scaled == shape.size == (width, height) and out_ext == "jpg":
+        return data, "jpg", shape.size
     space, subsampling = _FAST_SPACES[colorspace]
-    scale = _dct_scale(width, height, size)
+    scale = _dct_scale(width, height, shape.scaled)
     try:
         pixels = simplejpeg.decode_jpeg(
             data,
@@ -131,11 +181,15 @@ def _transform_jpeg(
         )
     except ValueError as exc:
         raise DataError(f"cannot decode: {exc}") from exc
-    pixels = _resize_array(pixels, size)
+    pixels = _fit_array(_resize_array(pixels, shape.scaled), shape)
+    if out_ext != "jpg":
+        from ..codecs import encode_image
+
+        return encode_image(pixels, out_ext, quality=quality), out_ext, shape.size
     out = simplejpeg.encode_jpeg(
         pixels, quality=quality, colorspace=space, colorsubsampling=subsampling
     )
-    return out, "jpg", size
+    return out, "jpg", shape.size
 
 
 def _dct_scale(width: int, height: int, size: tuple[int, int]) -> int:
@@ -150,6 +204,7 @@ def _dct_scale(width: int, height: int, size: tuple[int, int]) -> int:
 
 def limit_threads() -> None:
     """One OpenCV thread per worker: a build with N workers uses N cores."""
+    require("cv2", "resize and max_side")
     import cv2
 
     cv2.setNumThreads(1)
@@ -157,6 +212,7 @@ def limit_threads() -> None:
 
 def _resize_array(pixels: Any, size: tuple[int, int]) -> Any:
     """HxWxC uint8 pixels resized to ``size`` (width, height) with OpenCV."""
+    require("cv2", "resize and max_side")
     import cv2
 
     height, width = pixels.shape[:2]
@@ -171,6 +227,34 @@ def _resize_array(pixels: Any, size: tuple[int, int]) -> Any:
         method = cv2.INTER_AREA
     out = cv2.resize(pixels, size, interpolation=method)
     return out.reshape(*out.shape[:2], pixels.shape[2])  # OpenCV drops a channel axis of 1
+
+
+def _fit_array(pixels: Any, shape: Shape) -> Any:
+    """HxWxC pixels at ``shape.scaled`` cropped or padded (black) to ``shape.size``."""
+    import numpy as np
+
+    if shape.scaled == shape.size:
+        return pixels
+    (left, top), (width, height) = shape.offset, shape.size
+    if shape.scaled[0] >= width and shape.scaled[1] >= height:  # crop
+        return np.ascontiguousarray(pixels[top : top + height, left : left + width])
+    canvas = np.zeros((height, width, pixels.shape[2]), dtype=pixels.dtype)
+    canvas[top : top + pixels.shape[0], left : left + pixels.shape[1]] = pixels
+    return canvas
+
+
+def _fit(image: Any, shape: Shape) -> Any:
+    """A PIL image at ``shape.scaled`` cropped or padded (black) to ``shape.size``."""
+    from PIL import Image
+
+    if shape.scaled == shape.size:
+        return image
+    (left, top), (width, height) = shape.offset, shape.size
+    if shape.scaled[0] >= width and shape.scaled[1] >= height:  # crop
+        return image.crop((left, top, left + width, top + height))
+    canvas = Image.new(image.mode, shape.size, "black")
+    canvas.paste(image, shape.offset)
+    return canvas
 
 
 def _resized(image: Any, size: tuple[int, int], out_ext: str) -> Any:

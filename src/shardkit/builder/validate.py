@@ -21,6 +21,8 @@ import struct
 import warnings
 from collections.abc import Callable
 
+from .._optional import require
+from ..codecs._failures import image_failures
 from ..errors import DataError
 
 __all__ = ["check_image", "sniff"]
@@ -190,6 +192,7 @@ _CHECKS: dict[str, Callable[[bytes], None]] = {
 
 
 def _decode(data: bytes) -> None:
+    require("PIL.Image", "validate='full'")
     from PIL import Image
 
     try:
@@ -197,5 +200,5 @@ def _decode(data: bytes) -> None:
             warnings.simplefilter("ignore")
             with Image.open(io.BytesIO(data)) as image:
                 image.load()
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, ...
+    except image_failures() as exc:
         raise DataError(f"cannot decode: {exc}") from exc

@@ -8,6 +8,7 @@ reporter installed by :func:`init_worker`.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from .store import LocalStore, ObjectStore
 from .validate import check_image
 
 __all__ = [
+    "WORKER_MODULE",
     "PartInfo",
     "Reporter",
     "TaskResult",
@@ -36,8 +38,8 @@ __all__ = [
 
 Reporter = Callable[[int, int, int], None]  # (samples, input bytes, skipped) since last call
 
-_TF_FORMAT = {"jpg": "jpeg", "tif": "tiff"}
-_FEATURE_TYPES = (bytes, bytearray, memoryview, str, int, float, list, tuple)
+# What a list's json holds besides its columns (the schema's filename, label, class text).
+_META_KEYS = frozenset({"path", "class", "label"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,9 @@ class TaskResult:
     sizes: list[int] = field(default_factory=list)  # per sample, for the Cutter
 
 
+#: This module: the local pool's forkserver imports it once for every worker process.
+WORKER_MODULE = __name__
+
 _context: WorkerContext | None = None
 _reporter: Reporter | None = None
 
@@ -80,6 +85,9 @@ _reporter: Reporter | None = None
 def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> None:
     """Install the build context and progress reporter in this process."""
     global _context, _reporter
+    from .shards import close_streams
+
+    close_streams()  # input streams cached for an earlier run must not serve this one
     _context, _reporter = context, reporter
     if context is not None and context.options.transforms:
         from .transform import limit_threads
@@ -176,7 +184,13 @@ def encode_item(context: WorkerContext, item: Item) -> tuple[list[bytes], int, i
         from .transform import transform_image
 
         loaded, ext, size = transform_image(
-            loaded, ext, resize=options.resize, max_side=options.max_side, quality=options.quality
+            loaded,
+            ext,
+            resize=options.resize,
+            max_side=options.max_side,
+            quality=options.quality,
+            mode=options.resize_mode,
+            encode=options.encode,
         )
     if options.format == "tfrecord":
         record = _record(_example(context, item, loaded, ext, size))
@@ -201,22 +215,30 @@ def _record(sample: Mapping[str, Any]) -> bytes:
 def _example(
     context: WorkerContext, item: Item, data: bytes, ext: str, size: tuple[int, int] | None
 ) -> dict[str, Any]:
+    """The Example of an image file, in the shardkit TFRecord schema (formats.tfschema)."""
+    from ..formats import tfschema as tf
+
     if size is None:
         from .transform import image_size
 
         size = image_size(data)
     sample: dict[str, Any] = {
         "__key__": item.key,
-        "image/encoded": data,
-        "image/format": _TF_FORMAT.get(ext, ext),
-        "image/height": size[1],
-        "image/width": size[0],
-        "image/filename": context.source.describe(item),
+        tf.IMAGE: data,
+        tf.FORMAT: tf.image_format(ext),
+        tf.HEIGHT: size[1],
+        tf.WIDTH: size[0],
+        tf.FILENAME: context.source.describe(item),
     }
     if item.label >= 0:
-        sample["image/class/label"] = item.label
+        sample[tf.LABEL] = item.label
         if item.label < len(context.classes):
-            sample["image/class/text"] = context.classes[item.label]
+            sample[tf.TEXT] = context.classes[item.label]
+    if item.meta:  # a list's other columns, each a feature of its own
+        for name, value in json.loads(item.meta).items():
+            feature = tf.column_feature(value)
+            if name not in _META_KEYS and feature is not None:
+                sample[name] = feature
     return sample
 
 
@@ -230,12 +252,9 @@ def _encode_python(
     out.setdefault("__key__", item.key)
     label = _label_of(out, item.label)
     if context.options.format == "tfrecord":
-        # Numbers and strings become Example features as they are; anything else (an
-        # image, an array) goes through the codec of its field's extension first.
-        other = {k: v for k, v in out.items() if not isinstance(v, _FEATURE_TYPES)}
-        if other:
-            out.update(encode_sample({"__key__": item.key, **other}))
-        data = _record(out)
+        from ..formats.example import encode_other_values
+
+        data = _record(encode_other_values(out, encode_sample))
     else:
         data = tar_sample(encode_sample(out))
     return [data], len(data), label

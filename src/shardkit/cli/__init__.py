@@ -45,11 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Pack small files into WebDataset tar / TFRecord shards and work with them.",
     )
     parser.add_argument("--version", action="version", version=f"shardkit {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
+    _add_verbosity(parser, default=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in COMMANDS.values():
         importlib.import_module(f"{__name__}.{module}").add_parser(sub)
+    for command in sub.choices.values():  # `shardkit build SRC OUT -v` works too
+        _add_verbosity(command, default=argparse.SUPPRESS)
     return parser
+
+
+def _add_verbosity(parser: argparse.ArgumentParser, default: object) -> None:
+    """-v / -q, before or after the subcommand (a subcommand's own default is SUPPRESS,
+    so it never overwrites what was given before it)."""
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "-v", "--verbose", action="store_true", default=default, help="log diagnostics, list all"
+    )
+    group.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="no progress, lists or warnings"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,8 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.verbose and args.quiet:
+        print("Error: shardkit: -v and -q do not go together", file=sys.stderr)
+        return 2
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+        level=logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from ..errors import ConfigError
 
 __all__ = [
+    "HelpFormatter",
     "add_hash_option",
     "add_tool_parser",
     "check_stdin",
@@ -17,8 +19,32 @@ __all__ = [
     "count",
     "digest_printer",
     "positive",
+    "plain",
     "size",
 ]
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`|``([^`]+)``")
+
+
+def plain(doc: str | None) -> str:
+    """A docstring for ``--help``, with reStructuredText's inline markup as plain text."""
+    return _ROLE.sub(lambda m: m.group(1) or m.group(2), doc or "").strip()
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as typed; each option's default, when it has one that
+    says something (not None or False) and its help does not give it, after its help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or any(default is nothing for nothing in (None, False, argparse.SUPPRESS))
+            or "default" in text
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def add_tool_parser(sub: Any, name: str, *, help: str, doc: str | None, epilog: str) -> Any:
@@ -26,9 +52,9 @@ def add_tool_parser(sub: Any, name: str, *, help: str, doc: str | None, epilog: 
     return sub.add_parser(
         name,
         help=help,
-        description=(doc or help).strip(),
+        description=plain(doc or help),
         epilog="examples:\n" + epilog.strip("\n"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
 
 

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
-from typing import Any
+import sys
+from typing import Any, TextIO, get_args
 
-from ..digest import DEFAULT_HASH
-from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE
-from ._toolargs import add_hash_option
+from ..builder.options import (
+    ENCODE_FORMATS,
+    RESIZE_MODES,
+    BuildOptions,
+    OutputFormat,
+    ValidateMode,
+)
+from ..digest import HASHES
+from ..engines import ENGINES
+from ..errors import EmptyBuildError
+from ..handlers import ON_ERROR
+from ..units import format_size
+from ._toolargs import HelpFormatter, plain
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
@@ -22,83 +34,108 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "build",
         help="pack images / a file list / shards into shards (parallel, resumable)",
-        description=__doc__,
+        description=plain(__doc__),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("src", help="image folder, .csv/.jsonl list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
-    add = parser.add_argument
-    add("--format", choices=("tar", "tfrecord"), default="tar", help="shard format (tar)")
-    count, size = BUILD_MAX_COUNT, f"{BUILD_MAX_SIZE // 1_000_000}MB"
-    add("--max-count", type=int, default=count, metavar="N", help=f"samples per shard ({count})")
-    add("--max-size", default=size, metavar="SIZE", help=f"bytes per shard: 100MB, 1GiB ({size})")
-    add("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
-    add("--shuffle", action=argparse.BooleanOptionalAction, default=True, help="seeded shuffle")
-    add("--seed", type=int, default=0, help="shuffle seed (0)")
-    add("--prefix", default="shard", help="shard name prefix (shard)")
+    # Every option is a BuildOptions field of the same name; its default is that field's
+    # (HelpFormatter shows it).
+    default = {f.name: f.default for f in dataclasses.fields(BuildOptions)}
+
+    def add(flag: str, help: str, **kwargs: Any) -> None:
+        kwargs.setdefault("default", default[flag.removeprefix("--").replace("-", "_")])
+        parser.add_argument(flag, help=help, **kwargs)
+
+    add("--format", "shard format", choices=get_args(OutputFormat))
+    add("--max-count", "samples per shard", type=int, metavar="N")
+    size = format_size(BuildOptions().size_limit)
+    add("--max-size", f"bytes per shard: 100MB, 1GiB (default: {size})", metavar="SIZE")
+    add("--workers", "processes (default: all cores)", type=int, metavar="N")
+    add("--shuffle", "seeded shuffle", action=argparse.BooleanOptionalAction)
+    add("--seed", "shuffle seed", type=int)
+    add("--prefix", "shard name prefix")
     add(
         "--validate",
-        choices=("none", "header", "full"),
-        default="header",
-        help="image checks: header (default: signature and complete file), full (decode)",
+        "image checks: header (signature and complete file), full (decode), none",
+        choices=get_args(ValidateMode),
     )
-    add("--resize", type=int, default=None, metavar="N", help="scale the shorter side to N px")
-    add("--max-side", type=int, default=None, metavar="N", help="shrink the longer side to N px")
-    add("--quality", type=int, default=90, metavar="Q", help="JPEG/WebP quality when re-encoding")
+    add("--resize", "scale the shorter side to N px", type=int, metavar="N")
     add(
-        "--on-error",
-        choices=("skip", "fail"),
-        default="skip",
-        help="bad images: skip and report them (default) or stop",
+        "--resize-mode",
+        "with --resize: keep-ratio (shorter side N), center-crop or pad (exactly N x N)",
+        choices=RESIZE_MODES,
     )
-    add("--overwrite", action="store_true", help="replace a dataset already in OUT")
-    add("--path-column", default="path", metavar="NAME", help="CSV/JSONL path column (path)")
-    add("--label-column", default="label", metavar="NAME", help="CSV/JSONL label column (label)")
-    add("--engine", choices=("local", "ray", "dask"), default="local", help="where tasks run")
-    add("--address", default=None, metavar="ADDR", help="Ray/Dask cluster (HOST:PORT)")
-    add_hash_option(
-        parser,
-        DEFAULT_HASH,
-        f"each shard's digest in the manifest: blake3, sha256, xxh3-128 or none ({DEFAULT_HASH})",
+    add("--max-side", "shrink the longer side to N px", type=int, metavar="N")
+    add(
+        "--encode",
+        "store images as jpg, png or webp; keep: JPEG/WebP stay, resized others become PNG",
+        choices=ENCODE_FORMATS,
     )
-    add("-q", "--quiet", action="store_true", help="no progress bar")
+    add("--quality", "JPEG/WebP quality when re-encoding", type=int, metavar="Q")
+    add("--on-error", "bad images: skip and report them, or stop", choices=ON_ERROR)
+    add("--overwrite", "replace a dataset already in OUT", action="store_true")
+    add("--path-column", "CSV/JSONL path column", metavar="NAME")
+    add("--label-column", "CSV/JSONL label column ('' for none)", metavar="NAME")
+    add(
+        "--root",
+        "CSV/JSONL: folder of the relative paths and where keys start (default: the list's folder)",
+        metavar="DIR",
+    )
+    add("--engine", "where tasks run (docs/scaling.md)", choices=ENGINES)
+    add("--address", "Ray/Dask cluster (HOST:PORT)", metavar="ADDR")
+    add(
+        "--hash",
+        "each shard's digest in the manifest: blake3, sha256, xxh3-128 or none (docs/build.md)",
+        choices=HASHES,
+        metavar="ALGO",
+    )
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..builder import BuildOptions, build
-    from ..units import format_size
+def options_from(args: argparse.Namespace) -> BuildOptions:
+    """The BuildOptions the command line gives (its options are named after the fields)."""
+    fields = {f.name for f in dataclasses.fields(BuildOptions)}
+    values = {name: value for name, value in vars(args).items() if name in fields}
+    values["label_column"] = values["label_column"] or None
+    return BuildOptions(**values)
 
-    options = BuildOptions(
-        format=args.format,
-        max_count=args.max_count,
-        max_size=args.max_size,
-        workers=args.workers,
-        shuffle=args.shuffle,
-        seed=args.seed,
-        prefix=args.prefix,
-        validate=args.validate,
-        resize=args.resize,
-        max_side=args.max_side,
-        quality=args.quality,
-        on_error=args.on_error,
-        overwrite=args.overwrite,
-        path_column=args.path_column,
-        label_column=args.label_column or None,
-        engine=args.engine,
-        address=args.address,
-        hash=args.hash,
-    )
-    with _ProgressBar(disable=args.quiet) as bar:
-        result = build(args.src, args.out, options=options, progress=bar.update)
+
+def run(args: argparse.Namespace) -> int:
+    from ..builder import build
+
+    options = options_from(args)
+    try:
+        with _ProgressBar(disable=args.quiet) as bar:
+            result = build(args.src, args.out, options=options, progress=bar.update)
+    except EmptyBuildError as exc:  # a data problem, like verify's: exit 1, with the reasons
+        print(f"Error: {exc}", file=sys.stderr)
+        _list_skipped(exc.skipped, every=args.verbose, file=sys.stderr)
+        return 1
     state = "already complete: " if result.resumed_tasks < 0 else ""
     print(
         f"{state}{result.samples} samples in {len(result.shards)} shards "
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
         f"{result.seconds:.1f} s -> {os.path.join(args.out, 'manifest.json')}"
     )
+    if not args.quiet:
+        _list_skipped(result.skipped, every=args.verbose, file=sys.stdout)
     return 0
+
+
+_SHOWN = 10  # skipped files listed without -v
+
+
+def _list_skipped(skipped: list[tuple[str, str]], every: bool, file: TextIO) -> None:
+    from ..tools.tsv import escape_controls  # names come from the data: no raw controls
+
+    shown = skipped if every else skipped[:_SHOWN]
+    for path, reason in shown:
+        print(f"  skipped {escape_controls(path)}: {escape_controls(reason)}", file=file)
+    if len(skipped) > len(shown):
+        more = len(skipped) - len(shown)
+        print(f"  ... and {more} more (-v lists them all)", file=file)
 
 
 class _ProgressBar:

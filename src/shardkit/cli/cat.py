@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("-c", "--count", type=count, help="take the first N samples")
     parser.add_argument("--skip", type=count, default=0, help="skip the first N samples")
     parser.add_argument("--shuffle", type=count, default=0, metavar="N", help="shuffle buffer")
-    parser.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="shuffle seed")
     parser.add_argument(
         "--format", choices=("tar", "tfrecord"), help="output format (default: from -o's name)"
     )

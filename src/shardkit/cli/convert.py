@@ -1,9 +1,11 @@
 """Convert shards between WebDataset tar and TFRecord, keeping keys and every field.
 
-tar -> TFRecord writes one tf.train.Example per sample: a bytes feature per field (the
-field's bytes as they are) plus __key__. TFRecord -> tar gives those bytes back, so a round
-trip returns every field exactly; natively written features map int64 -> decimal text,
-float -> text, several values -> JSON, 'image/encoded' -> 'image.encoded'. The output is
+Both directions use the shardkit TFRecord schema (docs/tfrecord.md), the layout that
+build --format tfrecord writes: the image field (jpg, png, ...) becomes image/encoded with
+image/format, image/height and image/width; cls becomes the int64 image/class/label; every
+other field a bytes feature holding its bytes as they are, plus __key__. TFRecord -> tar
+maps these back, so a round trip returns every field exactly; other features map int64 ->
+decimal text, float -> text, several values -> JSON, '/' in a name -> '.'. The output is
 a file, '-' or a shard pattern; its extension gives the format unless --to says.
 """
 

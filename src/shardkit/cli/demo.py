@@ -7,15 +7,18 @@ import os
 import time
 from typing import Any
 
+from ._toolargs import HelpFormatter, plain
+
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "demo",
         help="pack a generated sample image folder and read it back",
-        description=__doc__,
+        description=plain(__doc__),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("out", help="folder to create (sample images and shards go inside)")
-    parser.add_argument("--images", type=int, default=600, help="number of images (default 600)")
+    parser.add_argument("--images", type=int, default=600, help="number of images")
     parser.set_defaults(func=run)
 
 

@@ -10,9 +10,13 @@ under the same key. Output order is input order. The command's stdout goes to st
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
+from ..engines import ENGINES
+from ..errors import ConfigError
+from ..handlers import ON_ERROR
 from ._toolargs import (
     TOOL_HASH_HELP,
     add_hash_option,
@@ -24,12 +28,14 @@ from ._toolargs import (
     size,
 )
 
+logger = logging.getLogger(__name__)
+
 EXAMPLES = """
-  shardkit proc data/ -c 'tr a-z A-Z < sample.txt > sample.upper.txt' -o out/s-%06d.tar \\
+  shardkit proc data/ -e 'tr a-z A-Z < sample.txt > sample.upper.txt' -o out/s-%06d.tar \\
       --max-count 10000 -p 4
-  shardkit proc in.tar -p 2 -c 'python3 -c "from PIL import Image; \\
+  shardkit proc in.tar -p 2 -e 'python3 -c "from PIL import Image; \\
       Image.open(\\"sample.jpg\\").resize((64, 64)).save(\\"sample.jpg\\")"' -o small.tar
-  shardkit cat data/ -c 10 | shardkit proc - -c 'rm sample.json' -o - | tar -t
+  shardkit cat data/ -c 10 | shardkit proc - -e 'rm sample.json' -o - | tar -t
 """
 
 
@@ -38,17 +44,23 @@ def add_parser(sub: Any) -> None:
         sub, "proc", help="run a shell command on every sample", doc=__doc__, epilog=EXAMPLES
     )
     parser.add_argument("inputs", nargs="+", metavar="SHARDS", help="shards, folders or '-'")
-    parser.add_argument("-c", "--command", required=True, help="shell command to run")
+    parser.add_argument(
+        "-e", "--command", dest="shell_command", help="shell command to run (required)"
+    )
+    # The old spelling: -c means --count in cat, show and tsv, so proc's is -e now.
+    parser.add_argument("-c", dest="old_command", help=argparse.SUPPRESS)
     parser.add_argument("-o", "--output", required=True, help="file, '-' or shard pattern")
     parser.add_argument("-p", "--parallel", type=positive, default=1, help="samples at once")
-    parser.add_argument("--on-error", choices=("fail", "skip"), default="fail")
+    parser.add_argument(
+        "--on-error", choices=ON_ERROR, default="fail", help="a failing sample: fail or skip it"
+    )
     parser.add_argument("--names", choices=("sample", "key"), default="sample")
     parser.add_argument("--timeout", type=float, help="seconds per sample")
     parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
     parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
     parser.add_argument(
         "--engine",
-        choices=("local", "ray", "dask"),
+        choices=ENGINES,
         default="local",
         help="ray/dask: one cluster task per input shard, -o a pattern (docs/scaling.md)",
     )
@@ -60,11 +72,12 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..tools.proc import proc
 
+    _command(args)
     check_stdin(args.inputs)
     check_stdout(args.output)
     result = proc(
         args.inputs,
-        args.command,
+        args.shell_command,
         args.output,
         workers=args.parallel,
         on_error=args.on_error,
@@ -83,3 +96,14 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _command(args: argparse.Namespace) -> None:
+    """``-e/--command``; the old ``-c`` still works, with a warning that says what to type."""
+    if args.old_command is not None:
+        if args.shell_command is not None:
+            raise ConfigError("give the command once, with -e/--command")
+        logger.warning("proc -c is now -e/--command (-c is --count in cat, show and tsv)")
+        args.shell_command = args.old_command
+    if args.shell_command is None:
+        raise ConfigError("proc needs the command to run: -e/--command 'CMD'")

@@ -1,7 +1,11 @@
 """Print samples readably: the key, then each field's kind, size and a short preview.
 
 With --grid, draw a PNG contact sheet of the first -c images instead (key and label under
-each image; --columns tiles across, --tile pixels each).
+each image; --columns tiles across, --tile pixels each). Labels show as class names when
+the shards' manifest.json has class_to_idx; a TFRecord's image/encoded and
+image/class/label are found without flags. Control characters in keys and values are
+printed escaped (\\x1b). A --fields, --image or --label name that the first sample lacks
+is refused.
 """
 
 from __future__ import annotations
@@ -25,23 +29,27 @@ def add_parser(sub: Any) -> None:
         sub, "show", help="print samples, or draw a contact sheet", doc=__doc__, epilog=EXAMPLES
     )
     parser.add_argument("inputs", nargs="+", metavar="SHARDS", help="shards, folders or '-'")
-    parser.add_argument("-c", "--count", type=positive, help="samples (default 10; grid 64)")
+    parser.add_argument("-c", "--count", type=positive, help="samples (default: 10; grid: 64)")
     parser.add_argument("--fields", help="comma-separated fields to show (default: all)")
-    parser.add_argument("--width", type=positive, default=60, help="preview width (chars)")
+    parser.add_argument("--width", type=positive, default=60, help="preview width in characters")
     parser.add_argument("--grid", metavar="PNG", help="write a contact sheet to this file")
-    parser.add_argument("--columns", type=positive, default=8, help="grid columns (default 8)")
-    parser.add_argument("--tile", type=positive, default=160, help="grid tile pixels (160)")
+    parser.add_argument("--columns", type=positive, default=8, help="grid columns")
+    parser.add_argument("--tile", type=positive, default=160, help="grid tile pixels")
     parser.add_argument("--image", help="image field for the grid (default: the first)")
-    parser.add_argument("--label", default="cls", help="grid label field spec (default cls)")
+    parser.add_argument(
+        "--label", default="cls", help="grid label field spec (cls also finds image/class/label)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tools._inputs import as_refs, iter_samples
+    from ..tools._inputs import as_refs, class_names, iter_samples
     from ..tools.show import format_samples
 
     check_stdin(args.inputs)
-    samples = iter_samples(as_refs(args.inputs))
+    refs = as_refs(args.inputs)
+    samples = iter_samples(refs)
+    names = class_names(refs)
     if args.grid:
         from ..tools.grid import contact_sheet
 
@@ -52,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             columns=args.columns,
             tile=args.tile,
             image_field=args.image,
-            label=args.label,
+            label=args.label or None,
+            class_names=names,
         )
         width, height = sheet.size
         print(
@@ -63,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     fields = [f.strip() for f in args.fields.split(",")] if args.fields else None
     limit = args.count or 10
-    for index, text in enumerate(format_samples(samples, fields=fields, width=args.width)):
+    shown = format_samples(samples, fields=fields, width=args.width, class_names=names)
+    for index, text in enumerate(shown):
         print(text)
         if index + 1 >= limit:
             break

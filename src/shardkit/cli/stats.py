@@ -1,6 +1,10 @@
 """Summarise shards: samples, bytes, the spread of sample sizes, each field's kind and mean
-size, per-class counts (--label, a field spec: cls by default) and per-shard counts.
---json prints the same as JSON; --plot draws the histograms to a PNG.
+size, per-class counts and per-shard counts.
+
+Classes are counted by --label, a field spec (cls, json.label, ...); cls also finds a
+TFRecord's image/class/label, and a manifest's class_to_idx turns labels into class
+names. --json prints the same as JSON; --plot draws histograms of sample sizes, image
+widths and heights, and classes to a PNG.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ def add_parser(sub: Any) -> None:
         sub, "stats", help="counts, sizes, fields and classes", doc=__doc__, epilog=EXAMPLES
     )
     parser.add_argument("inputs", nargs="+", metavar="SHARDS_OR_FOLDER", help="what to count")
-    parser.add_argument("--label", default="cls", help="class field spec ('' for none)")
-    parser.add_argument("--plot", metavar="PNG", help="draw histograms to this file")
+    parser.add_argument("--label", default="cls", help="class field spec; '' for none")
+    parser.add_argument("--plot", metavar="PNG", help="draw histograms to this PNG file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=run)
 
@@ -34,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.stats import format_stats, plot_stats, stats
 
     check_stdin(args.inputs)
-    result = stats(args.inputs, label=args.label or None)
+    result = stats(args.inputs, label=args.label or None, image_sizes=bool(args.plot))
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=1)
         print()

@@ -34,7 +34,6 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--sha256", action="store_true", help="hash every shard (default: only against a manifest)"
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     parser.set_defaults(func=run)
 
 

@@ -24,9 +24,13 @@ jpg jpeg png ppm pgm pbm webp tif tiff bmp  PIL image or numpy array (encode onl
 ==========================================  ==============================================
 
 Encoding: bytes pass through, str becomes UTF-8, anything else goes through the
-extension's encoder (:func:`encode_sample`). Decoding: :class:`Decoder`, whose image
-specs (:data:`IMAGE_SPECS`) are webdataset's. :func:`register` adds extensions to the
-process-wide registry; a :class:`Codecs` object is a separate registry.
+extension's encoder (:func:`encode_sample`); a field ending in ``.gz`` (``txt.gz``,
+``json.gz``) is encoded by the rest of its extension, then gzipped (no timestamp, so the
+bytes are reproducible), unless its bytes are gzip data already. Decoding:
+:class:`Decoder`, whose image specs (:data:`IMAGE_SPECS`) are webdataset's; they apply to
+the image extensions and to ``image/encoded`` (:data:`IMAGE_FEATURE`, the image of the
+shardkit TFRecord schema). :func:`register` adds extensions to the process-wide registry;
+a :class:`Codecs` object is a separate registry.
 
 Untrusted fields: a :class:`Decoder` never unpickles without ``allow_pickle=True``
 (``torch.load`` runs with ``weights_only``); any field that does not decode raises
@@ -46,7 +50,14 @@ from typing import Any
 
 from ._builtin import MAX_EXPANDED_SIZE
 from ._decoder import Decoder, Handler, decode_sample
-from ._images import IMAGE_EXTENSIONS, encode_image, image_extension, normalize_image_extension
+from ._images import (
+    IMAGE_EXTENSIONS,
+    IMAGE_FEATURE,
+    encode_image,
+    image_extension,
+    image_size,
+    normalize_image_extension,
+)
 from ._imagespecs import IMAGE_SPECS
 from ._registry import Codecs, FieldDecoder, FieldEncoder, default_codecs, register
 
@@ -57,6 +68,7 @@ __all__ = [
     "FieldEncoder",
     "Handler",
     "IMAGE_EXTENSIONS",
+    "IMAGE_FEATURE",
     "IMAGE_SPECS",
     "MAX_EXPANDED_SIZE",
     "decode_sample",
@@ -64,6 +76,7 @@ __all__ = [
     "encode_image",
     "encode_sample",
     "image_extension",
+    "image_size",
     "normalize_image_extension",
     "register",
 ]

@@ -11,8 +11,12 @@ import json
 import math
 import operator
 import pickle
+import zlib
 from collections.abc import Mapping
 from typing import IO, Any
+
+from .._optional import require
+from ._failures import NPY_FAILURES, TEXT_FAILURES, undecodable
 
 __all__ = [
     "MAX_EXPANDED_SIZE",
@@ -37,6 +41,7 @@ __all__ = [
     "encode_npz",
     "encode_pickle",
     "encode_torch",
+    "gzip_bytes",
     "unpickle",
 ]
 
@@ -64,11 +69,17 @@ def encode_int(value: Any) -> bytes:
 
 
 def decode_int(data: bytes) -> int:
-    return int(data)
+    try:
+        return int(data)
+    except TEXT_FAILURES as exc:
+        raise undecodable(exc) from exc
 
 
 def decode_text(data: bytes) -> str:
-    return data.decode("utf-8")
+    try:
+        return data.decode("utf-8")
+    except TEXT_FAILURES as exc:
+        raise undecodable(exc) from exc
 
 
 def encode_json(value: Any) -> bytes:
@@ -76,41 +87,89 @@ def encode_json(value: Any) -> bytes:
 
 
 def decode_json(data: bytes) -> Any:
-    return json.loads(data)
+    try:
+        return json.loads(data)
+    except TEXT_FAILURES as exc:
+        raise undecodable(exc) from exc
+
+
+# -- gzip ----------------------------------------------------------------------------
+
+#: A fixed gzip header (no mtime, no name, OS "unknown"): the same data always gives the
+#: same bytes, whatever the Python version (``gzip.compress`` has written other OS bytes).
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """``data`` as one gzip member, deterministically (level 9, as webdataset's)."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = deflate.compress(data) + deflate.flush()
+    trailer = zlib.crc32(data).to_bytes(4, "little") + (len(data) & 0xFFFFFFFF).to_bytes(
+        4, "little"
+    )
+    return _GZIP_HEADER + body + trailer
 
 
 # -- pickle and torch ----------------------------------------------------------------
 
 
 def encode_pickle(value: Any) -> bytes:
-    return pickle.dumps(value, protocol=PICKLE_PROTOCOL)
+    return bytes(_pickled(pickle.dumps, value, protocol=PICKLE_PROTOCOL))
+
+
+def _pickled(dump: Any, value: Any, *args: Any, **options: Any) -> Any:
+    """``dump(value, ...)`` of a pickler; what it refuses (a lambda, a local class: a
+    PicklingError or an AttributeError) is a TypeError: a value that cannot be encoded."""
+    try:
+        return dump(value, *args, **options)
+    except (pickle.PicklingError, AttributeError) as exc:
+        raise TypeError(f"cannot pickle it: {exc}") from exc
 
 
 def unpickle(data: bytes) -> Any:
-    return pickle.loads(data)
+    return _unpickled(pickle.loads, data)
+
+
+def _unpickled(load: Any, data: Any, **options: Any) -> Any:
+    """``load(data)`` of an unpickler: a VM run on the data, so whatever it raises
+    (IndexError, KeyError, OverflowError, MemoryError, ...) says the data is bad."""
+    try:
+        return load(data, **options)
+    except Exception as exc:
+        raise undecodable(exc) from exc
 
 
 def encode_torch(value: Any) -> bytes:
+    require("torch", "a .pth field")
     import torch
 
     buffer = io.BytesIO()
-    torch.save(value, buffer)
+    _pickled(torch.save, value, buffer)
     return buffer.getvalue()
 
 
 def decode_torch(data: bytes) -> Any:
     """``torch.load`` limited to tensors and plain containers (``weights_only=True``)."""
+    require("torch", "a .pth field")
     import torch
 
-    check_zip_size(data)
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    _checked_zip(data)
+    return _unpickled(torch.load, io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
 def decode_torch_trusted(data: bytes) -> Any:
+    require("torch", "a .pth field")
     import torch
 
-    check_zip_size(data)
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    _checked_zip(data)
+    return _unpickled(torch.load, io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def _checked_zip(data: bytes) -> None:
+    try:
+        check_zip_size(data)
+    except ValueError as exc:
+        raise undecodable(exc) from exc
 
 
 # -- archives that expand ------------------------------------------------------------
@@ -130,7 +189,7 @@ def check_zip_size(data: bytes, limit: int = MAX_EXPANDED_SIZE) -> None:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             total = sum(info.file_size for info in archive.infolist())
-    except (zipfile.BadZipFile, EOFError, OSError):
+    except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError):
         return  # the decoder will say what is wrong with it
     if total > limit:
         raise ValueError(
@@ -181,7 +240,10 @@ def _read_npy(stream: IO[bytes], size: int, allow_pickle: bool) -> Any:
 
 
 def _load_npy(data: bytes, allow_pickle: bool) -> Any:
-    return _read_npy(io.BytesIO(data), len(data), allow_pickle)
+    try:
+        return _read_npy(io.BytesIO(data), len(data), allow_pickle)
+    except NPY_FAILURES as exc:
+        raise undecodable(exc) from exc
 
 
 def decode_npy(data: bytes) -> Any:
@@ -212,6 +274,13 @@ def encode_npz(value: Any) -> bytes:
 
 
 def _load_npz(data: bytes, allow_pickle: bool) -> dict[str, Any]:
+    try:
+        return _read_npz(data, allow_pickle)
+    except NPY_FAILURES as exc:
+        raise undecodable(exc) from exc
+
+
+def _read_npz(data: bytes, allow_pickle: bool) -> dict[str, Any]:
     """What ``np.load`` gives for an npz, each member checked as :func:`_read_npy` does."""
     import zipfile
 
@@ -241,24 +310,34 @@ def decode_npz_trusted(data: bytes) -> dict[str, Any]:
 
 
 def encode_msgpack(value: Any) -> bytes:
+    require("msgpack", "a .msgpack field")
     import msgpack
 
     return bytes(msgpack.packb(value, use_bin_type=True))
 
 
 def decode_msgpack(data: bytes) -> Any:
+    require("msgpack", "a .msgpack field")
     import msgpack
 
-    return msgpack.unpackb(data, raw=False)
+    try:
+        return msgpack.unpackb(data, raw=False)
+    except (ValueError, TypeError, msgpack.exceptions.UnpackException) as exc:  # TypeError: [] key
+        raise undecodable(exc) from exc
 
 
 def encode_cbor(value: Any) -> bytes:
+    require("cbor2", "a .cbor field")
     import cbor2
 
     return bytes(cbor2.dumps(value))
 
 
 def decode_cbor(data: bytes) -> Any:
+    require("cbor2", "a .cbor field")
     import cbor2
 
-    return cbor2.loads(data)
+    try:
+        return cbor2.loads(data)
+    except (ValueError, TypeError, cbor2.CBORError) as exc:
+        raise undecodable(exc) from exc

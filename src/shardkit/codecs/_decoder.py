@@ -8,8 +8,9 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import ConfigError, DecodeError, UnsafeDataError
+from ..errors import ConfigError, DataError, DecodeError, ShardkitError, UnsafeDataError
 from ._builtin import MAX_EXPANDED_SIZE
+from ._failures import DECODE_FAILURES, GUNZIP_FAILURES, image_failures
 from ._images import image_extension
 from ._imagespecs import check_spec, decode_image
 from ._registry import Codecs, Refused, default_codecs
@@ -136,25 +137,25 @@ class Decoder:
                 continue
             try:
                 result[field] = self._decode_field(field, value)
-            except UnsafeDataError as exc:
-                raise UnsafeDataError(exc.message, key=key, url=url) from None
-            except Exception as exc:
-                raise DecodeError(
-                    f"cannot decode field {field!r}: {type(exc).__name__}: {exc}",
-                    key=key,
-                    url=url,
-                ) from exc
+            except (DataError, UnsafeDataError) as exc:  # bad data: say where it is
+                exc.key = exc.key if exc.key is not None else key
+                exc.url = exc.url if exc.url is not None else url
+                raise
         return result
 
-    def _decode_field(self, ext: str, data: bytes) -> Any:
+    def _decode_field(self, field: str, data: bytes) -> Any:
+        # Only the decoding libraries' own errors are bad data (see _failures); a
+        # custom handler runs unguarded: its NameError is a bug, not a corrupt sample.
+        ext = field
         while ext.lower().endswith(".gz"):
-            ext, data = ext[:-3], gunzip(data, self.max_gunzip_size)
+            data = _guarded(field, GUNZIP_FAILURES, gunzip, data, self.max_gunzip_size)
+            ext = ext[:-3]
         for handler in self.handlers:
             value = handler(ext, data)
             if value is not None:
                 return value
         if self.spec is not None and image_extension(ext):
-            return decode_image(data, self.spec, ext)
+            return _guarded(field, image_failures(), decode_image, data, self.spec, ext)
         codecs = default_codecs if self.codecs is None else self.codecs
         decode = codecs.decoder(ext, allow_pickle=self.allow_pickle)
         if isinstance(decode, Refused):
@@ -164,7 +165,23 @@ class Decoder:
             )
         if decode is None:
             return data
-        return decode(data)
+        return _guarded(field, DECODE_FAILURES, decode, data)
+
+
+def _guarded(
+    field: str, failures: tuple[type[Exception], ...], fn: Callable[..., Any], *args: Any
+) -> Any:
+    """``fn(*args)``, with the decoding library's ``failures`` as a DecodeError."""
+    try:
+        return fn(*args)
+    except DecodeError as exc:  # a decoder that names its library's error itself
+        raise DecodeError(
+            f"cannot decode field {field!r}: {exc.message}", key=exc.key, url=exc.url
+        ) from (exc.__cause__ or exc)
+    except ShardkitError:  # ours already say what they are (ConfigError is a ValueError)
+        raise
+    except failures as exc:
+        raise DecodeError(f"cannot decode field {field!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def decode_sample(

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+import warnings
 from typing import Any
 
-from ..errors import ConfigError
+from .._optional import require
+from ..errors import ConfigError, DataError
 
 __all__ = [
     "ENCODABLE_IMAGE_EXTENSIONS",
     "IMAGE_EXTENSIONS",
+    "IMAGE_FEATURE",
     "encode_image",
     "image_extension",
+    "image_size",
     "last_component",
     "normalize_image_extension",
 ]
@@ -50,6 +54,11 @@ IMAGE_EXTENSIONS = frozenset(
     }
 )
 
+#: The field of a sample read from a TFRecord that holds its image: the ``image/encoded``
+#: feature of the shardkit TFRecord schema (:mod:`shardkit.formats.tfschema`), which is
+#: TensorFlow's usual name. Image specs and the tools treat it as an image field.
+IMAGE_FEATURE = "image/encoded"
+
 _ALIASES = {"jpeg": "jpg", "jpe": "jpg", "jfif": "jpg"}
 
 # Pillow format used to save each (normalized) extension.
@@ -76,8 +85,29 @@ def last_component(ext: str) -> str:
 
 
 def image_extension(ext: str) -> bool:
-    """Whether the field ``ext`` (``jpg``, ``seg.png``, ``.JPEG``) holds an image."""
-    return last_component(ext) in IMAGE_EXTENSIONS
+    """Whether the field ``ext`` (``jpg``, ``seg.png``, ``.JPEG``, ``image/encoded``)
+    holds an image."""
+    return last_component(ext) in IMAGE_EXTENSIONS or ext.lower() == IMAGE_FEATURE
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from the image header, without decoding the pixels.
+
+    Raises :class:`~shardkit.errors.DataError` if the header does not read, and
+    MissingDependencyError (a ConfigError) if Pillow is not installed.
+    """
+    from ._failures import image_failures
+
+    require("PIL.Image", "reading image sizes")
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as image:
+                return image.size  # type: ignore[no-any-return]
+    except image_failures() as exc:
+        raise DataError(f"cannot read the image header: {exc}") from exc
 
 
 def normalize_image_extension(ext: str) -> str:
@@ -97,6 +127,8 @@ def normalize_image_extension(ext: str) -> str:
 
 def _from_array(value: Any) -> Any:
     import numpy as np
+
+    require("PIL.Image", "encoding images")
     import PIL.Image
 
     arr = np.asarray(value)
@@ -120,6 +152,7 @@ def encode_image(image: Any, ext: str, *, quality: int = 90) -> bytes:
     rounded. ``quality`` applies to the lossy formats (jpg, webp). Pillow writes no
     timestamps, so the same image always gives the same bytes.
     """
+    require("PIL.Image", "encoding images")
     import PIL.Image
 
     fmt = _SAVE_FORMATS.get(_ALIASES.get(last_component(ext), last_component(ext)))

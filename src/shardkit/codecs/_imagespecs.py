@@ -17,8 +17,9 @@ import functools
 import io
 from typing import Any, Literal
 
+from .._optional import optional, require
 from ..errors import ConfigError
-from ._images import last_component
+from ._images import IMAGE_FEATURE, last_component
 
 __all__ = ["IMAGE_SPECS", "check_spec", "decode_image"]
 
@@ -64,11 +65,7 @@ def check_spec(spec: str) -> str:
 
 @functools.cache
 def _simplejpeg() -> Any:
-    try:
-        import simplejpeg
-    except ImportError:
-        return None
-    return simplejpeg
+    return optional("simplejpeg")  # the fast path; Pillow decodes without it
 
 
 def _pil_formats() -> tuple[str, ...]:
@@ -80,6 +77,7 @@ def _pil_formats() -> tuple[str, ...]:
 
 
 def _open_pil(data: bytes, mode: _Mode) -> Any:
+    require("PIL.Image", "decoding images")
     import PIL.Image
 
     with PIL.Image.open(io.BytesIO(data), formats=_pil_formats()) as img:
@@ -92,6 +90,7 @@ def _decode_jpeg(data: bytes, mode: _Mode) -> Any:
     sj = _simplejpeg()
     if sj is None:
         return None
+    require("PIL.Image", "decoding images")
     import PIL.Image
 
     try:
@@ -129,6 +128,7 @@ def _finish(arr: Any, to_float: bool, kind: _Kind) -> Any:
         arr /= 255.0  # in place: one float copy of a large image, not two
     if kind == "numpy":
         return arr
+    require("torch", "decoding images to torch tensors")
     import torch
 
     if arr.ndim == 3:
@@ -136,11 +136,19 @@ def _finish(arr: Any, to_float: bool, kind: _Kind) -> Any:
     return torch.from_numpy(arr)
 
 
+def _is_jpeg(data: bytes, ext: str) -> bool:
+    """Whether to try libjpeg-turbo: a JPEG extension, or a TFRecord's ``image/encoded``
+    (whatever format it holds) that starts like a JPEG."""
+    if last_component(ext) in _JPEG:
+        return True
+    return ext.lower() == IMAGE_FEATURE and data[:3] == b"\xff\xd8\xff"
+
+
 def decode_image(data: bytes, spec: str, ext: str) -> Any:
     """Decode image bytes the way ``spec`` (a name from :data:`IMAGE_SPECS`) says."""
     kind, to_float, mode = _SPECS[spec]
     arr = None
-    if kind != "pil" and last_component(ext) in _JPEG:
+    if kind != "pil" and _is_jpeg(data, ext):
         arr = _decode_jpeg(data, mode)
     if arr is None:
         img = _open_pil(data, mode)

@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import ConfigError, EncodeError
+from ..errors import ConfigError, EncodeError, ShardkitError
 from . import _builtin as b
+from ._failures import ENCODE_FAILURES
 from ._images import ENCODABLE_IMAGE_EXTENSIONS, encode_image, last_component
 from ._tenbin import decode_tenbin, encode_tenbin
 
@@ -99,7 +100,12 @@ class Codecs:
         return frozenset(self._table)
 
     def encode_sample(self, sample: Mapping[str, Any]) -> dict[str, Any]:
-        """A new sample whose non-dunder values are all bytes (see :func:`encode_sample`)."""
+        """A new sample whose non-dunder values are all bytes (see :func:`encode_sample`).
+
+        A field ending in ``.gz`` is encoded by the rest of its extension (``json.gz``:
+        json) and then gzipped (deterministically: no timestamp), as webdataset does;
+        bytes that are gzip data already (they start with the gzip magic) pass through.
+        """
         key = sample.get("__key__")
         key = key if isinstance(key, str) else None
         return {
@@ -108,6 +114,10 @@ class Codecs:
         }
 
     def _encode_field(self, field: str, value: Any, key: str | None) -> bytes:
+        if field.lower().endswith(".gz"):
+            if isinstance(value, (bytes, bytearray, memoryview)) and value[:2] == b"\x1f\x8b":
+                return bytes(value)  # gzipped already (a field read from a shard)
+            return b.gzip_bytes(self._encode_field(field[:-3], value, key))
         if isinstance(value, bytes):
             return value
         if isinstance(value, (bytearray, memoryview)):
@@ -125,7 +135,9 @@ class Codecs:
             )
         try:
             data = entry.encode(value)
-        except Exception as exc:
+        except ShardkitError:  # ours say what they are (a missing extra is no bad value)
+            raise
+        except ENCODE_FAILURES as exc:  # anything else is a bug in the encoder: it propagates
             raise EncodeError(
                 f"field {field!r}: cannot encode a {kind} as {ext!r}: {exc}", key=key
             ) from exc

@@ -21,6 +21,7 @@ import distributed as _distributed
 
 from ..errors import BuildError
 from . import _remote
+from ._connect import CONNECT_TIMEOUT_S, unreachable
 
 __all__ = ["DaskExecutor"]
 
@@ -73,7 +74,12 @@ class DaskExecutor:
                 self._client = distributed.get_client()
                 self._owns = False
         if self._owns:
-            self._client = distributed.Client(address, set_as_default=False)
+            try:
+                self._client = distributed.Client(
+                    address, set_as_default=False, timeout=CONNECT_TIMEOUT_S
+                )
+            except OSError as exc:  # "Timed out trying to connect to ..."
+                raise unreachable("dask", str(address), str(exc)) from None
         self.workers = max(1, sum(self._client.nthreads().values()))
         self._run_id = uuid.uuid4().hex
         self._init = init

@@ -65,7 +65,7 @@ float32, a one-element list as a scalar, arrays as flat lists.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shardkit.errors import EncodeError, FormatError
@@ -76,9 +76,13 @@ __all__ = [
     "FeatureValues",
     "decode_example",
     "encode_example",
+    "encode_other_values",
     "example_to_sample",
     "sample_to_example",
 ]
+
+#: Values :func:`sample_to_example` writes as they are (see the mapping above).
+_NATIVE = (bytes, bytearray, memoryview, str, int, float, list, tuple)
 
 
 def encode_example(features: Mapping[str, Any]) -> bytes:
@@ -142,6 +146,24 @@ def sample_to_example(sample: Mapping[str, Any]) -> bytes:
         if isinstance(key, str) and exc.key is None:
             raise EncodeError(exc.message, key=key) from exc
         raise
+
+
+def encode_other_values(
+    sample: Mapping[str, Any], encode: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+) -> dict[str, Any]:
+    """``sample`` ready for :func:`sample_to_example`: bytes, str, numbers and lists stay
+    as they are (an int becomes an int64 feature), every other value (a dict, an array,
+    an image) and every field ending in ``.gz`` is replaced by what ``encode`` (a codecs
+    ``encode_sample``) makes of it."""
+    other = {
+        name: value
+        for name, value in sample.items()
+        if not _is_dunder(name) and (not isinstance(value, _NATIVE) or name.lower().endswith(".gz"))
+    }
+    if not other:
+        return dict(sample)
+    encoded = encode({"__key__": sample.get("__key__"), **other})
+    return {**sample, **{name: encoded[name] for name in other}}
 
 
 def example_to_sample(

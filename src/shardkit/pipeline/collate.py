@@ -54,6 +54,9 @@ def _column(values: Sequence[Any], mode: str, name: str) -> Any:
 
     array = np.asarray(values) if kind == "number" else _stack(np.stack, values, name)
     if mode == "torch":
+        from .._optional import require
+
+        require("torch", "collate='torch'")
         import torch
 
         return torch.from_numpy(array)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .. import config
 from ..errors import ConfigError
 
-__all__ = ["Context", "current_node", "current_worker", "usable_cores"]
+__all__ = ["Context", "current_node", "current_worker", "in_worker_process", "usable_cores"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,12 @@ def current_worker() -> tuple[int, int]:
     if info is None:
         return 0, 1
     return int(info.id), int(info.num_workers)
+
+
+def in_worker_process() -> bool:
+    """Whether this process is a DataLoader worker (even the only one)."""
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None
 
 
 def usable_cores() -> int:

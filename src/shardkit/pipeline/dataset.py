@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +34,11 @@ from ..writer import Format
 from ._torch import register_iterable_dataset
 from .chain import Equalize, Recipe
 from .collate import Collate
-from .context import Context, current_node, current_worker
+from .compat import UNSET, dataset_options, one_of, refuse
+from .context import Context, current_node, current_worker, in_worker_process
+from .counting import Slice, Take, Unbatched
 from .decode import Decode
+from .handoff import Handoff
 from .source import ReadOptions
 from .stages import (
     Batched,
@@ -67,26 +71,34 @@ class Dataset(_Base):
     ``source`` is a URL or list of URLs (brace patterns expand), a shard folder, or a
     ``manifest.json`` (:mod:`shardkit.pipeline.urls`). Options:
 
-    * ``seed``: the root of every random choice; with ``epoch`` it fixes the order.
+    * ``seed``: the root of every random choice; with ``epoch`` it fixes the order
+      (None, webdataset's default, is 0: the order is always seeded).
     * ``shuffle_shards``: reshuffle the shard order each epoch. Default: only when the
       pipeline has a ``.shuffle()`` stage.
     * ``equalize``: with per-shard counts (a manifest), every rank yields the same number
       of samples each epoch: ``"pad"`` (repeat, the default there) or ``"drop"``.
-    * ``handler``: policy for bad data: ``"raise"`` (default), ``"warn"`` (skip the
-      sample), ``"skip"`` (skip the rest of the shard), ``"ignore"`` or a callable.
+    * ``handler``: policy for bad data (:mod:`shardkit.handlers`): ``"raise"`` (default),
+      ``"warn"`` or ``"skip"`` (drop the bad sample, logged), ``"ignore"`` (the same, not
+      logged), ``"warn_and_stop"`` / ``"ignore_and_stop"`` (drop the rest of the shard),
+      or a callable.
     * ``format``: ``"tar"`` or ``"tfrecord"``; default from each shard's name.
     * ``node``: ``(rank, world_size)``; default from torch.distributed or the environment.
     * ``storage_options``: fsspec options (endpoint, credentials) for remote URLs.
     * ``cache_dir``: keep a local copy of every remote shard read, reused across runs
       (default: ``$SHARDKIT_CACHE_DIR``, else no cache).
     * ``verify``: check TFRecord data CRCs.
+
+    webdataset's ``shardshuffle=``, ``resampled=``, ``nodesplitter=``, ``workersplitter=``
+    and ``empty_check=`` are accepted with webdataset's meaning where shardkit has the
+    feature; the others raise :class:`ConfigError` naming the shardkit way
+    (:mod:`shardkit.pipeline.compat`).
     """
 
     def __init__(
         self,
         source: str | Sequence[str],
         *,
-        seed: int = 0,
+        seed: int | None = 0,
         shuffle_shards: bool | None = None,
         equalize: Equalize | None = None,
         handler: HandlerName | Handler = "raise",
@@ -95,17 +107,22 @@ class Dataset(_Base):
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | None = None,
         verify: bool = True,
+        **webdataset: Any,
     ) -> None:
         if not isinstance(source, str) and not (
             isinstance(source, Sequence) and all(isinstance(u, str) for u in source)
         ):
             raise TypeError(f"source must be a URL or a list of URLs, not {source!r}")
+        if seed is None:
+            seed = 0  # webdataset's default; shardkit's order is always seeded
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, not {seed!r}")
         if equalize not in (None, "pad", "drop"):
             raise ConfigError(f"equalize must be 'pad', 'drop' or None, not {equalize!r}")
         if format not in (None, "tar", "tfrecord"):
             raise ConfigError(f"format must be 'tar', 'tfrecord' or None, not {format!r}")
+        wds = dataset_options(webdataset, shuffle_shards=shuffle_shards, node=node)
+        node = wds["node"]
         if node is not None:
             current_node(node)  # validates
         self._source: str | tuple[str, ...] = source if isinstance(source, str) else tuple(source)
@@ -115,11 +132,18 @@ class Dataset(_Base):
         if cache_dir is None:
             cache_dir = config.cache_dir()
         read = ReadOptions(format, self._handler, verify, storage_options, cache_dir)
-        self._recipe = Recipe(read, equalize, shuffle_shards)
+        self._recipe = Recipe(
+            read,
+            equalize,
+            wds["shuffle_shards"],
+            passes=wds["passes"],
+            empty_check=wds["empty_check"],
+        )
         self._shards: ShardList | None = None
         self._epoch = 0
         self._resume: Position | None = None
         self._live: tuple[Progress, Context] | None = None
+        self._handoff = Handoff()
 
     # ------------------------------------------------------------------ stages
 
@@ -128,16 +152,38 @@ class Dataset(_Base):
         stages = self._recipe.stages if stage is None else (*self._recipe.stages, stage)
         new._recipe = dataclasses.replace(self._recipe, stages=stages, **changes)
         new._live = None
+        new._handoff = Handoff()
         return new
 
     def _handler_or_default(self, handler: HandlerName | Handler | None) -> Handler:
         return self._handler if handler is None else resolve_handler(handler)
 
-    def shuffle(self, size: int) -> Dataset:
-        """Shuffle samples through a buffer of ``size`` (seeded per epoch, rank, worker)."""
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise ConfigError(f"shuffle() takes a buffer size >= 0, not {size!r}")
-        return self._then(Shuffle(size, salt=len(self._recipe.stages))) if size > 1 else self
+    def shuffle(
+        self, size: int, *, initial: int | None = None, seed: int | None = None, **other: Any
+    ) -> Dataset:
+        """Shuffle samples through a buffer of ``size`` (seeded per epoch, rank, worker).
+
+        ``initial``: start yielding once the buffer holds that many (default: ``size``);
+        ``seed``: mixed into the seed of this buffer (webdataset's arguments)."""
+        if other:
+            name = next(iter(other))
+            way = (
+                "shardkit seeds every buffer from (seed, epoch, rank, worker); pass seed="
+                if name == "rng"
+                else "it takes size, initial= and seed="
+            )
+            raise refuse("shuffle", name, way)
+        _check_count(size, "shuffle() takes a buffer size", 0)
+        if initial is not None:
+            _check_count(initial, "shuffle(initial=) takes a number of items", 1)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"shuffle(seed=) takes an int, not {seed!r}")
+        if size <= 1:
+            return self
+        salt = (
+            f"{len(self._recipe.stages)}" if seed is None else f"{len(self._recipe.stages)}:{seed}"
+        )
+        return self._then(Shuffle(size, salt=salt, initial=min(initial or size, size)))
 
     def decode(
         self,
@@ -146,24 +192,50 @@ class Dataset(_Base):
         only: str | Sequence[str] | None = None,
         handler: HandlerName | Handler | None = None,
         threads: int | None = None,
+        partial: bool = True,
+        **other: Any,
     ) -> Dataset:
         """Decode fields: an image spec (``"rgb8"``, ``"torchrgb"``, ``"pil"``, ...) and/or
         custom ``fn(ext, data)`` decoders, then the built-in codecs by extension.
 
         ``threads``: decode in that many threads (order kept). Default: up to 4 when
-        iterating in a single process, 1 inside DataLoader workers or under DDP."""
+        iterating in a single process, 1 inside DataLoader workers or under DDP.
+        ``partial=False``: a field that is no longer bytes raises TypeError (webdataset's
+        default) instead of passing through."""
         from ..codecs import Decoder
 
+        if other:
+            name = next(iter(other))
+            raise refuse("decode", name, "transform samples before or after it with .map(fn)")
         if threads is not None and (
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
         ):
             raise ConfigError(f"threads must be an int >= 1 or None, not {threads!r}")
-        decoder = Decoder(*specs, allow_pickle=allow_pickle, only=only, partial=True)
+        decoder = Decoder(*specs, allow_pickle=allow_pickle, only=only, partial=bool(partial))
         return self._then(Decode(decoder, self._handler_or_default(handler), threads))
 
-    def to_tuple(self, *fields: str, handler: HandlerName | Handler | None = None) -> Dataset:
-        """Tuples of fields; ``"jpg;png"`` takes the first alternative present."""
-        return self._then(ToTuple(parse_fields(fields), self._handler_or_default(handler)))
+    def to_tuple(
+        self,
+        *fields: str,
+        handler: HandlerName | Handler | None = None,
+        missing_is_error: bool = True,
+        none_is_error: bool | None = None,
+    ) -> Dataset:
+        """Tuples of fields; ``"jpg;png"`` takes the first alternative present.
+
+        A missing field is bad data (to the handler) unless ``missing_is_error=False``,
+        which puts None in its place; ``none_is_error=True`` makes a None value (a missing
+        field, or a JSON null) bad data, as in webdataset. Unlike webdataset's, the default
+        lets a None value through, as shardkit always has."""
+        none = False if none_is_error is None else none_is_error
+        return self._then(
+            ToTuple(
+                parse_fields(fields),
+                self._handler_or_default(handler),
+                bool(missing_is_error),
+                bool(none),
+            )
+        )
 
     def map(
         self, fn: Callable[[Any], Any], *, handler: HandlerName | Handler | None = None
@@ -203,22 +275,86 @@ class Dataset(_Base):
         _check_callable(predicate, "select")
         return self._then(Select(predicate))
 
-    def batched(self, size: int, *, collate: Collate = "auto", partial: bool = True) -> Dataset:
+    def batched(
+        self,
+        size: int = UNSET,
+        collate: Collate = UNSET,
+        partial: bool = True,
+        *,
+        batchsize: int = UNSET,
+        collation_fn: Collate = UNSET,
+    ) -> Dataset:
         """Batches of ``size`` items, collated by ``collate`` (``"auto"``, ``"numpy"``,
         ``"torch"``, None for lists, or a callable); ``partial=False`` drops a short last
-        batch."""
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ConfigError(f"batched() takes a batch size >= 1, not {size!r}")
+        batch. webdataset's ``batchsize=`` and ``collation_fn=`` are the same options (and
+        ``collate`` may be passed second, as webdataset's ``collation_fn``)."""
+        size = one_of("batched", size=size, batchsize=batchsize)
+        collate = one_of("batched", collate=collate, collation_fn=collation_fn)
+        if size is UNSET:
+            raise ConfigError("batched() takes a batch size: .batched(64)")
+        _check_count(size, "batched() takes a batch size", 1)
+        collate = "auto" if collate is UNSET else collate
         if collate not in ("auto", "numpy", "torch", None) and not callable(collate):
             raise ConfigError("collate must be 'auto', 'numpy', 'torch', None or a callable")
         return self._then(Batched(size, collate, partial))
 
-    def with_epoch(self, samples: int) -> Dataset:
-        """Make every epoch exactly ``samples`` samples per rank, reading the shards again
-        (freshly shuffled) as often as needed. No counts are needed."""
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ConfigError(f"with_epoch() takes a number of samples >= 1, not {samples!r}")
-        return self._then(epoch_size=samples)
+    def unbatched(self, *, handler: HandlerName | Handler | None = None) -> Dataset:
+        """Batches back into items (the inverse of :meth:`batched`)."""
+        return self._then(Unbatched(self._handler_or_default(handler)))
+
+    def slice(self, *args: int | None) -> Dataset:
+        """``itertools.islice(items, *args)`` of each stream: ``slice(stop)`` or
+        ``slice(start, stop[, step])``. As in webdataset it applies to each DataLoader
+        worker's stream (to cap a rank's epoch, use :meth:`with_epoch`)."""
+        try:
+            bounds = slice(*args)
+            start, stop = bounds.start or 0, bounds.stop
+            step = 1 if bounds.step is None else bounds.step
+        except TypeError as exc:
+            raise ConfigError(f"slice() takes (stop) or (start, stop[, step]): {exc}") from None
+        for value in (start, step) if stop is None else (start, stop, step):
+            _check_count(value, "slice() takes ints >= 0", 0)
+        if step < 1:
+            raise ConfigError(f"slice() takes a step >= 1, not {step}")
+        return self._then(Slice(start, stop, step))
+
+    def with_epoch(
+        self, samples: int = UNSET, *, nsamples: int = UNSET, nbatches: int = UNSET
+    ) -> Dataset:
+        """End every epoch after exactly ``samples`` items *at this position* per rank
+        (samples, or batches after :meth:`batched`), reading the shards pass after pass
+        (each pass freshly shuffled) as long as needed. No counts are needed.
+        webdataset's ``nsamples=`` / ``nbatches=`` are the same number."""
+        samples = one_of("with_epoch", samples=samples, nsamples=nsamples, nbatches=nbatches)
+        if samples is UNSET:
+            raise ConfigError("with_epoch() takes the number of items per epoch: .with_epoch(n)")
+        _check_count(samples, "with_epoch() takes a number of items", 1)
+        if self._recipe.take is not None:
+            raise ConfigError("with_epoch() is already set for this dataset: call it once")
+        return self._then(Take(samples))
+
+    def repeat(self, nepochs: int | None = None, nbatches: int | None = None) -> Dataset:
+        """Read the shards ``nepochs`` times per epoch (None or -1: endlessly), each pass
+        freshly shuffled; ``nbatches``: end the epoch after that many items here, as
+        :meth:`with_epoch`. The stages see one continuous stream (a batch may span two
+        passes)."""
+        if nepochs is not None and nepochs != -1:
+            _check_count(nepochs, "repeat() takes a number of passes", 1)
+        ds = self._then(passes=None if nepochs in (None, -1) else nepochs)
+        if nbatches is not None and nbatches != -1:
+            if nepochs not in (None, -1):
+                raise ConfigError(
+                    "repeat(nepochs, nbatches) with both: use .repeat(nepochs) or "
+                    ".with_epoch(nbatches), not both at once"
+                )
+            ds = ds.with_epoch(nbatches)
+        return ds
+
+    def with_length(self, n: int, silent: bool = False) -> Dataset:
+        """Make ``len()`` return ``n`` (only ``len()``: the epoch is unchanged), for code
+        that needs a length where shardkit cannot know one (as webdataset's)."""
+        _check_count(n, "with_length() takes a length", 0)
+        return self._then(length_override=n)
 
     # ------------------------------------------------------------------ epochs
 
@@ -258,6 +394,10 @@ class Dataset(_Base):
         shards = self.shards
         rank, world = current_node(self._node)
         worker, workers = current_worker()
+        if in_worker_process():
+            self._handoff.mark()  # the parent's copy no longer knows the position
+        else:
+            self._handoff = Handoff()  # this process iterates: its position is the one
         ctx = Context(self._seed, self._epoch, rank, world, worker, workers)
         resume = self._resume
         if resume is not None:
@@ -269,19 +409,36 @@ class Dataset(_Base):
         if resume is not None and resume.done:
             progress.done = True
             return iter(())
-        return self._recipe.build(shards, ctx, progress)
+        return self._recipe.build(shards, ctx, progress, resume.tallies if resume else ())
 
     # ------------------------------------------------------------------ resume
 
     def state_dict(self) -> dict[str, Any]:
         """The position of the current (or last) iteration in this process, to resume
-        with :meth:`load_state_dict`; a small dict of ints."""
+        with :meth:`load_state_dict`; a small dict of ints.
+
+        Raises :class:`ConfigError` when DataLoader worker processes iterate this dataset:
+        their positions are not in this process (use torchdata's ``StatefulDataLoader``,
+        which saves each worker's state)."""
+        if self._handoff.is_set() and not in_worker_process():
+            raise ConfigError(
+                "ds.state_dict(): DataLoader worker processes read this dataset, so this "
+                "process does not know the position; save loader.state_dict() of "
+                "torchdata.stateful_dataloader.StatefulDataLoader(ds, ...) instead "
+                "(docs/reading.md, Mid-epoch resume)"
+            )
         if self._resume is not None:
             return self._resume.as_dict()
         if self._live is not None:
             progress, ctx = self._live
             return Position(
-                progress.epoch, progress.position(), progress.done, ctx.seed, ctx.world, ctx.workers
+                progress.epoch,
+                progress.position(),
+                progress.done,
+                ctx.seed,
+                ctx.world,
+                ctx.workers,
+                progress.tally_positions(),
             ).as_dict()
         _, world = current_node(self._node)
         _, workers = current_worker()
@@ -292,6 +449,7 @@ class Dataset(_Base):
         the samples not yet yielded, in the same order."""
         position = check_state(state)
         self._resume = position
+        self._handoff = Handoff()
         self._epoch = position.epoch
         self._live = None
 
@@ -303,8 +461,18 @@ class Dataset(_Base):
         return state
 
     def __repr__(self) -> str:
-        stages = "".join(f".{type(s).__name__.lower()}()" for s in self._recipe.stages)
+        stages = "".join(f".{_method(type(s).__name__)}()" for s in self._recipe.stages)
         return f"Dataset({self._source!r}, seed={self._seed}){stages}"
+
+
+def _method(stage: str) -> str:
+    """The Dataset method that adds a stage of this class."""
+    return "with_epoch" if stage == "Take" else re.sub(r"(?<!^)([A-Z])", r"_\1", stage).lower()
+
+
+def _check_count(value: object, what: str, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{what} >= {least}, not {value!r}")
 
 
 def _check_callable(fn: object, method: str) -> None:

@@ -16,9 +16,9 @@ talks to another:
      samples. Its workers then split that slice by :func:`split_counts`, the same way on
      every rank, so worker w of every rank yields the same number of samples. Shards are
      cut at sample boundaries where slices meet.
-   * ``"cycle"`` (``with_epoch(n)``): each rank yields exactly n samples; a worker reads its
-     whole shards (as in ``"shards"``) pass after pass, each pass freshly shuffled, until it
-     has its share.
+   * ``"cycle"`` (``with_epoch(n)``, ``resampled=True``): a worker reads its whole shards
+     (as in ``"shards"``) pass after pass, each pass freshly shuffled, with no end of its
+     own; ``with_epoch``'s stage ends the epoch (see :mod:`shardkit.pipeline.counting`).
 
 A rank's count never depends on the number of DataLoader workers, so ``len()`` is exact
 in the main process, where that number is unknown.
@@ -70,7 +70,7 @@ class EpochPlan:
 
     segments: tuple[Segment, ...]
     target: int | None  # exact number of samples the stream yields, if known
-    cycle: bool = False  # read further passes until ``target`` samples
+    cycle: bool = False  # read further passes, endlessly
 
 
 def split_mode(
@@ -127,7 +127,6 @@ def plan_stream(
     mode: SplitMode,
     shuffle: bool,
     granularity: int = 1,
-    epoch_size: int | None = None,
     pass_index: int = 0,
 ) -> EpochPlan:
     """The plan of stream (ctx.rank, ctx.worker) for ``ctx.epoch`` (see the module docs);
@@ -139,9 +138,7 @@ def plan_stream(
         len(shards.urls), seed=ctx.seed, epoch=ctx.epoch, shuffle=shuffle, pass_index=pass_index
     )
     if mode in ("shards", "cycle"):
-        return _plan_whole_shards(
-            order, mode, rank, world, worker, workers, granularity, epoch_size
-        )
+        return _plan_whole_shards(order, mode, rank, world, worker, workers)
     counts = shards.counts
     if counts is None:  # split_mode() rules this out
         raise ConfigError(f"split mode {mode!r} needs sample counts")
@@ -155,8 +152,6 @@ def _plan_whole_shards(
     world: int,
     worker: int,
     workers: int,
-    granularity: int,
-    epoch_size: int | None,
 ) -> EpochPlan:
     streams = world * workers
     mine = order[rank::world][worker::workers]
@@ -170,12 +165,7 @@ def _plan_whole_shards(
             streams,
         )
     segments = tuple(Segment(index) for index in mine)
-    if mode == "cycle":
-        if epoch_size is None:
-            raise ConfigError("cycle mode needs an epoch size")
-        target = split_counts(epoch_size, workers, granularity)[worker]
-        return EpochPlan(segments, target, cycle=True)
-    return EpochPlan(segments, None)
+    return EpochPlan(segments, None, cycle=mode == "cycle")
 
 
 def _plan_slices(

@@ -9,9 +9,10 @@ equal even then.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,10 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
     the local cache of ``options.cache_dir``)."""
     kind, gz = reader.detect_format(url, options.format)
     stream = storage.open_read(
-        url, storage_options=options.storage_options, cache_dir=options.cache_dir
+        url,
+        storage_options=options.storage_options,
+        cache_dir=options.cache_dir,
+        cache_check=functools.partial(reader.holds_whole_shard, format=kind),
     )
     try:
         yield from reader.iter_shard_samples(
@@ -76,26 +80,49 @@ def stream_samples(
     plan_for: Callable[[int], EpochPlan],
     options: ReadOptions,
     skip: int = 0,
+    passes: int | None = 1,
 ) -> Iterator[dict[str, Any]]:
     """The stream's samples, less the first ``skip`` (a resumed epoch).
 
+    The shards are read ``passes`` times (pass ``i`` follows ``plan_for(i)``); a
+    ``"cycle"`` plan, or ``passes=None``, reads pass after pass with no end of its own.
     Skipped samples are not read where the shard counts allow: whole segments are
-    dropped from the plan. That is exact only when no bad data can have shortened a
+    dropped from the plans. That is exact only when no bad data can have shortened a
     segment, so it is done under the default ``raise`` handler only.
     """
-    plan = plan_for(0)
-    if plan.cycle:
-        items = _cycle(shards.urls, plan_for, options)
-    else:
-        start = 0
-        segments = plan.segments
-        if skip and options.handler is reraise and shards.counts is not None:
-            segments, rest = drop_front(segments, skip, shards.counts)
-            start, skip = skip - rest, rest
-        items = _exact(shards.urls, plan, segments, start, options)
-    if skip:
+    first = plan_for(0)
+    endless = first.cycle or passes is None
+    indices: Iterable[int] = itertools.count() if endless else range(passes or 0)
+    fast = bool(skip) and options.handler is reraise and shards.counts is not None
+    items = _passes(shards, plan_for, first, indices, options, skip if fast else 0)
+    if skip and not fast:
         items = itertools.islice(items, skip, None)
     return items
+
+
+def _passes(
+    shards: ShardList,
+    plan_for: Callable[[int], EpochPlan],
+    first: EpochPlan,
+    indices: Iterable[int],
+    options: ReadOptions,
+    skip: int,
+) -> Iterator[dict[str, Any]]:
+    for index in indices:
+        plan = plan_for(index) if index else first
+        start, segments = 0, plan.segments
+        if skip:
+            segments, rest = drop_front(segments, skip, shards.counts)
+            start, skip = skip - rest, rest
+            if skip:  # this whole pass was read before
+                continue
+        produced = 0
+        for sample in _exact(shards.urls, plan, segments, start, options):
+            produced += 1
+            yield sample
+        if plan.cycle and not produced and not start:
+            logger.warning("no readable samples in this stream's shards: epoch ends early")
+            return
 
 
 def _exact(
@@ -137,24 +164,4 @@ def _refill(
                     return
         if missing == before:
             logger.warning("no readable samples to repeat: the epoch is %d short", missing)
-            return
-
-
-def _cycle(
-    urls: tuple[str, ...], plan_for: Callable[[int], EpochPlan], options: ReadOptions
-) -> Iterator[dict[str, Any]]:
-    target = plan_for(0).target or 0
-    produced = 0
-    for pass_index in itertools.count():
-        if produced == target:
-            return
-        before = produced
-        for segment in plan_for(pass_index).segments:
-            for sample in _read_segment(urls, segment, options):
-                produced += 1
-                yield sample
-                if produced == target:
-                    return
-        if produced == before:
-            logger.warning("no readable samples in this stream's shards: epoch ends early")
             return

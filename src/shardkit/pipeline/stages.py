@@ -5,8 +5,8 @@ A stage is called as ``stage(items, ctx)`` with an iterator and the iteration's
 their parameters, so a pipeline pickles cheaply (DataLoader workers under ``spawn``).
 
 Stages pull exactly the items they need for their next output, never one more; that is
-what lets :mod:`shardkit.pipeline.state` resume exactly. Only :class:`Shuffle` holds
-items back (``reorders``).
+what lets :mod:`shardkit.pipeline.state` resume exactly. Only :class:`Shuffle` (and
+``unbatched``, :mod:`shardkit.pipeline.counting`) holds items back (``reorders``).
 
 Bad *data* (:class:`~shardkit.errors.DataError`: an undecodable field, a sample missing a
 field :class:`ToTuple` needs) goes to the ``handler``; whatever it returns, that sample is
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import DataError
+from ..errors import DataError, MissingFieldError
 from ..handlers import Handler, reraise
 from .collate import Collate, collate_batch
 from .context import Context
@@ -35,6 +35,7 @@ __all__ = [
     "Shuffle",
     "Stage",
     "ToTuple",
+    "missing_field",
     "parse_fields",
     "report_bad_data",
 ]
@@ -63,21 +64,37 @@ def report_bad_data(handler: Handler, exc: DataError, item: Any) -> None:
     handler(exc)
 
 
+def missing_field(alternatives: tuple[str, ...], sample: Mapping[str, Any]) -> MissingFieldError:
+    """The error for a sample that has none of ``alternatives``."""
+    fields = ", ".join(k for k in sample if not k.startswith("__"))
+    return MissingFieldError(f"no field {';'.join(alternatives)!r} (fields: {fields})")
+
+
 @dataclass(eq=False)
 class Shuffle(Stage):
-    """A shuffle buffer of ``size`` items, seeded from (seed, epoch, rank, worker)."""
+    """A shuffle buffer of ``size`` items, seeded from (seed, epoch, rank, worker);
+    it starts yielding once it holds ``initial`` items (None: ``size``)."""
 
     size: int
-    salt: int = 0
+    salt: int | str = 0
+    initial: int | None = None
     reorders: ClassVar[bool] = True
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         rng = ctx.rng(f"samples{self.salt}")
         size = self.size
+        initial = size if self.initial is None else self.initial
         buffer: list[Any] = []
+        turn = False
         for item in items:
             if len(buffer) < size:
                 buffer.append(item)
+                if initial <= len(buffer) < size:  # still filling: one out per two in
+                    turn = not turn
+                    if turn:
+                        index = rng.randrange(len(buffer))
+                        buffer[index], buffer[-1] = buffer[-1], buffer[index]
+                        yield buffer.pop()
                 continue
             index = rng.randrange(size)
             out, buffer[index] = buffer[index], item
@@ -106,7 +123,8 @@ class Map(Stage):
 
 @dataclass(eq=False)
 class MapDict(Stage):
-    """Apply ``fns[field]`` to each field of a dict sample that has a function."""
+    """Apply ``fns[field]`` to those fields of each dict sample; a sample without one of
+    them is bad data (:class:`~shardkit.errors.MissingFieldError`, a ``KeyError``)."""
 
     fns: Mapping[str, Callable[[Any], Any]]
     handler: Handler = reraise
@@ -117,8 +135,9 @@ class MapDict(Stage):
             try:
                 out = dict(sample)
                 for name, fn in fns.items():
-                    if name in out:
-                        out[name] = fn(out[name])
+                    if name not in out:
+                        raise missing_field((name,), sample)
+                    out[name] = fn(out[name])
             except DataError as exc:
                 report_bad_data(handler, exc, sample)
                 continue
@@ -166,27 +185,31 @@ def parse_fields(fields: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
 
 @dataclass(eq=False)
 class ToTuple(Stage):
-    """A tuple of fields; each field is the first of its alternatives the sample has."""
+    """A tuple of fields; each field is the first of its alternatives the sample has.
+
+    A missing field is bad data, or None with ``missing_is_error=False``; with
+    ``none_is_error`` a None value is bad data too."""
 
     fields: tuple[tuple[str, ...], ...]
     handler: Handler = reraise
+    missing_is_error: bool = True
+    none_is_error: bool = False
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         fields, handler = self.fields, self.handler
         for sample in items:
             out = []
             for alternatives in fields:
-                for name in alternatives:
-                    if name in sample:
-                        out.append(sample[name])
-                        break
-                else:
-                    missing = DataError(
-                        f"no field {';'.join(alternatives)!r} "
-                        f"(fields: {', '.join(k for k in sample if not k.startswith('__'))})"
-                    )
-                    report_bad_data(handler, missing, sample)
+                name = next((name for name in alternatives if name in sample), None)
+                value = None if name is None else sample[name]
+                if name is None and self.missing_is_error:
+                    report_bad_data(handler, missing_field(alternatives, sample), sample)
                     break
+                if value is None and self.none_is_error:
+                    what = repr(name) if name else f"{';'.join(alternatives)!r} (missing)"
+                    report_bad_data(handler, DataError(f"to_tuple(): field {what} is None"), sample)
+                    break
+                out.append(value)
             else:
                 yield tuple(out)
 
@@ -206,9 +229,7 @@ class Rename(Stage):
             for new, alternatives in self.names:
                 old = next((name for name in alternatives if name in sample), None)
                 if old is None:
-                    report_bad_data(
-                        self.handler, DataError(f"no field {';'.join(alternatives)!r}"), sample
-                    )
+                    report_bad_data(self.handler, missing_field(alternatives, sample), sample)
                     break
                 out.pop(old, None)
                 out[new] = sample[old]

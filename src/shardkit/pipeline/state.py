@@ -9,6 +9,10 @@ output, so when an output has been handed out nothing is in flight below that po
 Restoring replays the stream up to the resume point and drops ``consumed`` items there,
 before any later stage (decode, map, batching) sees them. With no shuffle buffer before
 the point the source drops them itself, skipping whole shards when the counts are known.
+
+A counting stage after the resume point (``with_epoch``, ``slice``: see
+:mod:`shardkit.pipeline.counting`) saves its own count too (``tallies``), so a restored
+epoch ends exactly where the uninterrupted one would have.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .context import Context
+from .counting import Tally
 
 __all__ = ["STATE_VERSION", "Position", "Progress", "check_state", "counted", "finished"]
 
@@ -37,10 +42,24 @@ class Progress:
     consumed: int
     done: bool = False
     lookahead: list[Callable[[], int]] = field(default_factory=list)
+    tallies: list[tuple[Tally, int]] = field(default_factory=list)
 
     def position(self) -> int:
         """Items handed on (or dropped) past the resume point."""
         return self.consumed - sum(ahead() for ahead in self.lookahead)
+
+    def tally(self, start: int) -> Tally:
+        """A counter for the next counting stage, starting at ``start``."""
+        tally = Tally(start)
+        self.tallies.append((tally, len(self.lookahead)))
+        return tally
+
+    def tally_positions(self) -> tuple[int, ...]:
+        """Each counting stage's count, less the items a later stage holds ahead."""
+        return tuple(
+            tally.count - sum(ahead() for ahead in self.lookahead[first:])
+            for tally, first in self.tallies
+        )
 
 
 @dataclass(frozen=True)
@@ -54,6 +73,7 @@ class Position:
     seed: int
     world: int
     workers: int
+    tallies: tuple[int, ...] | None = ()  # None: a state from before stage counts
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +84,7 @@ class Position:
             "seed": self.seed,
             "world": self.world,
             "workers": self.workers,
+            "tallies": list(self.tallies or ()),
         }
 
     def check(self, ctx: Context) -> None:
@@ -71,9 +92,16 @@ class Position:
         saved = (self.seed, self.world, self.workers)
         now = (ctx.seed, ctx.world, ctx.workers)
         if saved != now:
+            hint = ""
+            if self.workers != ctx.workers:
+                hint = (
+                    "; with DataLoader workers, save and load the state of torchdata's "
+                    "StatefulDataLoader (it keeps one state per worker), not ds.state_dict()"
+                )
             raise ConfigError(
                 "cannot resume: the state was saved with (seed, world size, workers) = "
-                f"{saved}, this iteration has {now}; the saved position would mean other samples"
+                f"{saved}, this iteration has {now}; the saved position would mean other "
+                f"samples{hint}"
             )
 
 
@@ -86,10 +114,13 @@ def check_state(state: Mapping[str, Any]) -> Position:
             int(state[k]) for k in ("epoch", "consumed", "seed", "world", "workers")
         )
         done = bool(state["done"])
+        saved = state.get("tallies")
+        tallies = None if saved is None else tuple(int(n) for n in saved)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed Dataset state {dict(state)!r}: {exc}") from exc
-    position = Position(epoch, consumed, done, seed, world, workers)
-    if position.epoch < 0 or position.consumed < 0 or position.world < 1 or position.workers < 1:
+    position = Position(epoch, consumed, done, seed, world, workers, tallies)
+    bad = min((position.consumed, *(position.tallies or ()))) < 0
+    if bad or position.epoch < 0 or position.world < 1 or position.workers < 1:
         raise ConfigError(f"malformed Dataset state {dict(state)!r}")
     return position
 

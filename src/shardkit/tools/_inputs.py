@@ -19,7 +19,7 @@ import os
 import sys
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .. import storage
@@ -35,6 +35,7 @@ __all__ = [
     "Manifest",
     "ShardRef",
     "as_refs",
+    "class_names",
     "gzip_errors",
     "iter_samples",
     "list_folder",
@@ -79,6 +80,7 @@ class Manifest:
     shards: tuple[ShardRef, ...]
     samples: int | None
     format: str | None
+    classes: dict[str, str] = field(default_factory=dict)  # "0" -> "cat": class_to_idx
 
 
 def _opt_int(entry: dict[str, Any], name: str, url: str) -> int | None:
@@ -124,7 +126,23 @@ def read_manifest(url: str, *, storage_options: dict[str, Any] | None = None) ->
             )
         )
     total = doc.get("samples")
-    return Manifest(url, tuple(refs), total if isinstance(total, int) else None, fmt)
+    mapping = doc.get("class_to_idx")
+    classes = {
+        str(index): name
+        for name, index in (mapping.items() if isinstance(mapping, dict) else ())
+        if isinstance(index, int) and not isinstance(index, bool)
+    }
+    return Manifest(url, tuple(refs), total if isinstance(total, int) else None, fmt, classes)
+
+
+def class_names(
+    refs: Sequence[ShardRef], *, storage_options: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """Label -> class name (``"0"`` -> ``"cat"``) from the manifests ``refs`` came from."""
+    names: dict[str, str] = {}
+    for url in dict.fromkeys(ref.manifest for ref in refs if ref.manifest is not None):
+        names.update(read_manifest(url, storage_options=storage_options).classes)
+    return names
 
 
 def list_folder(folder: str) -> list[str]:

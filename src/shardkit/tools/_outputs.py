@@ -5,15 +5,13 @@ count and size); one file is written atomically too; ``-`` is a stream on stdout
 format is the pattern's or file's extension (``.tar``, ``.tar.gz``, ``.tfrecord``,
 ``.tfrecord.gz``) unless given; stdout is a tar stream unless ``format="tfrecord"``.
 
-Values that are not bytes (TFRecord features read as ints, floats or lists) become tar
-fields as documented in :func:`tar_fields`.
+Samples read from TFRecords become tar fields as documented in :func:`tar_fields`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -21,7 +19,7 @@ from typing import Any, BinaryIO
 
 from .. import storage
 from ..digest import DEFAULT_HASH, HashName, check_hash
-from ..errors import ConfigError, EncodeError, StorageError
+from ..errors import ConfigError, EncodeError
 from ..formats.tar import TarWriter
 from ..units import Size
 from ..writer import Format, ShardInfo, ShardWriter, format_from_name, shard_name
@@ -36,54 +34,25 @@ def is_pattern(url: str) -> bool:
     return bool(_PLACEHOLDER.search(url))
 
 
-def _field_bytes(name: str, value: Any, key: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, (bool, int)):
-        return str(int(value)).encode("ascii")
-    if isinstance(value, float):
-        return repr(value).encode("ascii")
-    if isinstance(value, (list, tuple)):
-        items = []
-        for item in value:
-            if isinstance(item, bytes):
-                try:
-                    item = item.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise EncodeError(
-                        f"field {name!r} holds several binary values: one tar field cannot "
-                        "hold them",
-                        key=str(key),
-                    ) from None
-            items.append(item)
-        return json.dumps(items, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    raise EncodeError(f"field {name!r} is {type(value).__name__}, not bytes", key=str(key))
-
-
 def tar_fields(sample: Mapping[str, Any]) -> dict[str, Any]:
     """A sample whose fields are all bytes, ready for the tar writer.
 
-    bytes stay as they are, str becomes UTF-8, an int (or bool) its ASCII decimal, a float
-    its shortest ``repr``, a list a compact JSON array (bytes items as UTF-8 strings). A
-    ``/`` in a field name (TensorFlow's ``image/encoded``) becomes ``.``. Dunder keys other
-    than ``__key__`` are dropped.
+    A sample read from a TFRecord maps back as the shardkit TFRecord schema says
+    (:func:`shardkit.formats.tfschema.to_tar_sample`): ``image/encoded`` becomes ``jpg``
+    (by ``image/format``), ``image/class/label`` becomes ``cls``; other values become
+    bytes (an int its ASCII decimal, a float its ``repr``, a list a JSON array) and a
+    ``/`` in a field name becomes ``.``. A tar sample comes through unchanged. Dunder
+    keys other than ``__key__`` are dropped.
     """
-    key = sample.get("__key__")
-    out: dict[str, Any] = {"__key__": key}
-    for name, value in sample.items():
-        if name.startswith("__") and name.endswith("__"):
-            continue
-        out[name.replace("/", ".")] = _field_bytes(name, value, key)
-    return out
+    from ..formats.tfschema import to_tar_sample
+
+    return to_tar_sample(sample)
 
 
 def prepare_output(url: str) -> None:
-    """Make a local output writable: create its folder (as ``build`` does), and refuse an
-    existing folder where a file goes (one line, not an IsADirectoryError at the end)."""
+    """Refuse an existing folder where a local output file goes, up front (one line, not
+    an IsADirectoryError once the work is done). A missing folder is created when the
+    first file is written (:class:`~shardkit.storage.AtomicFile`), as ``build`` does."""
     if url == "-" or not storage.is_local(url):
         return
     path = storage.local_path(shard_name(url, 0) if is_pattern(url) else url)
@@ -92,14 +61,6 @@ def prepare_output(url: str) -> None:
             f"output {url!r} is a folder: give a file (out.tar) or a shard pattern "
             f"({os.path.join(url, 'shard-%06d.tar')})"
         )
-    folder = os.path.dirname(path)
-    if folder:
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except OSError as exc:
-            raise StorageError(
-                f"cannot create the folder: {exc.strerror or exc}", url=folder
-            ) from exc
 
 
 class Output:

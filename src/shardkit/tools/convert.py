@@ -1,15 +1,18 @@
 """``convert``: tar <-> TFRecord, keeping keys, labels and every field.
 
-tar -> TFRecord: each sample becomes one ``tf.train.Example``; ``__key__`` becomes a
-bytes feature ``__key__`` and every field a one-value bytes feature of the same name
-holding the field's bytes as they are (``cls`` stays the ASCII text ``b"3"``, a JPEG stays
-its bytes). TFRecord -> tar: every feature becomes a field; a one-value bytes feature gives
-its bytes back, so tar -> TFRecord -> tar returns every field exactly (the order of the
+Both directions follow the shardkit TFRecord schema (:mod:`shardkit.formats.tfschema`),
+the same layout ``build --format tfrecord`` writes. tar -> TFRecord: the image field
+(``jpg``, ``png``, ...) becomes ``image/encoded`` with ``image/format``, ``image/height``
+and ``image/width``; ``cls`` becomes the int64 ``image/class/label``; ``json``'s
+``"path"`` and ``"class"`` are copied to ``image/filename`` and ``image/class/text``;
+every other field (``json`` included) becomes a one-value bytes feature of the same name
+holding the field's bytes as they are; ``__key__`` a bytes feature. TFRecord -> tar maps
+all of that back, so tar -> TFRecord -> tar returns every field exactly (the order of the
 fields in a sample becomes sorted by name, as Examples keep no order). Features that
 TensorFlow wrote natively map as :func:`shardkit.tools._outputs.tar_fields` says: int64
 -> ASCII decimal, float -> ``repr``, several values -> a JSON array, ``/`` in a name ->
-``.`` (``image/encoded`` -> ``image.encoded``). Records without a ``__key__`` feature
-get their record number in their shard as key (``00000012``).
+``.``. Records without a ``__key__`` feature get their record number in their shard as
+key (``00000012``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .. import storage
 from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE
+from ..formats.tfschema import to_example_fields
 from ..units import Size
 from ..writer import Format, ShardInfo, format_from_name
 from ._inputs import Inputs, as_refs, iter_samples
@@ -76,6 +80,8 @@ def convert(
         on_shard=on_shard,
         **rotation,
     ) as out:
-        for sample in iter_samples(refs, storage_options=storage_options):
-            out.write(sample)
+        for ref in refs:
+            to_schema = ref.format == "tar" and target == "tfrecord"
+            for sample in iter_samples([ref], storage_options=storage_options):
+                out.write(to_example_fields(sample) if to_schema else sample)
     return out.samples, out.shards

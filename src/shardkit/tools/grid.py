@@ -3,8 +3,12 @@
 The sheet is ``columns x rows`` square tiles of ``tile`` pixels; ``columns`` is reduced to
 the number of images when there are fewer, and ``rows = ceil(images / columns)``, so the
 PNG is exactly ``columns * tile`` by ``rows * tile`` pixels. Each tile holds the image
-scaled to fit above two text lines: the key and the label (``cls`` by default, any field
-spec of :mod:`shardkit.tools.tsv`). An image that does not decode gets a tile that says so.
+scaled to fit above two text lines: the key and the label (``cls`` by default, or the
+TFRecord schema's ``image/class/label``; any field spec of :mod:`shardkit.tools.tsv`),
+shown as its class name when ``class_names`` (a manifest's ``class_to_idx``) has one. An
+image that does not decode gets a tile that says so. ``image_field`` or ``label`` naming
+no field of the first sample is a ConfigError. Text is drawn with DejaVu Sans (shipped
+with matplotlib) when it is installed, so non-ASCII names render; else Pillow's font.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import storage
+from .._optional import require
 from ..codecs import image_extension
+from ..codecs._failures import image_failures
 from ..errors import ConfigError
-from .tsv import cell, field_value
+from .tsv import check_spec, label_text
 
 __all__ = ["ContactSheet", "contact_sheet"]
 
@@ -44,7 +50,7 @@ class ContactSheet:
 
 
 def _pick(
-    sample: Mapping[str, Any], image_field: str | None, label: str | None
+    sample: Mapping[str, Any], image_field: str | None, label: str | None, names: dict[str, str]
 ) -> tuple[str, str, bytes] | None:
     if image_field is not None:
         value = sample.get(image_field.lower())
@@ -55,8 +61,26 @@ def _pick(
         )
     if not isinstance(value, bytes):
         return None
-    text = cell(field_value(sample, label)) if label else ""
+    text = label_text(sample, label, names) if label else ""
     return str(sample.get("__key__", "")), text, value
+
+
+def _font(size: int) -> Any:
+    """DejaVu Sans from matplotlib's data when it is there (it covers Latin, Greek,
+    Cyrillic...), else Pillow's default font (ASCII only)."""
+    import importlib.util
+    import os
+
+    from PIL import ImageFont
+
+    spec = importlib.util.find_spec("matplotlib")
+    if spec is not None and spec.origin is not None:
+        path = os.path.join(os.path.dirname(spec.origin), "mpl-data", "fonts", "ttf")
+        try:
+            return ImageFont.truetype(os.path.join(path, "DejaVuSans.ttf"), size)
+        except OSError:
+            pass  # an install without its fonts: fall back
+    return ImageFont.load_default(size=size)
 
 
 def _fit(draw: Any, font: Any, text: str, width: int) -> str:
@@ -81,7 +105,7 @@ def _draw_tile(canvas: Any, font: Any, index: int, columns: int, tile: int, item
             thumb = img.convert("RGB")
         thumb.thumbnail(box)
         canvas.paste(thumb, (x + (tile - thumb.width) // 2, y + 2 + (box[1] - thumb.height) // 2))
-    except Exception as exc:  # an undecodable image gets a tile that says so
+    except image_failures() as exc:  # an undecodable image gets a tile that says so
         draw.text((x + 4, y + 4), _fit(draw, font, type(exc).__name__, tile - 8), _ERROR, font)
     for row, text in enumerate((key, label)):
         ty = y + tile - 2 - (2 - row) * line
@@ -97,6 +121,7 @@ def contact_sheet(
     tile: int = 160,
     image_field: str | None = None,
     label: str | None = "cls",
+    class_names: dict[str, str] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> ContactSheet:
     """Draw the first ``count`` images of ``samples`` into a PNG at ``output``."""
@@ -104,22 +129,27 @@ def contact_sheet(
         raise ConfigError("count and columns must be at least 1")
     if tile < 48:
         raise ConfigError(f"tile must be at least 48 pixels, not {tile}")
+    require("PIL.Image", "show --grid")
     items = []
-    for sample in samples:
-        item = _pick(sample, image_field, label)
+    for index, sample in enumerate(samples):
+        if index == 0:
+            for spec, option in ((image_field, "--image"), (label, "--label")):
+                if spec:
+                    check_spec(sample, spec, option)
+        item = _pick(sample, image_field, label, class_names or {})
         if item is not None:
             items.append(item)
             if len(items) >= count:
                 break
     if not items:
         raise ConfigError("no image fields in the samples: nothing to draw")
-    from PIL import Image, ImageFont
+    from PIL import Image
 
     columns = min(columns, len(items))
     rows = math.ceil(len(items) / columns)
     sheet = ContactSheet(output, len(items), columns, rows, tile)
     canvas = Image.new("RGB", sheet.size, _BACKGROUND)
-    font = ImageFont.load_default(size=max(10, tile // 14))
+    font = _font(max(10, tile // 14))
     for index, item in enumerate(items):
         _draw_tile(canvas, font, index, columns, tile, item)
     png = io.BytesIO()  # encoded first: an error while writing names the file, and

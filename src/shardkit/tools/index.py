@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import storage
 from ..errors import FormatError, StorageError
 from ..writer import Format
+from .verify import compare_index, scan_shard
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -118,26 +119,11 @@ def load_index(
         return ShardIndex.from_json(stream.read(), url=url)
 
 
-def compare_index(
-    index: ShardIndex, keys: Sequence[str], offsets: Sequence[int]
-) -> Iterator[tuple[str | None, int | None, str]]:
-    """(key, offset, message) for each way ``index`` disagrees with what a scan saw."""
-    if index.samples != len(keys):
-        yield None, None, f"index lists {index.samples} samples, the shard has {len(keys)}"
-    for i, (key, offset) in enumerate(zip(keys, offsets, strict=False)):
-        if i >= index.samples:
-            break
-        if index.keys[i] != key or index.offsets[i] != offset:
-            yield key, offset, f"index entry {i} is {index.keys[i]!r} at {index.offsets[i]}"
-            return
-
-
 def build_index(
     url: str, *, sha256: bool = False, storage_options: dict[str, Any] | None = None
 ) -> ShardIndex:
     """Scan one shard and return its index; FormatError if the shard has a problem."""
     from ._inputs import ShardRef
-    from .verify import scan_shard
 
     ref = ShardRef(*_detect(url))
     check, seen = scan_shard(ref, sha256=sha256, storage_options=storage_options)

@@ -22,20 +22,25 @@ are in flight. A command that exits non-zero, or leaves no files, either fails t
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..digest import DEFAULT_HASH, HashName
+from ..engines import Engine
 from ..errors import ConfigError, DataError, ShardkitError
+from ..handlers import OnError, check_on_error
 from ..units import Size
 from ..writer import Format, ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
@@ -48,7 +53,6 @@ __all__ = ["ProcError", "ProcResult", "proc", "run_on_sample", "run_on_samples"]
 
 logger = logging.getLogger(__name__)
 
-OnError = Literal["fail", "skip"]
 Names = Literal["sample", "key"]
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _STEM_MAX = 100  # a key stem longer than this is cut (file names stop at 255 bytes)
@@ -134,19 +138,14 @@ def run_on_sample(
             SHARDKIT_STEM=stem,
             SHARDKIT_FIELDS=" ".join(exts),
         )
-        try:
-            status = subprocess.run(
-                command,
-                shell=True,
-                cwd=folder,
-                env=env,
-                stdout=2,  # fd 2: stdout may carry the output stream
-                stdin=subprocess.DEVNULL,
-                timeout=timeout,
-                check=False,
-            ).returncode
-        except subprocess.TimeoutExpired:
-            raise ProcError(f"command timed out after {timeout} s", key=key, url=url) from None
+        if any("\0" in value for value in env.values()):
+            # The reader accepts such keys (TFRecord, pax); an environment cannot hold them.
+            raise ProcError(
+                "the key or URL holds a NUL byte: no command can be given it", key=key, url=url
+            )
+        status = _run(command, folder, env, timeout)
+        if status is None:
+            raise ProcError(f"command timed out after {timeout} s", key=key, url=url)
         if status != 0:
             raise ProcError(f"command exited with status {status}", key=key, url=url)
         out = _pack(folder, key)
@@ -155,6 +154,30 @@ def run_on_sample(
         return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(command: str, folder: str, env: dict[str, str], timeout: float | None) -> int | None:
+    """Run ``command`` through the shell in a session of its own; its exit status, or None
+    once ``timeout`` passed, after killing the whole session (the shell and whatever it
+    started: children left alive would hold the output pipes open)."""
+    process = subprocess.Popen(
+        command,
+        shell=True,
+        cwd=folder,
+        env=env,
+        stdout=2,  # fd 2: stdout may carry the output stream
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, whose id is its pid
+    )
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if process.returncode is None:  # timed out, or interrupted (KeyboardInterrupt)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def run_on_samples(
@@ -170,8 +193,7 @@ def run_on_samples(
     """Output samples, in input order; ``counts`` (if given) gets [in, out, skipped]."""
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, not {workers}")
-    if on_error not in ("fail", "skip"):
-        raise ConfigError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
+    check_on_error(on_error)
     from concurrent.futures import ThreadPoolExecutor
 
     tally = counts if counts is not None else [0, 0, 0]
@@ -223,7 +245,7 @@ def proc(
     max_size: Size | None = None,
     format: Format | None = None,
     storage_options: dict[str, Any] | None = None,
-    engine: Literal["local", "ray", "dask"] = "local",
+    engine: Engine = "local",
     address: str | None = None,
     hash: HashName = DEFAULT_HASH,
     on_shard: Callable[[ShardInfo], None] | None = None,
@@ -239,24 +261,16 @@ def proc(
     if engine != "local":
         if max_count is not None or max_size is not None or format is not None:
             raise ConfigError("with a cluster engine each input shard gives one output shard")
-        from ..mapshards import proc_shards
-
-        return ProcResult(
-            *proc_shards(
-                inputs,
-                command,
-                output,
-                engine=engine,
-                address=address,
-                workers=workers,
-                on_error=on_error,
-                names=names,
-                timeout=timeout,
-                storage_options=storage_options,
-                hash=hash,
-                on_shard=on_shard,
-            )
+        transform = functools.partial(
+            run_on_samples,
+            command=command,
+            workers=workers,
+            on_error=on_error,
+            names=names,
+            timeout=timeout,
         )
+        cluster = _Cluster(engine, address, storage_options, hash, on_shard)
+        return _on_cluster(inputs, transform, output, cluster)
     refs = as_refs(inputs, storage_options=storage_options)
     counts = [0, 0, 0]
     out = Output(
@@ -281,3 +295,46 @@ def proc(
         ):
             out.write(result)
     return ProcResult(*counts)
+
+
+@dataclass(frozen=True)
+class _Cluster:
+    """Where and how :func:`_on_cluster` writes."""
+
+    engine: Engine
+    address: str | None
+    storage_options: dict[str, Any] | None
+    hash: HashName
+    on_shard: Callable[[ShardInfo], None] | None
+
+
+def _on_cluster(
+    inputs: Inputs,
+    transform: Callable[[Iterator[dict[str, Any]]], Iterator[dict[str, Any]]],
+    output: str,
+    cluster: _Cluster,
+) -> ProcResult:
+    """``proc`` on a Ray or Dask cluster: one :func:`~shardkit.mapshards.map_shard_streams`
+    task per input shard, ``output`` a pattern (one output shard per input). Counts only
+    the shards processed this run."""
+    from ..mapshards import map_shard_streams
+
+    urls = [inputs] if isinstance(inputs, str) else list(cast(Iterable[Any], inputs))
+    if not all(isinstance(url, str) and url != "-" for url in urls):
+        raise ConfigError("with a cluster engine the inputs are shard URLs (not '-' or streams)")
+    results = map_shard_streams(
+        transform,
+        urls,
+        output,
+        engine=cluster.engine,
+        address=cluster.address,
+        storage_options=cluster.storage_options,
+        hash=cluster.hash,
+    )
+    done = [r for r in results if not r.resumed]
+    if cluster.on_shard is not None:
+        for i, r in enumerate(done):
+            cluster.on_shard(ShardInfo(r.output, r.samples_out or 0, r.bytes, r.digest or "", i))
+    read = sum(r.samples_in or 0 for r in done)
+    written = sum(r.samples_out or 0 for r in done)
+    return ProcResult(read, written, read - written)

@@ -3,7 +3,10 @@
 Each sample prints as its key and where it is, then one line per field: the field name,
 its kind (image, int, text, json, npy, gzip, bytes; or int/float/list for TFRecord
 features), its size and a short preview (image format and size, the text, the JSON, the
-first bytes in hex).
+first bytes in hex), and a label's class name when a manifest names it. Keys, URLs,
+field names and previews are printed with every control character escaped (``\\x1b``...),
+so a hostile shard cannot drive the terminal. A field in ``fields`` that the first sample
+lacks is a ConfigError.
 """
 
 from __future__ import annotations
@@ -14,8 +17,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._optional import missing, optional
 from ..codecs import image_extension
+from ..codecs._failures import NPY_FAILURES, image_failures
+from ..formats.tfschema import LABEL_FIELDS
 from ..units import format_size
+from .tsv import check_spec, escape_controls
 
 __all__ = [
     "FieldInfo",
@@ -46,12 +53,13 @@ def _clip(text: str, width: int) -> str:
 
 
 def _image_preview(data: bytes) -> str:
+    image = optional("PIL.Image")
+    if image is None:
+        return f"{len(data)} bytes (to identify images: {missing('PIL', 'show').message})"
     try:
-        from PIL import Image
-
-        with Image.open(io.BytesIO(data)) as img:
+        with image.open(io.BytesIO(data)) as img:
             return f"{img.format} {img.width}x{img.height} {img.mode}"
-    except Exception as exc:  # any failure to identify is worth showing, not raising
+    except image_failures() as exc:  # a broken image is worth showing, not raising
         return f"not a readable image ({type(exc).__name__})"
 
 
@@ -65,7 +73,7 @@ def _npy_preview(data: bytes) -> str:
         read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
         shape, _, dtype = read(stream)
         return f"array {dtype} {shape}"
-    except Exception as exc:  # a malformed header is shown, not raised
+    except NPY_FAILURES as exc:  # a malformed header is shown, not raised
         return f"not a .npy array ({type(exc).__name__})"
 
 
@@ -127,27 +135,46 @@ def describe_sample(
 
 
 def format_sample(
-    sample: Mapping[str, Any], *, fields: Sequence[str] | None = None, width: int = 60
+    sample: Mapping[str, Any],
+    *,
+    fields: Sequence[str] | None = None,
+    width: int = 60,
+    class_names: Mapping[str, str] | None = None,
 ) -> str:
-    """A few lines describing one sample (no trailing newline)."""
+    """A few lines describing one sample (no trailing newline).
+
+    ``class_names`` (label -> name, a manifest's ``class_to_idx``) adds the class name
+    after the label (``cls``, or ``image/class/label``): ``3 (cat)``.
+    """
     where = sample.get("__url__")
     offset = sample.get("__offset__")
     head = str(sample.get("__key__"))
     if where is not None:
         head += f"  ({where}" + (f" @ {offset})" if offset is not None else ")")
     infos = describe_sample(sample, fields=fields, width=width)
-    name_w = max((len(i.name) for i in infos), default=0)
+    names = [escape_controls(i.name) for i in infos]
+    name_w = max((len(name) for name in names), default=0)
     kind_w = max((len(i.kind) for i in infos), default=0)
-    lines = [head]
-    for info in infos:
+    lines = [escape_controls(head)]
+    for name, info in zip(names, infos, strict=True):
         size = format_size(info.size) if info.size is not None else ""
-        lines.append(f"  {info.name:<{name_w}}  {info.kind:<{kind_w}}  {size:>9}  {info.preview}")
+        preview = escape_controls(info.preview)
+        if class_names and info.name in LABEL_FIELDS and info.preview in class_names:
+            preview += f" ({escape_controls(class_names[info.preview])})"
+        lines.append(f"  {name:<{name_w}}  {info.kind:<{kind_w}}  {size:>9}  {preview}")
     return "\n".join(lines)
 
 
 def format_samples(
-    samples: Iterable[Mapping[str, Any]], *, fields: Sequence[str] | None = None, width: int = 60
+    samples: Iterable[Mapping[str, Any]],
+    *,
+    fields: Sequence[str] | None = None,
+    width: int = 60,
+    class_names: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """:func:`format_sample` for each sample."""
-    for sample in samples:
-        yield format_sample(sample, fields=fields, width=width)
+    for index, sample in enumerate(samples):
+        if index == 0:
+            for name in fields or ():
+                check_spec(sample, name, "--fields")
+        yield format_sample(sample, fields=fields, width=width, class_names=class_names)

@@ -1,13 +1,18 @@
 """``stats``: samples, bytes, per-shard and per-class counts, field kinds, size spread.
 
 Tar shards are scanned header by header (seeking over member data where the shard is a
-local uncompressed file); only the label field's data is read. TFRecord shards are read
-and their Examples decoded. ``label`` is a field spec (:mod:`shardkit.tools.tsv`):
-``cls`` by default, or ``json.label``...; None counts no classes.
+local uncompressed file); only the label field's data is read, and with
+``image_sizes=True`` the image's (for its header). TFRecord shards are read and their
+Examples decoded (``image/width`` and ``image/height`` give image sizes). ``label`` is a
+field spec (:mod:`shardkit.tools.tsv`): ``cls`` by default (or the TFRecord schema's
+``image/class/label``), or ``json.label``...; None counts no classes. A label that a
+manifest's ``class_to_idx`` names is counted under its class name. A label spec other
+than the default that names no field of the first sample is a ConfigError.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import statistics
 from collections import Counter
@@ -15,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codecs import image_extension
-from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, open_shard
+from ..codecs import image_extension, image_size
+from ..errors import DataError
+from ..formats.tfschema import HEIGHT, WIDTH
+from ._inputs import Inputs, ShardRef, as_refs, class_names, gzip_errors, open_shard
 from ._tarscan import TarScanner
-from .tsv import cell, field_value
+from .tsv import check_spec, escape_controls, label_text
 
 __all__ = ["ShardStats", "Stats", "field_kind", "format_stats", "plot_stats", "stats"]
 
@@ -63,6 +70,7 @@ class Stats:
     field_bytes: Counter[str] = field(default_factory=Counter)
     kinds: dict[str, str] = field(default_factory=dict)
     classes: Counter[str] = field(default_factory=Counter)
+    image_sizes: list[tuple[int, int]] = field(default_factory=list)  # (width, height)
 
     @property
     def samples(self) -> int:
@@ -105,15 +113,21 @@ class Stats:
 
 
 class _Collector:
-    def __init__(self, result: Stats, label: str | None) -> None:
+    def __init__(
+        self, result: Stats, label: str | None, names: dict[str, str], image_sizes: bool
+    ) -> None:
         self.result = result
         self.label = label
+        self.names = names
+        self.image_sizes = image_sizes
         self.want = label.split(".", 1)[0].lower() if label else None
 
     def sample(
         self, shard: ShardStats, fields: dict[str, Any], sizes: dict[str, int], disk: int
     ) -> None:
         """One sample: its fields (values read, or b""), data sizes and bytes on disk."""
+        if not self.result.sizes and self.label is not None:
+            check_spec(fields, self.label, "--label")
         shard.samples += 1
         shard.bytes += disk
         self.result.sizes.append(disk)
@@ -122,11 +136,25 @@ class _Collector:
         self.result.fields.update(sizes.keys())
         self.result.field_bytes.update(sizes)
         if self.label is not None:
-            text = cell(field_value(fields, self.label))
+            text = label_text(fields, self.label, self.names)
             if text:
                 self.result.classes[text] += 1
+        if self.image_sizes:
+            self._image_size(fields)
+
+    def _image_size(self, fields: dict[str, Any]) -> None:
+        width, height = fields.get(WIDTH), fields.get(HEIGHT)
+        if isinstance(width, int) and isinstance(height, int):
+            self.result.image_sizes.append((width, height))
+            return
+        data = next((v for k, v in fields.items() if image_extension(k) and v), None)
+        if isinstance(data, bytes):
+            with contextlib.suppress(DataError):  # an unreadable image has no size to count
+                self.result.image_sizes.append(image_size(data))
 
     def wants(self, ext: str) -> bool:
+        if self.image_sizes and image_extension(ext):
+            return True
         return self.want is not None and (ext == self.want or self.label == ext)
 
 
@@ -196,13 +224,20 @@ def stats(
     inputs: Inputs,
     *,
     label: str | None = "cls",
+    image_sizes: bool = False,
     on_shard: Callable[[ShardStats], None] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> Stats:
-    """Gather statistics over ``inputs`` (shards, folders, manifests, ``-``)."""
+    """Gather statistics over ``inputs`` (shards, folders, manifests, ``-``).
+
+    ``image_sizes`` also collects each sample's image width and height (reading image
+    headers from tar shards), for :func:`plot_stats`.
+    """
     result = Stats()
-    collect = _Collector(result, label)
-    for ref in as_refs(inputs, storage_options=storage_options):
+    refs = as_refs(inputs, storage_options=storage_options)
+    names = class_names(refs, storage_options=storage_options) if label else {}
+    collect = _Collector(result, label, names, image_sizes)
+    for ref in refs:
         shard = ShardStats(ref.url)
         if ref.format == "tar":
             _tar_shard(ref, shard, collect, storage_options)
@@ -233,37 +268,53 @@ def format_stats(result: Stats, *, top: int = 20) -> str:
         for name, n in sorted(result.fields.items()):
             mean = format_size(result.field_bytes[name] / n)
             kind = result.kinds.get(name, "?")
-            lines.append(f"  {name:<{width}}  {kind:<6}  in {n} samples  mean {mean}")
+            shown = escape_controls(name)
+            lines.append(f"  {shown:<{width}}  {kind:<6}  in {n} samples  mean {mean}")
     if result.classes:
         lines.append(f"classes  {len(result.classes)}")
         for name, n in result.classes.most_common(top):
-            lines.append(f"  {name}\t{n}")
+            lines.append(f"  {escape_controls(name)}\t{n}")
         if len(result.classes) > top:
             lines.append(f"  ... and {len(result.classes) - top} more")
     lines.append("per shard")
-    lines += [f"  {s.url}\t{s.samples}\t{format_size(s.bytes)}" for s in result.shards]
+    lines += [
+        f"  {escape_controls(s.url)}\t{s.samples}\t{format_size(s.bytes)}" for s in result.shards
+    ]
     return "\n".join(lines)
 
 
 def plot_stats(result: Stats, output: str, *, top: int = 50) -> None:
-    """Histograms of sample sizes and per-class counts, as a PNG (matplotlib, Agg)."""
-    import matplotlib
+    """Histograms of sample sizes, image widths and heights (when ``result`` has them)
+    and per-class counts, side by side in a PNG (matplotlib, Agg)."""
+    from .._optional import require
+
+    matplotlib = require("matplotlib", "stats --plot")
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
     from .. import storage
 
-    panels = 2 if result.classes else 1
+    panels = 1 + bool(result.image_sizes) + bool(result.classes)
     figure = Figure(figsize=(6 * panels, 4), dpi=100, layout="constrained")
-    axes = figure.subplots(1, panels, squeeze=False)[0]
-    axes[0].hist([s / 1000 for s in result.sizes] or [0], bins=50, color="#4477aa")
-    axes[0].set(title=f"sample size ({result.samples} samples)", xlabel="kB", ylabel="samples")
+    axes = list(figure.subplots(1, panels, squeeze=False)[0])
+    sizes = axes.pop(0)
+    sizes.hist([s / 1000 for s in result.sizes] or [0], bins=50, color="#4477aa")
+    sizes.set(title=f"sample size ({result.samples} samples)", xlabel="kB", ylabel="samples")
+    if result.image_sizes:
+        dims = axes.pop(0)
+        widths, heights = zip(*result.image_sizes, strict=True)
+        dims.hist(
+            [widths, heights], bins=40, label=["width", "height"], color=["#228833", "#ccbb44"]
+        )
+        dims.set(title=f"image size ({len(widths)} images)", xlabel="pixels", ylabel="images")
+        dims.legend()
     if result.classes:
         names, counts = zip(*result.classes.most_common(top), strict=True)
-        axes[1].bar(range(len(names)), counts, color="#cc6677")
-        axes[1].set_xticks(range(len(names)), names, rotation=90, fontsize=7)
-        axes[1].set(title=f"samples per class (top {len(names)})", ylabel="samples")
+        bars = axes.pop(0)
+        bars.bar(range(len(names)), counts, color="#cc6677")
+        bars.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+        bars.set(title=f"samples per class (top {len(names)})", ylabel="samples")
     png = io.BytesIO()
     figure.savefig(png, format="png")
     with storage.open_atomic(output) as file:  # an error while writing names the file

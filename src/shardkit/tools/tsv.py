@@ -8,23 +8,59 @@ A field spec names what to print for each sample:
   (list items by index). The longest prefix that names a field wins.
 
 Cells are escaped as in PostgreSQL's text format (``\\t``, ``\\n``, ``\\r``, ``\\\\``) so
-a row is always one line; a field that is not UTF-8 shows as ``<N bytes>``; a missing
+a row is always one line, and every other control character (ESC, NUL, DEL, the C1 set,
+bidirectional overrides) as ``\\xHH`` or ``\\uHHHH``, so that printing a table never sends
+a terminal an escape sequence; a field that is not UTF-8 shows as ``<N bytes>``; a missing
 field or path is an empty cell.
+
+``cls``, the default label spec of ``show --grid`` and ``stats``, also finds the label
+of the shardkit TFRecord schema (``image/class/label``); :func:`label_text` turns a label
+into its class name when a manifest gives one (``class_to_idx``).
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from ..errors import ConfigError
 from ._inputs import Inputs, as_refs, iter_samples
 
-__all__ = ["cell", "field_value", "parse_fields", "tsv_rows", "write_tsv"]
+__all__ = [
+    "cell",
+    "check_spec",
+    "escape_controls",
+    "field_value",
+    "label_text",
+    "parse_fields",
+    "tsv_rows",
+    "write_tsv",
+]
 
 _MISSING = object()
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+DEFAULT_LABEL = "cls"
+"""The default label spec: ``cls``, or the TFRecord schema's ``image/class/label``."""
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every character that is not printable (controls such as ESC, NUL,
+    DEL and the C1 set, bidirectional overrides, line separators) written as ``\\x1b``,
+    ``\\u202e``...: safe to print to a terminal. Spaces stay (NBSP too)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() or unicodedata.category(ch) == "Zs" else _escape(ch) for ch in text
+    )
 
 
 def parse_fields(text: str | Sequence[str]) -> list[str]:
@@ -85,7 +121,34 @@ def cell(value: Any) -> str:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     else:
         text = str(value)
-    return text.translate(_ESCAPES)
+    return escape_controls(text.translate(_ESCAPES))
+
+
+def check_spec(sample: Mapping[str, Any], spec: str, option: str) -> None:
+    """Raise ConfigError unless ``spec`` names a field of ``sample`` (its first sample).
+
+    The default label spec is lenient: samples may have no label at all.
+    """
+    if spec.startswith("__") or (option.endswith("label") and spec == DEFAULT_LABEL):
+        return
+    names = [n for n in sample if not n.startswith("__")]
+    lower = spec.lower()
+    if any(lower == n.lower() or lower.startswith(n.lower() + ".") for n in names):
+        return
+    shown = ", ".join(escape_controls(n) for n in names[:20]) or "none"
+    raise ConfigError(f"{option} {spec!r}: no such field (the first sample has: {shown})")
+
+
+def label_text(sample: Mapping[str, Any], spec: str, names: Mapping[str, str]) -> str:
+    """The label ``spec`` names in ``sample`` as a cell; a class name where ``names``
+    (label -> class name, from a manifest's ``class_to_idx``) has one."""
+    value = field_value(sample, spec)
+    if value is None and spec == DEFAULT_LABEL:
+        from ..formats.tfschema import LABEL
+
+        value = sample.get(LABEL)
+    text = cell(value)
+    return names.get(text, text)
 
 
 def tsv_rows(samples: Iterable[Mapping[str, Any]], fields: Sequence[str]) -> Iterator[list[str]]:
@@ -107,7 +170,7 @@ def write_tsv(
     specs = parse_fields(fields)
     refs = as_refs(inputs, storage_options=storage_options)
     if header:
-        out.write("\t".join(spec.translate(_ESCAPES) for spec in specs) + "\n")
+        out.write("\t".join(cell(spec) for spec in specs) + "\n")
     rows = 0
     for row in tsv_rows(iter_samples(refs, storage_options=storage_options), specs):
         if count is not None and rows >= count:

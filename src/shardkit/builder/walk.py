@@ -1,0 +1,195 @@
+"""Walking a local image folder: what is followed, what is skipped and why.
+
+SRC is untrusted input, so the walk never leaves it and never packs a folder twice:
+
+* real folders are walked first, every class in name order;
+* a symbolic link is followed only when its target lies inside SRC. A link to a file
+  packs that file under the link's path (and the link's class); a link to a folder is
+  walked after every real folder, and only if no walk has reached that folder yet: a link
+  back to an enclosing folder (a loop) or to a folder packed from its own place (another
+  class, say) is skipped. Links that leave SRC, dangle or loop are skipped with a reason;
+* FIFOs, sockets and devices are skipped with their kind (never opened: a read from a
+  FIFO blocks forever), and so are folders that cannot be listed (``chmod 000``).
+
+Every skip is reported as ``(path relative to SRC, reason)``. Names starting with ``.``
+are ignored, as before. The order of the walk is fixed (sorted names), so the same tree
+always gives the same listing.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import deque
+from collections.abc import Callable
+from typing import NamedTuple
+
+__all__ = ["Found", "FolderWalk", "file_kind"]
+
+
+class Found(NamedTuple):
+    """One image file: its class, its path relative to SRC, and its ``os.stat``."""
+
+    cls: str
+    rel: str
+    info: os.stat_result
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words (``"a FIFO"``)."""
+    return next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+class FolderWalk:
+    """The images of ``root/<class>/**`` under the rules of the module docstring.
+
+    ``classes`` and ``found`` hold the result, ``skipped`` what was left out.
+    ``is_image(name)`` returns the reason to skip a file by its name, or ``""``.
+    """
+
+    def __init__(self, root: str, is_image: Callable[[str], str]) -> None:
+        self.root = root
+        self._is_image = is_image
+        self.real_root = os.path.realpath(root)
+        self.classes: list[str] = []
+        self.found: list[Found] = []
+        self.skipped: list[tuple[str, str]] = []
+        self._visited: set[tuple[int, int]] = set()
+        self._links: deque[tuple[str, str, str]] = deque()  # path, rel, class
+
+    def top(self) -> list[os.DirEntry[str]]:
+        """SRC's own entries (OSError when SRC cannot be listed)."""
+        with os.scandir(self.root) as scan:
+            return sorted((e for e in scan if not e.name.startswith(".")), key=_name)
+
+    def walk(self, entries: list[os.DirEntry[str]]) -> None:
+        """Walk every class (``entries`` from :meth:`top`)."""
+        self._visited.add(_identity(os.stat(self.root)))
+        class_links = []
+        for entry in entries:
+            if entry.is_symlink():
+                class_links.append(entry)
+            elif entry.is_dir(follow_symlinks=False):
+                self.classes.append(entry.name)
+                self._folder(entry.path, entry.name, entry.name)
+            else:
+                self.skipped.append((entry.name, "not inside a class folder"))
+        for entry in class_links:  # after the real folders: a real class wins over a link
+            if not entry.is_dir():  # follows the link
+                broken = not os.path.exists(entry.path)
+                reason = "broken symbolic link" if broken else "not inside a class folder"
+                self.skipped.append((entry.name, reason))
+            elif self._followed_folder(entry.path, entry.name):
+                self.classes.append(entry.name)
+                self._folder(entry.path, entry.name, entry.name)
+        while self._links:
+            path, rel, cls = self._links.popleft()
+            if self._followed_folder(path, rel):
+                self._folder(path, rel, cls)
+        self.classes.sort()
+
+    def _folder(self, path: str, rel: str, cls: str) -> None:
+        """Walk a folder and its real subfolders (a stack, not recursion: any depth)."""
+        stack = [(path, rel)]
+        while stack:
+            path, rel = stack.pop()
+            try:
+                identity = _identity(os.stat(path))
+                if identity in self._visited:  # a bind mount of a folder walked already
+                    self.skipped.append((rel, "the same folder as one packed already"))
+                    continue
+                self._visited.add(identity)
+                with os.scandir(path) as scan:
+                    entries = sorted((e for e in scan if not e.name.startswith(".")), key=_name)
+            except OSError as exc:
+                self.skipped.append((rel, f"cannot list the folder: {_reason(exc)}"))
+                continue
+            folders = []
+            for entry in entries:
+                sub = f"{rel}/{entry.name}"
+                if entry.is_symlink():
+                    self._link(entry.path, sub, cls)
+                elif entry.is_dir(follow_symlinks=False):
+                    folders.append((entry.path, sub))
+                else:
+                    self._file(entry, sub, cls)
+            stack.extend(reversed(folders))  # name order
+
+    def _link(self, path: str, rel: str, cls: str) -> None:
+        """A link inside a class: files are decided now, folders after the real ones."""
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            self.skipped.append((rel, f"broken symbolic link: {_reason(exc)}"))
+            return
+        if stat.S_ISDIR(info.st_mode):
+            self._links.append((path, rel, cls))
+        elif self._inside(path, rel):
+            self._file(path, rel, cls)
+
+    def _followed_folder(self, path: str, rel: str) -> bool:
+        """Whether the folder link at ``path`` is walked (else it is reported skipped)."""
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            self.skipped.append((rel, f"broken symbolic link: {_reason(exc)}"))
+            return False
+        if not self._inside(path, rel):
+            return False
+        if _identity(info) in self._visited:
+            target = os.path.realpath(path)
+            here = os.path.realpath(os.path.dirname(path))
+            if here == target or here.startswith(target.rstrip(os.sep) + os.sep):
+                reason = "symbolic link loop (it points to a folder that encloses it)"
+            else:
+                reason = "symbolic link to a folder that is packed already: " + self._show(target)
+            self.skipped.append((rel, reason))
+            return False
+        return True
+
+    def _inside(self, path: str, rel: str) -> bool:
+        target = os.path.realpath(path)
+        if target == self.real_root or target.startswith(self.real_root.rstrip(os.sep) + os.sep):
+            return True
+        self.skipped.append((rel, "symbolic link leads outside the source folder"))
+        return False
+
+    def _show(self, target: str) -> str:
+        return os.path.relpath(target, self.real_root).replace(os.sep, "/")
+
+    def _file(self, file: os.DirEntry[str] | str, rel: str, cls: str) -> None:
+        """A file (a DirEntry that is no link, or the path of a link to follow)."""
+        problem = self._is_image(rel.rpartition("/")[2])
+        if problem:
+            self.skipped.append((rel, problem))
+            return
+        try:
+            info = os.stat(file) if isinstance(file, str) else file.stat(follow_symlinks=False)
+        except OSError as exc:
+            self.skipped.append((rel, f"cannot stat: {_reason(exc)}"))
+            return
+        if not stat.S_ISREG(info.st_mode):
+            self.skipped.append((rel, f"not a regular file ({file_kind(info.st_mode)})"))
+            return
+        self.found.append(Found(cls, rel, info))
+
+
+def _name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino

@@ -1,0 +1,198 @@
+"""The local engine: a process pool on this machine, or the calling process itself.
+
+Both implement :class:`~shardkit.engines.Executor`. Each worker process (or the calling
+process, inline) gets the run's ``context`` once, through ``init(context, reporter)``;
+the reporter sends progress counts back to the driver.
+
+The local pool uses the ``forkserver`` start method. ``fork`` starts fastest, but it
+copies whatever the calling process holds (threads of torch, tqdm or a user's program,
+open locks, a large dataset in memory) and is unsafe with threads (Python 3.12 warns, 3.14
+no longer defaults to it on Linux). ``forkserver`` forks workers from a small clean server
+process that has already imported shardkit, so it starts almost as fast as ``fork`` and
+makes tasks self-contained: everything a worker needs arrives pickled, exactly what a
+Ray or Dask worker will need too.
+
+A worker exits as soon as the driver process dies (a thread waits on a pidfd of the
+driver), so ``kill -9`` of a build leaves no orphan still writing. Without that, pool
+workers of a killed parent wait forever: each holds both ends of its task queue, and the
+forkserver stays alive for as long as its children do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import select
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any, TypeVar
+
+__all__ = [
+    "UNGUARDED_SCRIPT",
+    "InlineExecutor",
+    "ProcessExecutor",
+    "check_not_bootstrapping",
+    "warm_up",
+]
+
+T = TypeVar("T")
+R = TypeVar("R")
+Counts = tuple[int, int, int]
+InitFn = Callable[[Any, Any], None]  # init(context, reporter) in each worker process
+
+
+class InlineExecutor:
+    """Runs each task in the calling process when it is submitted."""
+
+    workers = 1
+
+    def __init__(self, *, init: InitFn | None = None, context: Any = None) -> None:
+        self._counts: list[Counts] = []
+        self._init = init
+        if init is not None:
+            init(context, self._report)
+
+    def _report(self, samples: int, nbytes: int, skipped: int) -> None:
+        self._counts.append((samples, nbytes, skipped))
+
+    def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
+        future: Future[R] = Future()
+        try:
+            future.set_result(fn(arg))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+    def progress(self) -> list[Counts]:
+        counts, self._counts = self._counts, []
+        return counts
+
+    def close(self, *, cancel: bool = False) -> None:
+        if self._init is not None:
+            self._init(None, None)
+
+
+_queue: Any = None
+
+
+def _report_to_queue(samples: int, nbytes: int, skipped: int) -> None:
+    _queue.put((samples, nbytes, skipped))
+
+
+def _init_process(init: InitFn | None, context: Any, progress_queue: Any, driver: int) -> None:
+    global _queue
+    _exit_with(driver)
+    _queue = progress_queue
+    if init is not None:
+        init(context, _report_to_queue)
+
+
+def _exit_with(pid: int) -> None:
+    """Exit this process as soon as process ``pid`` (the driver) ends."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):  # not Linux >= 5.3: poll instead
+        fd = -1
+    threading.Thread(target=_watch, args=(pid, fd), name="shardkit-watch", daemon=True).start()
+
+
+def _watch(pid: int, fd: int) -> None:
+    if fd >= 0:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while not poller.poll():
+            pass
+        os._exit(1)
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:
+            pass
+
+
+UNGUARDED_SCRIPT = (
+    "a worker process importing your script started a build again: put the call to "
+    "shardkit.build under `if __name__ == '__main__':`"
+)
+_PRELOAD = ["__main__"]
+
+
+def check_not_bootstrapping() -> None:
+    """Stop a worker process that, while importing the user's script (as forkserver and
+    spawn children do), reaches a build again: the script has no ``if __name__ ==
+    "__main__":`` guard. Without this, every worker prints a page of multiprocessing
+    traceback. The worker's last words are one line on stderr (the only place a process
+    being bootstrapped can say it); the driver then reports the dead workers."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        sys.stderr.write(f"shardkit: {UNGUARDED_SCRIPT}\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def warm_up(preload: Sequence[str] = ()) -> None:
+    """Start the forkserver now (it imports shardkit, and ``preload``, in the background),
+    so that the pool starts in milliseconds once the source is listed and every worker
+    inherits those imports instead of paying for them."""
+    from multiprocessing import forkserver
+
+    check_not_bootstrapping()
+    multiprocessing.get_context("forkserver").set_forkserver_preload([*_PRELOAD, *preload])
+    forkserver.ensure_running()
+
+
+class ProcessExecutor:
+    """A local pool of ``workers`` processes (forkserver), progress through one queue.
+
+    ``preload`` names modules the forkserver imports once for every worker (the module
+    holding ``init`` and the task functions)."""
+
+    def __init__(
+        self,
+        workers: int,
+        *,
+        init: InitFn | None = None,
+        context: Any = None,
+        preload: Sequence[str] = (),
+    ) -> None:
+        check_not_bootstrapping()
+        mp = multiprocessing.get_context("forkserver")
+        mp.set_forkserver_preload([*_PRELOAD, *preload])
+        self.workers = workers
+        self._queue = mp.Queue()
+        self._pool = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=mp,
+            initializer=_init_process,
+            initargs=(init, context, self._queue, os.getpid()),
+        )
+
+    def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
+        return self._pool.submit(fn, arg)
+
+    def progress(self) -> list[Counts]:
+        counts: list[Counts] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                counts.append(self._queue.get_nowait())
+        return counts
+
+    def close(self, *, cancel: bool = False) -> None:
+        if cancel:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            processes = getattr(self._pool, "_processes", None) or {}
+            for process in list(processes.values()):
+                with contextlib.suppress(Exception):
+                    process.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=cancel)
+        self._queue.close()
+        self._queue.join_thread()

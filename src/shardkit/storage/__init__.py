@@ -1,0 +1,54 @@
+"""Open any shard URL for reading or writing: local paths, ``file:``, ``-`` (stdin/stdout),
+``pipe:CMD``, and every fsspec protocol (``http(s)://``, ``s3://``, ``gs://``, ...).
+
+Writing is atomic, through one object (:class:`AtomicFile`): a local file is written under
+a hidden temporary name in the same folder and renamed when complete; an object store (s3,
+gs) only makes an object visible when its upload completes, and an upload that fails is
+discarded. No partial file ever carries a final name.
+
+One module per job, behind these names: ``_urls`` (the URL grammar: brace patterns, local
+paths; no fsspec), ``_filesystems`` (fsspec, imported on first remote use), ``_reading``
+(:func:`open_read`), ``_remote`` (remote reads that resume after transient failures),
+``_cache`` (``cache_dir`` copies) and ``_writing`` (:class:`AtomicFile`, :class:`Tally`).
+:func:`atomic_write` lives here and goes through :func:`open_atomic`, so every write in
+shardkit passes one name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, BinaryIO, cast
+
+from ._cache import cache_path
+from ._filesystems import filesystem, url_exists
+from ._reading import open_read
+from ._remote import is_transient
+from ._urls import basename, expand_urls, is_local, join, local_path
+from ._writing import AtomicFile, Tally, open_atomic
+
+__all__ = [
+    "AtomicFile",
+    "Tally",
+    "atomic_write",
+    "basename",
+    "cache_path",
+    "expand_urls",
+    "filesystem",
+    "is_local",
+    "is_transient",
+    "join",
+    "local_path",
+    "open_atomic",
+    "open_read",
+    "url_exists",
+]
+
+
+@contextlib.contextmanager
+def atomic_write(
+    url: str, *, storage_options: dict[str, Any] | None = None, fsync: bool = False
+) -> Iterator[BinaryIO]:
+    """Open ``url`` for writing; it appears under its name only if the block succeeds."""
+    with open_atomic(url, storage_options=storage_options, fsync=fsync) as file:
+        yield cast(BinaryIO, file.stream)

@@ -1,0 +1,95 @@
+"""Opening a URL for streaming reads: local files, stdin, ``pipe:``, fsspec protocols."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import IO, Any, BinaryIO, cast
+
+from .. import config
+from ..errors import StorageError
+from ._cache import _CachingReader, cache_path
+from ._filesystems import _fs
+from ._remote import _STREAM_BUFFER, _ResumableReader
+from ._urls import is_local, local_path
+
+__all__ = ["open_read"]
+
+
+class _PipeReader(io.RawIOBase):
+    """stdout of a shell command; closing checks the exit status."""
+
+    def __init__(self, command: str) -> None:
+        self._command = command
+        self._proc = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE)
+        self._out = cast(IO[bytes], self._proc.stdout)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._out.readinto(buffer)  # type: ignore[attr-defined, no-any-return]
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        super().close()
+        self._out.close()
+        status = self._proc.wait()
+        # -13 (SIGPIPE) is normal when the reader stops early.
+        if status not in (0, -13):
+            raise StorageError(f"command exited with status {status}", url=f"pipe:{self._command}")
+
+
+def open_read(
+    url: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    buffer_size: int = 1 << 20,
+    cache_dir: str | None = None,
+    retries: int = 5,
+    cache_check: Callable[[BinaryIO], bool] | None = None,
+) -> BinaryIO:
+    """Open a URL for streaming reads; the caller closes the stream.
+
+    Remote URLs stream: the first bytes arrive before the whole object has been read.
+    A transient failure (connection reset, timeout, HTTP 5xx) is retried up to
+    ``retries`` times with backoff, resuming at the byte offset reached (a Range request).
+    With ``cache_dir``, a remote object is read from its cached copy when there is one;
+    otherwise it streams as usual while a copy is written beside it, which takes its
+    final name only once the stream provably ended where the object ends: at its end of
+    stream, with as many bytes as the server said (where it said), and, with
+    ``cache_check``, only if ``cache_check(copy)`` confirms the content is whole (an HTTP
+    body without a length can end cleanly yet early). Otherwise the copy is dropped.
+    ``buffer_size=0`` opens a local file unbuffered (for readers that seek over data);
+    a pipe or a remote stream keeps a buffer of the default size.
+    """
+    stream_buffer = buffer_size or _STREAM_BUFFER  # io.BufferedReader needs one
+    try:
+        if url == "-":
+            return cast(BinaryIO, sys.stdin.buffer)
+        if url.startswith("pipe:"):
+            if not config.allow_pipe_urls():
+                raise StorageError("pipe: URLs are disabled (SHARDKIT_ALLOW_PIPE=0)", url=url)
+            return io.BufferedReader(_PipeReader(url[5:]), stream_buffer)
+        if is_local(url):
+            return open(local_path(url), "rb", buffering=buffer_size)
+        if cache_dir is not None:
+            cached = cache_path(url, cache_dir)
+            if os.path.exists(cached):
+                return open(cached, "rb", buffering=buffer_size)
+        fs, path = _fs(url, storage_options)
+        remote = _ResumableReader(fs, path, url, retries=retries)
+        if cache_dir is None:
+            return io.BufferedReader(remote, stream_buffer)
+        copying = _CachingReader(remote, cache_path(url, cache_dir), url, cache_check)
+        return io.BufferedReader(copying, stream_buffer)
+    except StorageError:
+        raise
+    except FileNotFoundError as exc:
+        raise StorageError("no such file", url=url) from exc
+    except OSError as exc:
+        raise StorageError(f"cannot open for reading: {exc.strerror or exc}", url=url) from exc

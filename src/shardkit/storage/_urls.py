@@ -1,0 +1,88 @@
+"""The URL grammar: brace patterns, local paths, joins (no fsspec)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+from ..errors import ConfigError
+
+__all__ = ["basename", "expand_urls", "is_local", "join", "local_path"]
+
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+_RANGE = re.compile(r"\{(-?\d+)\.\.(-?\d+)\}")
+
+
+def expand_urls(spec: str | Sequence[str]) -> list[str]:
+    """Brace-expand one URL spec (``a-{000..009}.tar``, ``{a,b}.tar``) or a list of them."""
+    if not isinstance(spec, str):
+        return [url for item in spec for url in expand_urls(item)]
+    if spec.startswith("pipe:"):
+        return [spec]  # a shell command: braces are the shell's business
+    start = spec.find("{")
+    if start < 0:
+        return [spec]
+    depth, end = 0, -1
+    for i in range(start, len(spec)):
+        if spec[i] == "{":
+            depth += 1
+        elif spec[i] == "}":
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    if end < 0:
+        raise ConfigError(f"unbalanced '{{' in URL pattern {spec!r}")
+    head, body, tail = spec[:start], spec[start + 1 : end], spec[end + 1 :]
+    match = _RANGE.fullmatch("{" + body + "}")
+    if match:
+        lo_text, hi_text = match.group(1), match.group(2)
+        width = len(lo_text) if lo_text.startswith("0") and len(lo_text) > 1 else 0
+        lo, hi = int(lo_text), int(hi_text)
+        step = 1 if hi >= lo else -1
+        choices = [str(i).zfill(width) for i in range(lo, hi + step, step)]
+    else:
+        choices = _split_top_level(body)
+    return [url for choice in choices for url in expand_urls(head + choice + tail)]
+
+
+def _split_top_level(body: str) -> list[str]:
+    parts, depth, last = [], 0, 0
+    for i, ch in enumerate(body):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(body[last:i])
+            last = i + 1
+    parts.append(body[last:])
+    return parts
+
+
+def is_local(url: str) -> bool:
+    """True for plain paths and ``file:`` URLs."""
+    return (
+        not _SCHEME.match(url) and not url.startswith("pipe:") and url != "-"
+    ) or url.startswith("file://")
+
+
+def local_path(url: str) -> str:
+    """The filesystem path of a local URL."""
+    if url.startswith("file://"):
+        return url[len("file://") :]
+    if url.startswith("file:"):
+        return url[len("file:") :]
+    return url
+
+
+def join(base: str, name: str) -> str:
+    """Join a folder URL and a name with exactly one '/'."""
+    if is_local(base):
+        return os.path.join(local_path(base), name)
+    return base.rstrip("/") + "/" + name
+
+
+def basename(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]

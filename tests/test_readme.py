@@ -1,0 +1,190 @@
+"""The README's code blocks run as written, in a fresh folder with small generated data.
+
+How a block is run:
+
+* ``python`` and ``sh`` blocks run (others, such as ``text``, are not code);
+  ``python`` blocks are executed with ``exec`` in the folder, one namespace per block.
+  Names a snippet takes as given (``jpeg_bytes``, ``raw_sample``, ``epochs``,
+  ``torchvision``) come from :data:`GIVEN`; nothing else is defined for it.
+* ``sh`` blocks run line by line (continuation lines joined) with ``bash -e``; the lines of
+  the *Packing* block are alternatives, each run in a fresh copy of the folder, the other
+  blocks run top to bottom in one folder. ``shardkit`` and ``python3`` on PATH are this
+  test's interpreter (a wrapper in a temporary bin folder). ``pip install`` lines are not
+  run: the test environment is the installation they describe.
+* :data:`SUBSTITUTE` lists the only textual changes: remote URLs become local folders.
+  Each substitution must still match something, so a stale entry fails the test.
+* :data:`NOT_RUN` names the blocks that need what a test cannot start here (the repository's
+  Makefile, a Ray or Dask cluster), with the tests that cover them instead.
+
+The folder holds ``images/`` (an ImageFolder of 64x64 JPEGs in three classes: one size,
+since the reading example batches decoded images as they are), ``list.csv``
+(path,label), ``old/shard-000000.tar`` .. ``old/shard-000099.tar``, ``data/`` (a
+``shardkit build`` of ``images/``) and ``a.tar`` / ``b.tar`` (two of its shards).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shardkit
+from shardkit.demo import make_image_folder, make_jpeg
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+SUBSTITUTE = [
+    ("s3://bucket/images", "images"),  # the build's remote SRC and OUT
+    ("s3://bucket/shards", "remote-shards"),
+    ('"s3://bucket/train/"', '"data/"'),  # the reading example
+]
+
+NOT_RUN = {
+    "make demo": "the repository's Makefile (tests/test_demo.py runs the demo)",
+    "ray start --head": "a Ray and a Dask cluster (tests/test_scale_*.py run these on local ones)",
+    "map_shards(fix_sample": "a Ray cluster at HEAD:6379 (tests/test_scale_mapshards.py)",
+}
+
+
+class _FakeMNIST:
+    """What ``torchvision.datasets.MNIST("data")`` is to ``shardkit.build``: a sized,
+    indexable dataset of (PIL image, int label)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def __len__(self) -> int:
+        return 20
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        from PIL import Image
+
+        return Image.new("L", (28, 28), index * 10), index % 10
+
+
+GIVEN: dict[str, Any] = {
+    "jpeg_bytes": make_jpeg(random.Random(1), 0),
+    "raw_sample": {"__key__": "cat/0001", "jpg": make_jpeg(random.Random(2), 1), "cls": b"3"},
+    "epochs": 1,
+    "torchvision": types.SimpleNamespace(datasets=types.SimpleNamespace(MNIST=_FakeMNIST)),
+}
+
+
+def readme_blocks() -> list[tuple[int, str, str]]:
+    """(line, language, code) of each fenced block with a language."""
+    text = README.read_text(encoding="utf-8")
+    blocks = []
+    for match in re.finditer(r"^```(\w+)\n(.*?)^```", text, flags=re.S | re.M):
+        line = text.count("\n", 0, match.start()) + 1
+        blocks.append((line, match.group(1), match.group(2)))
+    return blocks
+
+
+def _substituted(code: str, used: set[str]) -> str:
+    for old, new in SUBSTITUTE:
+        if old in code:
+            used.add(old)
+            code = code.replace(old, new)
+    return code
+
+
+def _make_folder(root: Path) -> None:
+    rng = random.Random(0)
+    images = root / "images"
+    classes = ["circle", "square", "stripes"]
+    make_image_folder(str(images), count=0, classes=classes)
+    with open(root / "list.csv", "w") as f:
+        f.write("path,label\n")
+        for i in range(160):
+            path = images / classes[i % 3] / f"img_{i:06d}.jpg"
+            path.write_bytes(make_jpeg(rng, i % 3, min_side=64, max_side=64))
+            f.write(f"{path.relative_to(root)},{i % 3}\n")
+    (root / "old").mkdir()
+    with shardkit.ShardWriter(str(root / "old/shard-%06d.tar"), max_count=1) as sink:
+        for i in range(100):
+            sink.write({"__key__": f"old/{i:04d}", "jpg": make_jpeg(rng, i % 3), "cls": i % 3})
+    options = shardkit.BuildOptions(max_count=64, workers=1)
+    result = shardkit.build(str(images), str(root / "data"), options=options)
+    shutil.copy(root / "data" / result.shards[0].name, root / "a.tar")
+    shutil.copy(root / "data" / result.shards[1].name, root / "b.tar")
+
+
+def _bin_folder(root: Path) -> str:
+    """A folder with ``shardkit`` and ``python3`` running this interpreter."""
+    folder = root / "bin"
+    folder.mkdir()
+    for name, run in (("shardkit", f'"{sys.executable}" -m shardkit'), ("python3", None)):
+        script = folder / name
+        script.write_text(f'#!/bin/sh\nexec {run or chr(34) + sys.executable + chr(34)} "$@"\n')
+        script.chmod(0o755)
+    return str(folder)
+
+
+def _shell_lines(code: str) -> list[str]:
+    lines = code.replace("\\\n", " ").splitlines()
+    skip = ("#", "pip install", "python -m pip install")
+    return [line for line in lines if line.strip() and not line.lstrip().startswith(skip)]
+
+
+def _run_shell(line: str, cwd: Path, path: str) -> None:
+    env = {**os.environ, "PATH": path + os.pathsep + os.environ["PATH"]}
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", line],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("readme")
+    _make_folder(root / "fresh")
+    return root
+
+
+def test_readme_blocks_are_all_run_or_explained() -> None:
+    blocks = readme_blocks()
+    assert len([b for b in blocks if b[1] in ("sh", "python")]) >= 8
+    for marker in NOT_RUN:  # every reason still names exactly one block
+        assert len([b for b in blocks if marker in b[2]]) == 1, marker
+
+
+# The reading example asks for 8 DataLoader workers; this machine may have fewer cores.
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+def test_readme_snippets_run_as_written(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _bin_folder(folder)
+    shared = folder / "shared"
+    shutil.copytree(folder / "fresh", shared, symlinks=True)
+    used: set[str] = set()
+    ran = 0
+    for line, language, code in readme_blocks():
+        if language not in ("sh", "python") or any(m in code for m in NOT_RUN):
+            continue
+        code = _substituted(code, used)
+        if language == "python":
+            monkeypatch.chdir(shared)
+            namespace = {"__name__": f"readme_line_{line}", **GIVEN}
+            exec(compile(code, f"README.md:{line}", "exec"), namespace)
+        elif "shardkit build images/" in code:  # alternatives: each in a fresh folder
+            for number, command in enumerate(_shell_lines(code)):
+                alone = folder / f"build-{line}-{number}"
+                shutil.copytree(folder / "fresh", alone, symlinks=True)
+                _run_shell(command, alone, path)
+        else:
+            for command in _shell_lines(code):
+                _run_shell(command, shared, path)
+        ran += 1
+    assert ran >= 6
+    assert used == {old for old, _ in SUBSTITUTE}
