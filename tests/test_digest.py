@@ -20,7 +20,7 @@ import shardkit
 from shardkit import BuildOptions, ShardWriter
 from shardkit.cli import main
 from shardkit.digest import HASHES, entry_digest
-from shardkit.errors import ConfigError, FormatError
+from shardkit.errors import ConfigError, FormatError, MissingDependencyError
 from shardkit.tools import verify
 
 REFERENCE = {
@@ -62,10 +62,10 @@ def test_no_hash_and_unknown_hash(tmp_path: Path) -> None:
 
 def test_a_missing_package_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "xxhash", None)  # import xxhash now raises ImportError
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(MissingDependencyError) as info:
         BuildOptions(hash="xxh3-128")
     assert info.value.message == (
-        "hash 'xxh3-128' needs the xxhash package: pip install 'shardkit[xxhash]'"
+        "hash 'xxh3-128' needs xxhash, which is not installed: pip install 'shardkit[xxhash]'"
     )
 
 

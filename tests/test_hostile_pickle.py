@@ -128,7 +128,7 @@ def _read_pipe(tmp_path: os.PathLike[str], setting: str | None) -> tuple[int, st
     return done.returncode, done.stdout.strip(), os.path.isdir(marker)
 
 
-@pytest.mark.parametrize("setting", ["0", "false", "no", "NO"])
+@pytest.mark.parametrize("setting", ["0", "false", "no", "NO", "off", "OFF"])
 def test_pipe_urls_can_be_switched_off(tmp_path: os.PathLike[str], setting: str) -> None:
     returncode, out, ran = _read_pipe(tmp_path, setting)
     assert returncode == 0

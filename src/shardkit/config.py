@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import os
+from typing import Literal
 
-__all__ = ["allow_pipe_urls", "cache_dir", "default_workers", "node_info", "s3_endpoint"]
+from .errors import ConfigError
+
+__all__ = [
+    "PipePolicy",
+    "allow_pipe_urls",
+    "cache_dir",
+    "default_workers",
+    "node_info",
+    "pipe_policy",
+    "s3_endpoint",
+]
 
 
 def _env(name: str) -> str | None:
@@ -12,9 +23,40 @@ def _env(name: str) -> str | None:
     return value if value not in (None, "") else None
 
 
+PipePolicy = Literal["off", "direct", "all"]
+
+_PIPE_SETTINGS: dict[str, PipePolicy] = {
+    **dict.fromkeys(("0", "false", "no", "off"), "off"),
+    **dict.fromkeys(("1", "true", "yes", "on"), "direct"),
+    "all": "all",
+}
+
+
+def pipe_policy() -> PipePolicy:
+    """Where ``pipe:CMD`` URLs may run shell commands (``SHARDKIT_ALLOW_PIPE``, any case):
+
+    - ``"direct"`` (unset, empty, ``1``, ``true``, ``yes``, ``on``): only in a URL the
+      caller passes directly (an argument or a Python call), never in one read from a
+      data file (a manifest, a CSV/JSONL list, a journal);
+    - ``"off"`` (``0``, ``false``, ``no``, ``off``): nowhere;
+    - ``"all"``: in data files too (trust every manifest and list you read).
+
+    Any other value is a ConfigError."""
+    value = _env("SHARDKIT_ALLOW_PIPE")
+    if value is None:
+        return "direct"
+    policy = _PIPE_SETTINGS.get(value.strip().lower())
+    if policy is None:
+        raise ConfigError(
+            f"SHARDKIT_ALLOW_PIPE={value!r}: use 1 (pipe: URLs given directly run), "
+            "0 (none run) or all (those in manifests and lists run too)"
+        )
+    return policy
+
+
 def allow_pipe_urls() -> bool:
-    """Whether ``pipe:`` URLs may run shell commands (``SHARDKIT_ALLOW_PIPE=0`` disables)."""
-    return (_env("SHARDKIT_ALLOW_PIPE") or "1").lower() not in ("0", "false", "no")
+    """Whether a ``pipe:`` URL the caller passes directly may run (see :func:`pipe_policy`)."""
+    return pipe_policy() != "off"
 
 
 def cache_dir() -> str | None:

@@ -18,11 +18,11 @@ The digest is metadata: the shards' bytes are the same whatever the algorithm.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
+from ._optional import require
 from .errors import ConfigError
 
 __all__ = [
@@ -52,13 +52,8 @@ class Hasher(Protocol):
 
 
 def _module(hash: str, name: str) -> Any:
-    """The package ``name`` that ``hash`` needs (its extra has the same name)."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        raise ConfigError(
-            f"hash {hash!r} needs the {name} package: pip install 'shardkit[{name}]'"
-        ) from None
+    """The package ``name`` that ``hash`` needs (one error line naming its extra)."""
+    return require(name, f"hash {hash!r}")
 
 
 def _blake3() -> Hasher:
@@ -81,7 +76,8 @@ _REGISTRY: dict[str, tuple[Callable[[], Hasher], int]] = {
 
 def check_hash(name: object) -> HashName:
     """``name`` if it is a known algorithm (or ``"none"``) whose package is installed;
-    otherwise one :class:`~shardkit.errors.ConfigError` line."""
+    otherwise one :class:`~shardkit.errors.ConfigError` line (a
+    :class:`~shardkit.errors.MissingDependencyError` when its package is missing)."""
     if name not in HASHES:
         raise ConfigError(f"hash must be one of {', '.join(HASHES)}, not {name!r}")
     new_hasher(str(name))  # a missing package is found now, not in a worker

@@ -10,7 +10,8 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
 
     ShardkitError
     ├── ConfigError (ValueError)          bad option or argument
-    │   └── MissingDependencyError (ImportError)  an optional module is not installed
+    │   ├── MissingDependencyError (ImportError)  an optional module is not installed
+    │   └── ManifestError (+ FormatError)  a manifest.json that is not one
     ├── DataError (ValueError)            something wrong with the data
     │   ├── FormatError                   malformed tar / TFRecord / Example
     │   │   ├── TruncatedShardError       the shard ends in the middle of a record
@@ -35,6 +36,7 @@ __all__ = [
     "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "ManifestError",
     "MissingDependencyError",
     "MissingFieldError",
     "ShardkitError",
@@ -103,6 +105,13 @@ class TruncatedShardError(FormatError):
 
 class ChecksumError(FormatError):
     """A checksum (TFRecord CRC32C, manifest sha256) does not match."""
+
+
+class ManifestError(ConfigError, FormatError):
+    """A ``manifest.json`` is not one (bad JSON, no shard list, a bad count).
+
+    Both a ConfigError (the dataset named cannot be opened) and a FormatError (a malformed
+    file), as the reading pipeline and the tools each raised one of them before."""
 
 
 class DecodeError(DataError):

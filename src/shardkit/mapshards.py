@@ -79,8 +79,8 @@ def _counted(samples: Iterator[Sample], count: list[int]) -> Iterator[Sample]:
 
 def run_shard(task: _Task) -> ShardResult:
     """Read ``task.input``, transform, write ``task.output`` atomically (a worker task)."""
+    from .formats.names import format_from_name
     from .reader import read_shard
-    from .writer import format_from_name
 
     kind, gz = format_from_name(task.output)
     read, written = [0], 0
@@ -198,7 +198,7 @@ def map_shard_streams(
 
 def _outputs(outputs: str | Sequence[str], count: int) -> list[str]:
     if isinstance(outputs, str):
-        from .writer import shard_name
+        from .formats.names import shard_name
 
         return [shard_name(outputs, i) for i in range(count)]
     targets = list(outputs)

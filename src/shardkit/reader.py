@@ -1,10 +1,10 @@
 """Read one shard (tar or TFRecord, optionally gzipped) from any URL as raw samples.
 
-This is the one place that turns a URL into samples; the reading pipeline, the tools and
-the build's re-shard source all use it. Samples are dicts of raw bytes fields plus
-``__key__``, ``__url__`` and ``__offset__`` (the byte offset where the sample starts in
-the uncompressed stream). TFRecord samples are their Example's features, mapped as
-:mod:`shardkit.formats.example` documents.
+This is the one place that turns a URL into samples (and a manifest URL into shard
+URLs); the reading pipeline, the tools and the build's re-shard source all use it.
+Samples are dicts of raw bytes fields plus ``__key__``, ``__url__`` and ``__offset__``
+(the byte offset where the sample starts in the uncompressed stream). TFRecord samples
+are their Example's features, mapped as :mod:`shardkit.formats.example` documents.
 
 Untrusted shards are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError` (or a subclass), members and records are read
@@ -24,16 +24,21 @@ from typing import Any, BinaryIO
 
 from . import storage
 from .errors import DataError, FormatError
+from .formats.index import ShardIndex, index_url
+from .formats.manifest import ManifestContents, parse_manifest
+from .formats.names import Format, format_from_name
 from .formats.tar import BLOCK, MAX_MEMBER_SIZE
 from .handlers import Handler, reraise
-from .writer import Format, format_from_name
 
 __all__ = [
+    "load_index",
     "MAX_MEMBER_SIZE",
     "detect_format",
     "holds_whole_shard",
     "iter_shard_samples",
     "iter_stream_samples",
+    "load_manifest",
+    "manifest_urls",
     "read_shard",
 ]
 
@@ -155,6 +160,42 @@ def read_shard(
         )
     finally:
         stream.close()
+
+
+def load_manifest(
+    url: str, *, storage_options: dict[str, Any] | None = None
+) -> tuple[ManifestContents, tuple[str, ...]]:
+    """A manifest (:func:`shardkit.formats.manifest.parse_manifest`) and the URL of each
+    shard it names: relative names are joined to the manifest's folder.
+
+    A manifest is data: a shard it names that would run a command (``pipe:``) is a
+    :class:`~shardkit.errors.ConfigError` (:func:`shardkit.storage.check_data_url`)."""
+    with storage.open_read(url, storage_options=storage_options) as stream:
+        contents = parse_manifest(stream.read(), url=url)
+    base = url.rsplit("/", 1)[0] if "/" in url else ""
+    return contents, manifest_urls(contents, base=base, found_in=f"manifest {url}")
+
+
+def load_index(
+    shard_url: str, *, storage_options: dict[str, Any] | None = None
+) -> ShardIndex | None:
+    """The index of a shard (:mod:`shardkit.formats.index`), or None when it has none."""
+    url = index_url(shard_url)
+    if not storage.url_exists(url, storage_options):
+        return None
+    with storage.open_read(url, storage_options=storage_options) as stream:
+        return ShardIndex.from_json(stream.read(), url=url)
+
+
+def manifest_urls(contents: ManifestContents, *, base: str, found_in: str) -> tuple[str, ...]:
+    """The URL of each shard of a manifest whose folder is ``base`` (see
+    :func:`load_manifest`); URLs and absolute paths are kept as they are."""
+    urls = []
+    for shard in contents.shards:
+        storage.check_data_url(shard.name, found_in=found_in)
+        absolute = not storage.is_local(shard.name) or shard.name.startswith(("/", "file:"))
+        urls.append(shard.name if absolute or not base else storage.join(base, shard.name))
+    return tuple(urls)
 
 
 def holds_whole_shard(stream: BinaryIO, *, format: Format) -> bool:

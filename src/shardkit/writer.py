@@ -10,25 +10,20 @@ it unless one sample alone does, and that sample then stands alone in its shard.
 from __future__ import annotations
 
 import contextlib
-import re
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from . import storage
 from .digest import DEFAULT_HASH, HashName, check_hash
 from .errors import ConfigError, EncodeError, StorageError
 from .formats import tar
 from .formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE, Cut
+from .formats.names import FORMATS, Format, check_pattern, format_from_name, shard_name
 from .units import Size
 
 __all__ = ["Format", "ShardInfo", "ShardWriter", "format_from_name", "shard_name"]
-
-Format = Literal["tar", "tfrecord"]
-
-_PRINTF = re.compile(r"%0?\d*d")
-_BRACE = re.compile(r"\{shard(:[^}]*)?\}")
 
 
 @dataclass(frozen=True)
@@ -51,25 +46,6 @@ class ShardInfo:
         """The hex sha256, when the shard was hashed with sha256 (else ``""``)."""
         name, _, hexdigest = self.digest.partition(":")
         return hexdigest if name == "sha256" else ""
-
-
-def shard_name(pattern: str, index: int) -> str:
-    """Fill a shard pattern (``%06d`` or ``{shard:06d}``) with an index."""
-    if _BRACE.search(pattern):
-        return _BRACE.sub(lambda m: format(index, (m.group(1) or ":d")[1:]), pattern)
-    if _PRINTF.search(pattern):
-        return pattern % index
-    raise ConfigError(f"shard pattern {pattern!r} has no '%06d' or '{{shard:06d}}' placeholder")
-
-
-def format_from_name(name: str) -> tuple[Format, bool]:
-    """(format, gzip) implied by a file name's extension."""
-    lower = name.lower()
-    gz = lower.endswith((".gz", ".tgz"))
-    stem = lower[:-3] if lower.endswith(".gz") else lower
-    if stem.endswith((".tfrecord", ".tfrecords", ".tfr")):
-        return "tfrecord", gz
-    return "tar", gz
 
 
 class _Sink:
@@ -185,9 +161,9 @@ class ShardWriter:
         self.hash = check_hash(hash)
         if start_index < 0:
             raise ConfigError(f"start_index must be >= 0, not {start_index}")
-        shard_name(pattern, start_index)  # validates the placeholder
+        check_pattern(pattern, option="pattern")
         implied, gz = format_from_name(pattern)
-        if format not in (None, "tar", "tfrecord"):
+        if format is not None and format not in FORMATS:
             raise ConfigError(f"format must be 'tar' or 'tfrecord', not {format!r}")
         self.pattern = pattern
         self.format: Format = format or implied

@@ -8,6 +8,7 @@ from typing import Any
 from .. import config
 from ..engines import warm_up
 from ..errors import BuildError, ConfigError
+from ..formats.names import MANIFEST_NAME, is_shard_name
 from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
@@ -18,7 +19,6 @@ from .worker import WORKER_MODULE
 __all__ = ["build", "list_source"]
 
 _TABLE_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".ndjson")
-_SHARD_EXTENSIONS = (".tar", ".tar.gz", ".tgz", ".tfrecord", ".tfrecords", ".tfrecord.gz")
 
 
 def build(
@@ -90,16 +90,8 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
         from .tables import list_table
 
         return list_table(path, options)
-    if "{" in path or lower.endswith(_SHARD_EXTENSIONS):
-        from .. import storage
-        from .shards import list_shards
-
-        for url in storage.expand_urls(path):
-            if storage.is_local(url):
-                folder = os.path.dirname(os.path.abspath(storage.local_path(url)))
-                if os.path.realpath(folder) == os.path.realpath(out):
-                    raise BuildError("the output folder holds the input shards", url=url)
-        return list_shards(path, options.format)
+    if "{" in path or is_shard_name(os.path.basename(path)):
+        return _list_shards(path, out, options)
     if remote:  # an image folder under an object-store prefix
         from .sources import list_remote_folder
 
@@ -111,6 +103,9 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
     if os.path.isdir(path):
         if not _is_remote(out):
             _check_not_inside(out, path)
+        shards = _shard_folder(path)
+        if shards is not None:
+            return _list_shards(shards, out, options, path)
         return list_image_folder(path)
     if not os.path.exists(path):
         raise BuildError("no such file or folder", url=path)
@@ -119,6 +114,39 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
         "or shards (.tar, .tfrecord)",
         url=path,
     )
+
+
+def _list_shards(
+    spec: str | list[str], out: str, options: BuildOptions, path: str | None = None
+) -> Listing:
+    from .. import storage
+    from .shards import list_shards
+
+    for url in storage.expand_urls(spec):
+        if storage.is_local(url):
+            folder = os.path.dirname(os.path.abspath(storage.local_path(url)))
+            if os.path.realpath(folder) == os.path.realpath(out):
+                raise BuildError("the output folder holds the input shards", url=url)
+    return list_shards(spec, options.format, path=path)
+
+
+def _shard_folder(path: str) -> list[str] | None:
+    """The shards of a folder of shards (no subfolders; its manifest's, else every shard
+    file by name), or None when it is not one (an image folder)."""
+    try:
+        with os.scandir(path) as scan:
+            entries = list(scan)
+    except OSError:
+        return None  # unreadable: the image-folder listing reports it
+    if any(entry.is_dir() for entry in entries):
+        return None
+    names = {entry.name for entry in entries}
+    if MANIFEST_NAME in names:
+        from ..reader import load_manifest
+
+        return list(load_manifest(os.path.join(path, MANIFEST_NAME))[1])
+    shards = sorted(name for name in names if is_shard_name(name))
+    return [os.path.join(path, name) for name in shards] or None
 
 
 def _not_a_file(path: str) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..digest import entry_digest
 from ..errors import BuildError
+from ..formats.manifest import decode_name, encode_names
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from .manifest import MANIFEST_NAME, ShardRecord, read_manifest
 from .options import BuildOptions
@@ -30,7 +31,7 @@ class OutputFolder:
         ext = re.escape(options.extension)
         self.final = re.compile(rf"{re.escape(options.prefix)}-\d{{6}}\.{ext}")
         prefix = options.prefix
-        self.hidden = (f".{prefix}-", f"..{prefix}-", ".manifest.json.tmp-")
+        self.hidden = (f".{prefix}-", f"..{prefix}-", f".{MANIFEST_NAME}.tmp-")
 
     def final_name(self, index: int) -> str:
         return f"{self.options.prefix}-{index:06d}.{self.options.extension}"
@@ -66,7 +67,7 @@ class OutputFolder:
         Local shards are checked by size and digest; objects by size (see :mod:`.store`)."""
         try:
             shards = [
-                ShardRecord(s["name"], s["samples"], s["bytes"], entry_digest(s))
+                ShardRecord(decode_name(s["name"]), s["samples"], s["bytes"], entry_digest(s))
                 for s in manifest["shards"]
             ]
         except (KeyError, TypeError, ValueError) as exc:
@@ -84,13 +85,14 @@ class OutputFolder:
                 )
         self.journal.remove()
         self.remove_strays()
-        return shards, [(s["path"], s["reason"]) for s in manifest["skipped"]]
+        return shards, [(decode_name(s["path"]), s["reason"]) for s in manifest["skipped"]]
 
     def clear(self) -> None:
         """Remove a previous dataset: manifest first, then its shards and our hidden files."""
         old = read_manifest(self.store)
         self.store.remove([MANIFEST_NAME])  # first: readers stop trusting the shards
-        names = {str(s.get("name")) for s in (old or {}).get("shards", []) if isinstance(s, dict)}
+        shards = (old or {}).get("shards", [])
+        names = {decode_name(str(s.get("name"))) for s in shards if isinstance(s, dict)}
         self.store.remove(
             name
             for name in self.store.sizes()
@@ -111,7 +113,8 @@ class OutputFolder:
 
 def _same_build(manifest: dict[str, Any], identity: dict[str, Any]) -> bool:
     source = manifest.get("source", {})
+    stored = encode_names(identity)  # names as the manifest writes them (not UTF-8: escaped)
     return bool(
-        manifest.get("options") == identity["options"]
-        and {k: source.get(k) for k in identity["source"]} == identity["source"]
+        manifest.get("options") == stored["options"]
+        and {k: source.get(k) for k in stored["source"]} == stored["source"]
     )

@@ -8,10 +8,13 @@ Journal: ``OUT/.shardkit-build.journal``, JSON lines. The first line identifies 
 (options that shape the output, seed, input fingerprint, number of tasks); every further
 line records one finished task (its part files with size and digest, what it skipped,
 per-class counts, sample sizes), appended right after the task's parts are complete and
-before any of them is renamed or copied, or one shard assembled from chunks (its index
-and the position in the plan where it ends, :mod:`.assembly`). A rerun of the same build
-reads it back, checks every recorded file (size and digest) and only runs the tasks that
-are missing. A torn last line (the process died mid-write) is ignored.
+before any of them is renamed or copied, or one shard the Assembler committed (with the
+position in the plan where it ends; with its index too when workers assemble shards out
+of order, :mod:`.assembly`). A rerun of the same build reads it back, checks
+every recorded file (size and digest) and only runs the tasks that are missing. A torn
+last line (the process died mid-write) is ignored. The journal is read back from the
+output, so it is not trusted: a record naming a file that is not a bare name inside the
+output (``../victim``, an absolute path) stops the build with a BuildError.
 
 In an object store (no append) the same records are objects under
 ``OUT/.shardkit-build/``, written by the driver: ``header.json``, one
@@ -31,6 +34,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..errors import BuildError, StorageError
+from ..formats.names import bare_name_problem
 from .store import LocalStore, ObjectStore
 from .worker import PartInfo, TaskResult
 
@@ -115,11 +119,23 @@ class Journal:
         for record in records[1:]:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 if "shard" in record:
+                    self._confine(record["shard"]["name"])
                     self.shards.append(record["shard"])
                     continue
                 result = _decode(record)
+                for part in result.parts:
+                    self._confine(part.name)
                 self.done[result.index] = result
         return True
+
+    def _confine(self, name: object) -> None:
+        problem = bare_name_problem(name)
+        if problem is not None:
+            raise BuildError(
+                f"the build journal names a file outside the output: {problem}; "
+                "rerun with --overwrite to start this build again",
+                url=self.url,
+            )
 
     def start(self, fresh: bool) -> None:
         """Open for recording, writing the header first when ``fresh``."""

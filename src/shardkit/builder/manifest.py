@@ -8,11 +8,12 @@ fields are a function of the inputs, options and seed, except those under ``"tim
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..errors import StorageError
+from ..errors import BuildError, ManifestError, StorageError
+from ..formats.manifest import MANIFEST_NAME, MANIFEST_VERSION, encode_manifest, parse_manifest
+from ..formats.names import bare_name_problem
 from ..storage import atomic_write
 from .results import ShardRecord
 
@@ -20,9 +21,6 @@ if TYPE_CHECKING:
     from .store import Store
 
 __all__ = ["MANIFEST_NAME", "ShardRecord", "make_manifest", "read_manifest", "write_manifest"]
-
-MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
 
 
 def make_manifest(
@@ -62,10 +60,10 @@ def write_manifest(
     path: str, manifest: dict[str, Any], storage_options: dict[str, Any] | None = None
 ) -> str:
     """Write the manifest atomically to ``path`` (``OUT/manifest.json``, a file or an object)."""
-    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    data = encode_manifest(manifest)
     try:
         with atomic_write(path, storage_options=storage_options) as stream:
-            stream.write(text.encode("utf-8", "surrogateescape"))
+            stream.write(data)
     except StorageError:
         raise
     except OSError as exc:  # a full disk: atomic_write removed its temporary file
@@ -74,10 +72,26 @@ def write_manifest(
 
 
 def read_manifest(store: Store) -> dict[str, Any] | None:
-    """The manifest in ``store``, or None when there is none (or it is not ours)."""
+    """The manifest in ``store``, or None when there is none (or it is not ours).
+
+    It is read back from the output, so it is checked like any data: every shard it names
+    must be a bare name inside the output, else BuildError."""
     raw = store.read_bytes(MANIFEST_NAME)
-    try:
-        data = json.loads(raw) if raw is not None else None
-    except ValueError:
+    if raw is None:
         return None
-    return data if isinstance(data, dict) and "shardkit_manifest" in data else None
+    try:
+        contents = parse_manifest(raw, url=store.join(MANIFEST_NAME))
+    except ManifestError:
+        return None
+    data = contents.document
+    if not isinstance(data, dict) or "shardkit_manifest" not in data:
+        return None
+    for shard in contents.shards:
+        problem = bare_name_problem(shard.name)
+        if problem is not None:
+            raise BuildError(
+                f"{MANIFEST_NAME} names a shard outside the output: {problem}; it is not "
+                "shardkit's, remove it by hand to build here",
+                url=store.url,
+            )
+    return data

@@ -10,6 +10,7 @@ from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..engines import Engine, check_engine
 from ..errors import ConfigError
 from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE, Cut
+from ..formats.names import FORMATS, Format
 from ..formats.tar import END_OF_ARCHIVE
 from ..handlers import OnError, check_on_error
 from ..units import Size
@@ -23,7 +24,7 @@ __all__ = [
     "ValidateMode",
 ]
 
-OutputFormat = Literal["tar", "tfrecord"]
+OutputFormat = Format
 ValidateMode = Literal["none", "header", "full"]
 ResizeMode = Literal["keep-ratio", "center-crop", "pad"]
 EncodeFormat = Literal["keep", "jpg", "png", "webp"]
@@ -89,7 +90,7 @@ class BuildOptions:
     def __post_init__(self) -> None:
         _positive_int("max_count", self.max_count)
         object.__setattr__(self, "max_size", Cut(self.max_count, self.max_size).max_size)
-        _choice("format", self.format, ("tar", "tfrecord"))
+        _choice("format", self.format, FORMATS)
         _choice("validate", self.validate, ("none", "header", "full"))
         check_on_error(self.on_error)
         _choice("resize_mode", self.resize_mode, RESIZE_MODES)

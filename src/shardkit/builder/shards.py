@@ -46,8 +46,10 @@ def close_streams() -> None:
         _open.popitem()[1].close()
 
 
-def list_shards(spec: str, output_format: str) -> Listing:
-    """List every sample of the shards ``spec`` names (a brace pattern or one path)."""
+def list_shards(spec: str | list[str], output_format: str, *, path: str | None = None) -> Listing:
+    """List every sample of the shards ``spec`` names (a brace pattern, one path, or a list
+    of them); ``path`` names the source in errors and the manifest (default: ``spec``)."""
+    where = path if path is not None else str(spec)
     urls = storage.expand_urls(spec)
     versions = [_version(url) for url in urls]
     items: list[Item] = []
@@ -58,12 +60,12 @@ def list_shards(spec: str, output_format: str) -> Listing:
             size = sum(len(v) for k, v in sample.items() if isinstance(v, bytes))
             items.append(Item((index, sample["__offset__"]), sample["__key__"], -1, "", size, ""))
     if not items:
-        raise BuildError("the shards hold no samples", url=spec)
+        raise BuildError("the shards hold no samples", url=where)
     if len({item.key for item in items}) < len(items):  # e.g. TFRecords without __key__
         items = [item._replace(key=f"{item.ref[0]:06d}/{item.key}") for item in items]
     return Listing(
         kind="shards",
-        path=spec,
+        path=where,
         source=ShardSource(tuple(urls), output_format),
         items=items,
         classes=[],

@@ -1,12 +1,14 @@
 """CSV / TSV / JSONL lists: one row per sample, a path column and a label column.
 
 Paths are relative to the list's folder, absolute, or URLs (read with
-:func:`shardkit.storage.open_read`). The list itself may be a URL (``s3://b/train.csv``);
-its relative paths then name objects beside it, whose sizes are learnt when they are
-read. Labels are integers (used as they are) or class names (numbered in sorted order,
-like an image folder's classes). Every other column goes into the sample's ``json``
-together with the path, class and label. Rows whose file is missing or not an image file
-are skipped and reported; the same path twice is an error of the list.
+:func:`shardkit.storage.open_read`); a ``pipe:`` row would run a shell command, so it is
+skipped with the reason unless ``SHARDKIT_ALLOW_PIPE=all`` (the list is data). The list
+itself may be a URL (``s3://b/train.csv``); its relative paths then name objects beside
+it, whose sizes are learnt when they are read. Labels are integers (used as they are) or
+class names (numbered in sorted order, like an image folder's classes). Every other column
+goes into the sample's ``json`` together with the path, class and label. Rows whose file
+is missing or not an image file are skipped and reported; the same path twice is an error
+of the list.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
+from .. import storage
 from ..codecs import normalize_image_extension
 from ..errors import BuildError
 from .keys import make_keys, relative_paths
@@ -127,8 +130,6 @@ def _is_float(text: Any) -> bool:
 def _rows(path: str) -> Iterator[dict[str, Any]]:
     import io
 
-    from .. import storage
-
     lower = path.lower()
     try:
         with io.TextIOWrapper(storage.open_read(path), encoding="utf-8-sig", newline="") as f:
@@ -195,7 +196,7 @@ def _files(
             again = "" if seen[location] == rel else f" (as {seen[location]!r})"
             raise BuildError(f"{rel!r} is listed twice{again}", url=path)
         seen[location] = rel
-        problem = not_an_image(rel.rpartition("/")[2])
+        problem = storage.data_url_problem(rel) or not_an_image(rel.rpartition("/")[2])
         if problem:
             skipped.append((rel, problem))
         elif "://" in rel or "://" in root:

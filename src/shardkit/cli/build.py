@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 from typing import Any, TextIO, get_args
 
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{state}{result.samples} samples in {len(result.shards)} shards "
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
-        f"{result.seconds:.1f} s -> {os.path.join(args.out, 'manifest.json')}"
+        f"{result.seconds:.1f} s -> {result.manifest}"
     )
     if not args.quiet:
         _list_skipped(result.skipped, every=args.verbose, file=sys.stdout)

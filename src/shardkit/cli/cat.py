@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..formats.names import FORMATS
 from ._toolargs import (
     TOOL_HASH_HELP,
     add_hash_option,
@@ -41,9 +42,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--skip", type=count, default=0, help="skip the first N samples")
     parser.add_argument("--shuffle", type=count, default=0, metavar="N", help="shuffle buffer")
     parser.add_argument("--seed", type=int, default=0, help="shuffle seed")
-    parser.add_argument(
-        "--format", choices=("tar", "tfrecord"), help="output format (default: from -o's name)"
-    )
+    parser.add_argument("--format", choices=FORMATS, help="output format (default: from -o's name)")
     add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 

@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..formats.names import FORMATS
 from ._toolargs import (
     TOOL_HASH_HELP,
     add_hash_option,
@@ -37,7 +38,7 @@ def add_parser(sub: Any) -> None:
     parser = add_tool_parser(sub, "convert", help="tar <-> TFRecord", doc=__doc__, epilog=EXAMPLES)
     parser.add_argument("inputs", nargs="+", metavar="SRC", help="shards, folders or '-'")
     parser.add_argument("-o", "--output", required=True, help="file, '-' or shard pattern")
-    parser.add_argument("--to", choices=("tar", "tfrecord"), help="output format")
+    parser.add_argument("--to", choices=FORMATS, help="output format")
     parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
     parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
     add_hash_option(parser, "none", TOOL_HASH_HELP)

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import ConfigError
+from ..formats.names import FORMATS, Format
 from ..handlers import Handler, HandlerName, resolve_handler
-from ..writer import Format
 from ._torch import register_iterable_dataset
 from .chain import Equalize, Recipe
 from .collate import Collate
@@ -119,7 +119,7 @@ class Dataset(_Base):
             raise TypeError(f"seed must be an int, not {seed!r}")
         if equalize not in (None, "pad", "drop"):
             raise ConfigError(f"equalize must be 'pad', 'drop' or None, not {equalize!r}")
-        if format not in (None, "tar", "tfrecord"):
+        if format is not None and format not in FORMATS:
             raise ConfigError(f"format must be 'tar', 'tfrecord' or None, not {format!r}")
         wds = dataset_options(webdataset, shuffle_shards=shuffle_shards, node=node)
         node = wds["node"]

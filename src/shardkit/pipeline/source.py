@@ -4,7 +4,9 @@ Where the plan promises an exact number of samples (``pad``/``drop``/``cycle``),
 stream yields exactly that many: a shard that ends early (bad data skipped by the
 handler, or a manifest count that is too high) is reported to the handler, and the
 shortfall is made up by repeating samples from the start of the stream, so ranks stay
-equal even then.
+equal even then. A segment that ends where the manifest says its shard ends reads one
+sample further: a shard holding more samples than its count (which would otherwise be
+dropped without a word) is a FormatError through the handler too.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from typing import Any
 
 from .. import reader, storage
 from ..errors import FormatError
+from ..formats.names import Format
 from ..handlers import Handler, reraise
-from ..writer import Format
 from .epochs import EpochPlan, Segment, drop_front
 from .urls import ShardList
 
@@ -62,15 +64,32 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
         stream.close()
 
 
-def _read_segment(urls: tuple[str, ...], segment: Segment, options: ReadOptions) -> Iterator[Any]:
-    samples = open_samples(urls[segment.shard], options)
+def _read_segment(
+    urls: tuple[str, ...],
+    segment: Segment,
+    options: ReadOptions,
+    counts: tuple[int, ...] | None = None,
+) -> Iterator[Any]:
+    """The samples of one segment; with ``counts``, a segment that ends at its shard's
+    stated end checks that the shard ends there too (see the module docs)."""
+    url = urls[segment.shard]
+    samples = open_samples(url, options)
     try:
         if segment.skip:
             next(itertools.islice(samples, segment.skip, segment.skip), None)
         if segment.take is None:
             yield from samples
-        else:
-            yield from itertools.islice(samples, segment.take)
+            return
+        yield from itertools.islice(samples, segment.take)
+        stated = None if counts is None else counts[segment.shard]
+        if stated == segment.skip + segment.take and next(samples, None) is not None:
+            options.handler(
+                FormatError(
+                    f"shard holds more samples than the {stated} its manifest states; "
+                    "the rest would be dropped",
+                    url=url,
+                )
+            )
     finally:
         samples.close()
 
@@ -117,7 +136,7 @@ def _passes(
             if skip:  # this whole pass was read before
                 continue
         produced = 0
-        for sample in _exact(shards.urls, plan, segments, start, options):
+        for sample in _exact(shards, plan, segments, start, options):
             produced += 1
             yield sample
         if plan.cycle and not produced and not start:
@@ -126,15 +145,16 @@ def _passes(
 
 
 def _exact(
-    urls: tuple[str, ...],
+    shards: ShardList,
     plan: EpochPlan,
     segments: tuple[Segment, ...],
     produced: int,
     options: ReadOptions,
 ) -> Iterator[dict[str, Any]]:
+    urls = shards.urls
     for segment in segments:
         count = 0
-        for sample in _read_segment(urls, segment, options):
+        for sample in _read_segment(urls, segment, options, shards.counts):
             count += 1
             yield sample
         if segment.take is not None and count < segment.take:

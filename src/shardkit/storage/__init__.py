@@ -24,7 +24,16 @@ from ._cache import cache_path
 from ._filesystems import filesystem, url_exists
 from ._reading import open_read
 from ._remote import is_transient
-from ._urls import basename, expand_urls, is_local, join, local_path
+from ._urls import (
+    basename,
+    check_data_url,
+    data_url_problem,
+    expand_urls,
+    is_executing,
+    is_local,
+    join,
+    local_path,
+)
 from ._writing import AtomicFile, Tally, open_atomic
 
 __all__ = [
@@ -33,8 +42,11 @@ __all__ = [
     "atomic_write",
     "basename",
     "cache_path",
+    "check_data_url",
+    "data_url_problem",
     "expand_urls",
     "filesystem",
+    "is_executing",
     "is_local",
     "is_transient",
     "join",

@@ -14,7 +14,7 @@ from ..errors import StorageError
 from ._cache import _CachingReader, cache_path
 from ._filesystems import _fs
 from ._remote import _STREAM_BUFFER, _ResumableReader
-from ._urls import is_local, local_path
+from ._urls import is_executing, is_local, local_path
 
 __all__ = ["open_read"]
 
@@ -71,7 +71,7 @@ def open_read(
     try:
         if url == "-":
             return cast(BinaryIO, sys.stdin.buffer)
-        if url.startswith("pipe:"):
+        if is_executing(url):
             if not config.allow_pipe_urls():
                 raise StorageError("pipe: URLs are disabled (SHARDKIT_ALLOW_PIPE=0)", url=url)
             return io.BufferedReader(_PipeReader(url[5:]), stream_buffer)

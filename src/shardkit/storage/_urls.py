@@ -6,9 +6,19 @@ import os
 import re
 from collections.abc import Sequence
 
+from .. import config
 from ..errors import ConfigError
 
-__all__ = ["basename", "expand_urls", "is_local", "join", "local_path"]
+__all__ = [
+    "basename",
+    "check_data_url",
+    "data_url_problem",
+    "expand_urls",
+    "is_executing",
+    "is_local",
+    "join",
+    "local_path",
+]
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _RANGE = re.compile(r"\{(-?\d+)\.\.(-?\d+)\}")
@@ -18,7 +28,7 @@ def expand_urls(spec: str | Sequence[str]) -> list[str]:
     """Brace-expand one URL spec (``a-{000..009}.tar``, ``{a,b}.tar``) or a list of them."""
     if not isinstance(spec, str):
         return [url for item in spec for url in expand_urls(item)]
-    if spec.startswith("pipe:"):
+    if is_executing(spec):
         return [spec]  # a shell command: braces are the shell's business
     start = spec.find("{")
     if start < 0:
@@ -63,9 +73,33 @@ def _split_top_level(body: str) -> list[str]:
 
 def is_local(url: str) -> bool:
     """True for plain paths and ``file:`` URLs."""
-    return (
-        not _SCHEME.match(url) and not url.startswith("pipe:") and url != "-"
-    ) or url.startswith("file://")
+    return (not _SCHEME.match(url) and not is_executing(url) and url != "-") or url.startswith(
+        "file://"
+    )
+
+
+def is_executing(url: str) -> bool:
+    """Whether opening ``url`` runs a command (``pipe:CMD``)."""
+    return url.startswith("pipe:")
+
+
+def data_url_problem(url: str) -> str | None:
+    """Why a URL read from a data file (a manifest, a CSV/JSONL list) may not be opened:
+    it would run a command and ``SHARDKIT_ALLOW_PIPE`` is not ``all``
+    (:func:`shardkit.config.pipe_policy`); None when it may."""
+    if is_executing(url) and config.pipe_policy() != "all":
+        return (
+            "a pipe: URL read from a data file would run a shell command; only URLs given "
+            "directly may (set SHARDKIT_ALLOW_PIPE=all to trust the file)"
+        )
+    return None
+
+
+def check_data_url(url: str, *, found_in: str) -> None:
+    """ConfigError naming ``found_in`` (a manifest) when :func:`data_url_problem` says no."""
+    problem = data_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"{found_in}: {problem}", url=url)
 
 
 def local_path(url: str) -> str:

@@ -3,10 +3,12 @@
 An input is one of:
 
 * ``-``: a tar stream on stdin (gzip is detected);
-* a local folder: every shard in it (``*.tar``, ``*.tar.gz``, ``*.tgz``, ``*.tfrecord``,
-  ``*.tfrecords``, ``*.tfrecord.gz``, sorted by name; hidden files are left out), or the
-  shards its ``manifest.json`` lists, in the manifest's order, when it has one;
-* a ``manifest.json`` file or URL: the shards it lists, next to it;
+* a local folder: every shard in it (:func:`shardkit.formats.names.is_shard_name`:
+  ``*.tar``, ``*.tgz``, ``*.tfrecord``, ``*.tfrecords``, ``*.tfr``, each optionally
+  ``.gz``, sorted by name; hidden files are left out), or the shards its ``manifest.json``
+  lists, in the manifest's order, when it has one;
+* a ``manifest.json`` file or URL: the shards it lists, next to it (a ``pipe:`` shard in
+  a manifest is refused: see :func:`shardkit.reader.load_manifest`);
 * anything else: a shard URL, brace-expanded (``data/shard-{000000..000099}.tar``).
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import os
 import sys
 import zlib
@@ -23,11 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .. import storage
-from ..digest import entry_digest
 from ..errors import ConfigError, FormatError
+from ..formats.names import MANIFEST_NAME, Format, is_shard_name
 from ..handlers import Handler, reraise
-from ..reader import detect_format, iter_stream_samples, read_shard
-from ..writer import Format
+from ..reader import detect_format, iter_stream_samples, load_manifest, read_shard
 
 __all__ = [
     "MANIFEST",
@@ -45,8 +45,7 @@ __all__ = [
     "resolve_inputs",
 ]
 
-MANIFEST = "manifest.json"
-_SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tfrecord", ".tfrecords", ".tfrecord.gz")
+MANIFEST = MANIFEST_NAME
 
 
 @dataclass(frozen=True)
@@ -83,56 +82,31 @@ class Manifest:
     classes: dict[str, str] = field(default_factory=dict)  # "0" -> "cat": class_to_idx
 
 
-def _opt_int(entry: dict[str, Any], name: str, url: str) -> int | None:
-    value = entry.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise FormatError(f"manifest field {name!r} must be a count, not {value!r}", url=url)
-    return value
-
-
 def read_manifest(url: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:
     """Parse a manifest; shard names are resolved next to it. Unknown fields are ignored."""
-    with storage.open_read(url, storage_options=storage_options) as stream:
-        raw = stream.read()
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise FormatError(f"manifest is not valid JSON: {exc}", url=url) from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("shards"), list):
-        raise FormatError("manifest has no 'shards' list", url=url)
-    folder = url[: -len(storage.basename(url))].rstrip("/") or "."
-    fmt = doc.get("format")
+    contents, urls = load_manifest(url, storage_options=storage_options)
     refs = []
-    for entry in doc["shards"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise FormatError("every manifest shard needs a 'name'", url=url)
-        shard_url = storage.join(folder, entry["name"])
-        kind, gz = detect_format(shard_url, fmt if fmt in ("tar", "tfrecord") else None)
-        try:
-            digest = entry_digest(entry)
-        except ValueError as exc:
-            raise FormatError(f"shard {entry['name']!r}: {exc}", url=url) from None
+    for shard, shard_url in zip(contents.shards, urls, strict=True):
+        kind, gz = detect_format(shard_url, contents.format)
         refs.append(
             ShardRef(
                 shard_url,
                 kind,
                 gz,
-                samples=_opt_int(entry, "samples", url),
-                bytes=_opt_int(entry, "bytes", url),
-                digest=digest or None,
+                samples=shard.samples,
+                bytes=shard.bytes,
+                digest=shard.digest,
                 manifest=url,
             )
         )
-    total = doc.get("samples")
-    mapping = doc.get("class_to_idx")
+    document = contents.document
+    mapping = document.get("class_to_idx") if isinstance(document, dict) else None
     classes = {
         str(index): name
         for name, index in (mapping.items() if isinstance(mapping, dict) else ())
         if isinstance(index, int) and not isinstance(index, bool)
     }
-    return Manifest(url, tuple(refs), total if isinstance(total, int) else None, fmt, classes)
+    return Manifest(url, tuple(refs), contents.samples, contents.format, classes)
 
 
 def class_names(
@@ -150,9 +124,7 @@ def list_folder(folder: str) -> list[str]:
     names = sorted(
         name
         for name in os.listdir(folder)
-        if not name.startswith(".")
-        and name.lower().endswith(_SHARD_SUFFIXES)
-        and os.path.isfile(os.path.join(folder, name))
+        if is_shard_name(name) and os.path.isfile(os.path.join(folder, name))
     )
     return [os.path.join(folder, name) for name in names]
 

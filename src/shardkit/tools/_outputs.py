@@ -13,25 +13,25 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 from .. import storage
 from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..errors import ConfigError, EncodeError
+from ..formats.names import (
+    FORMATS,
+    Format,
+    check_pattern,
+    format_from_name,
+    is_pattern,
+    shard_name,
+)
 from ..formats.tar import TarWriter
 from ..units import Size
-from ..writer import Format, ShardInfo, ShardWriter, format_from_name, shard_name
+from ..writer import ShardInfo, ShardWriter
 
 __all__ = ["Output", "is_pattern", "prepare_output", "tar_fields"]
-
-_PLACEHOLDER = re.compile(r"%0?\d*d|\{shard(:[^}]*)?\}")
-
-
-def is_pattern(url: str) -> bool:
-    """Whether ``url`` has a shard-number placeholder (``%06d`` or ``{shard:06d}``)."""
-    return bool(_PLACEHOLDER.search(url))
 
 
 def tar_fields(sample: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,7 +78,7 @@ class Output:
         hash: HashName = DEFAULT_HASH,
         on_shard: Callable[[ShardInfo], None] | None = None,
     ) -> None:
-        if format not in (None, "tar", "tfrecord"):
+        if format is not None and format not in FORMATS:
             raise ConfigError(f"format must be 'tar' or 'tfrecord', not {format!r}")
         self.url = url
         self.samples = 0
@@ -92,6 +92,7 @@ class Output:
         self._stream: BinaryIO | None = None
         self._last_key: str | None = None
         if is_pattern(url):
+            check_pattern(url, option="output")
             if max_shards is not None and max_shards < 1:
                 raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
             writer = ShardWriter(

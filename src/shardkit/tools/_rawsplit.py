@@ -18,9 +18,10 @@ from .. import storage
 from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..errors import EncodeError
 from ..formats.cut import Cut
+from ..formats.names import check_pattern, shard_name
 from ..formats.tar import END_OF_ARCHIVE
 from ..units import Size
-from ..writer import ShardInfo, shard_name
+from ..writer import ShardInfo
 from ._inputs import ShardRef, gzip_errors, open_shard
 from ._tarscan import TarScanner, sample_members
 
@@ -47,7 +48,7 @@ class RawShards:
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
     ) -> None:
-        shard_name(pattern, 0)  # validates the placeholder
+        check_pattern(pattern, option="output")
         self.pattern = pattern
         self.cut = Cut(max_count, max_size, trailer=len(END_OF_ARCHIVE))
         self.max_shards = max_shards

@@ -24,25 +24,23 @@ from .. import storage
 from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE
+from ..formats.names import FORMATS, Format, shard_name_format
 from ..formats.tfschema import to_example_fields
 from ..units import Size
-from ..writer import Format, ShardInfo, format_from_name
+from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, is_pattern
 
 __all__ = ["convert"]
 
-_KNOWN = (".tar", ".tar.gz", ".tgz", ".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfr")
-
 
 def _target(output: str, to: Format | None) -> Format:
-    named = storage.basename(output).lower()
-    implied = format_from_name(named)[0] if named.endswith(_KNOWN) else None
+    implied = shard_name_format(storage.basename(output))
     if to is None:
         if implied is None:
             raise ConfigError(f"cannot tell the output format from {output!r}: give --to")
         return implied
-    if to not in ("tar", "tfrecord"):
+    if to not in FORMATS:
         raise ConfigError(f"--to must be tar or tfrecord, not {to!r}")
     if implied is not None and implied != to:
         raise ConfigError(f"output {output!r} is named like {implied}, but --to is {to}")

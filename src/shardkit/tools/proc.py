@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from ..digest import DEFAULT_HASH, HashName
 from ..engines import Engine
 from ..errors import ConfigError, DataError, ShardkitError
+from ..formats.names import Format
 from ..handlers import OnError, check_on_error
 from ..units import Size
-from ..writer import Format, ShardInfo
+from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
 

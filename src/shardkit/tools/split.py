@@ -8,8 +8,9 @@ from typing import Any
 
 from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
+from ..formats.names import Format, check_pattern, format_from_name
 from ..units import Size
-from ..writer import Format, ShardInfo, format_from_name
+from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, is_pattern, prepare_output
 from ._rawsplit import RawShards, split_raw
@@ -92,6 +93,7 @@ def split(
     older spelling of ``hash="sha256"``/``"none"``."""
     if sha256 is not None:
         hash = "sha256" if sha256 else "none"
+    check_pattern(pattern, option="output")
     refs = as_refs(inputs, storage_options=storage_options)
     kind, gz = format_from_name(pattern)
     if (format or kind) == "tar" and not gz and all(ref.format == "tar" for ref in refs):

@@ -17,13 +17,15 @@ its headers and seeking over member data, as ``tar -t`` does.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 from .. import storage
 from ..digest import digest_name
 from ..errors import FormatError, StorageError
+from ..formats.index import compare_index
+from ..reader import load_index
 from ..storage import Tally
 from ._checks import Seen, check_tar, check_tfrecord
 from ._inputs import (
@@ -37,9 +39,6 @@ from ._inputs import (
     read_manifest,
 )
 from ._tarscan import TarScanner
-
-if TYPE_CHECKING:
-    from .index import ShardIndex
 
 __all__ = [
     "Problem",
@@ -272,8 +271,6 @@ def _against_index(
     report: Callable[[str | None, int | None, str], None],
     storage_options: dict[str, Any] | None,
 ) -> None:
-    from .index import load_index  # import-linter ignores this edge until load_index is in formats/
-
     if ref.stdin:
         return
     try:
@@ -284,20 +281,6 @@ def _against_index(
     if index is not None:
         for key, offset, message in compare_index(index, seen.keys, seen.offsets):
             report(key, offset, message)
-
-
-def compare_index(
-    index: ShardIndex, keys: Sequence[str], offsets: Sequence[int]
-) -> Iterator[tuple[str | None, int | None, str]]:
-    """(key, offset, message) for each way ``index`` disagrees with what a scan saw."""
-    if index.samples != len(keys):
-        yield None, None, f"index lists {index.samples} samples, the shard has {len(keys)}"
-    for i, (key, offset) in enumerate(zip(keys, offsets, strict=False)):
-        if i >= index.samples:
-            break
-        if index.keys[i] != key or index.offsets[i] != offset:
-            yield key, offset, f"index entry {i} is {index.keys[i]!r} at {index.offsets[i]}"
-            return
 
 
 def _manifest_problems(spec: str) -> list[Problem]:

@@ -1,0 +1,107 @@
+"""The ``.idx`` index file of a shard: its on-disk encoding, reading and writing one.
+
+The index of ``data/shard-000000.tar`` is ``data/shard-000000.tar.idx``, a JSON object::
+
+    {
+      "format": "shardkit.index", "version": 1,
+      "shard": "shard-000000.tar",     # the shard's file name
+      "shard_format": "tar",           # or "tfrecord"
+      "compressed": false,             # gzip: offsets are in the uncompressed stream
+      "bytes": 1234176,                # the shard's size on disk when indexed
+      "sha256": null,                  # its sha256, when indexed with sha256=True
+      "keys": ["a/0001", ...],         # one entry per sample, in order
+      "offsets": [0, 5120, ...],       # where the sample starts (first header / record)
+      "sizes": [5120, 3584, ...]       # its bytes: all its members, padding included
+    }
+
+A reader trusts an index only while ``bytes`` matches the shard's size. Building, loading
+and using indexes is :mod:`shardkit.tools.index`'s job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from ..errors import FormatError
+from .names import Format, decode_name, encode_name
+
+__all__ = ["INDEX_SUFFIX", "ShardIndex", "compare_index", "index_url"]
+
+INDEX_SUFFIX = ".idx"
+_FORMAT = "shardkit.index"
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """A shard's index: its samples' keys, offsets and sizes (see the module docs)."""
+
+    shard: str
+    shard_format: Format
+    compressed: bool
+    shard_bytes: int | None
+    keys: tuple[str, ...]
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    sha256: str | None = None
+
+    @property
+    def samples(self) -> int:
+        return len(self.keys)
+
+    def to_json(self) -> bytes:
+        doc = {
+            "format": _FORMAT,
+            "version": 1,
+            "shard": encode_name(self.shard),
+            "shard_format": self.shard_format,
+            "compressed": self.compressed,
+            "bytes": self.shard_bytes,
+            "sha256": self.sha256,
+            "keys": [encode_name(key) for key in self.keys],
+            "offsets": list(self.offsets),
+            "sizes": list(self.sizes),
+        }
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes, *, url: str | None = None) -> ShardIndex:
+        try:
+            doc = json.loads(data)
+            if doc.get("format") != _FORMAT or doc.get("version") != 1:
+                raise ValueError("not a shardkit index (format/version)")
+            keys, offsets, sizes = doc["keys"], doc["offsets"], doc["sizes"]
+            if not len(keys) == len(offsets) == len(sizes):
+                raise ValueError("keys, offsets and sizes differ in length")
+            return cls(
+                decode_name(str(doc["shard"])),
+                "tfrecord" if doc["shard_format"] == "tfrecord" else "tar",
+                bool(doc["compressed"]),
+                doc.get("bytes"),
+                tuple(decode_name(str(key)) for key in keys),
+                tuple(map(int, offsets)),
+                tuple(map(int, sizes)),
+                doc.get("sha256"),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise FormatError(f"bad index file: {exc}", url=url) from exc
+
+
+def index_url(shard_url: str) -> str:
+    """Where the index of ``shard_url`` lives."""
+    return shard_url + INDEX_SUFFIX
+
+
+def compare_index(
+    index: ShardIndex, keys: Sequence[str], offsets: Sequence[int]
+) -> Iterator[tuple[str | None, int | None, str]]:
+    """(key, offset, message) for each way ``index`` disagrees with what a scan saw."""
+    if index.samples != len(keys):
+        yield None, None, f"index lists {index.samples} samples, the shard has {len(keys)}"
+    for i, (key, offset) in enumerate(zip(keys, offsets, strict=False)):
+        if i >= index.samples:
+            break
+        if index.keys[i] != key or index.offsets[i] != offset:
+            yield key, offset, f"index entry {i} is {index.keys[i]!r} at {index.offsets[i]}"
+            return
