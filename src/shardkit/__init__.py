@@ -33,12 +33,13 @@ from .writer import ShardInfo, ShardWriter
 
 if TYPE_CHECKING:
     from .mapshards import ShardResult, map_shards
-    from .pipeline import Dataset
+    from .pipeline import Dataset, Loader
     from .reader import read_shard
 
 # Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
 _LAZY = {
     "Dataset": ".pipeline",
+    "Loader": ".pipeline",
     "ShardResult": ".mapshards",
     "map_shards": ".mapshards",
     "read_shard": ".reader",
@@ -57,6 +58,7 @@ __all__ = [
     "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "Loader",
     "ManifestError",
     "MissingDependencyError",
     "ShardInfo",

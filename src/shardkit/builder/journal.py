@@ -8,13 +8,12 @@ Journal: ``OUT/.shardkit-build.journal``, JSON lines. The first line identifies 
 (options that shape the output, seed, input fingerprint, number of tasks); every further
 line records one finished task (its part files with size and digest, what it skipped,
 per-class counts, sample sizes), appended right after the task's parts are complete and
-before any of them is renamed or copied, or one shard the Assembler committed (with the
-position in the plan where it ends; with its index too when workers assemble shards out
-of order, :mod:`.assembly`). A rerun of the same build reads it back, checks
-every recorded file (size and digest) and only runs the tasks that are missing. A torn
-last line (the process died mid-write) is ignored. The journal is read back from the
-output, so it is not trusted: a record naming a file that is not a bare name inside the
-output (``../victim``, an absolute path) stops the build with a BuildError.
+before any of them is renamed or copied, or one shard assembled from chunks (its index
+and the position in the plan where it ends, :mod:`.assembly`). A rerun of the same build
+reads it back, checks every recorded file (size and digest) and only runs the tasks that
+are missing. A torn last line (the process died mid-write) is ignored. The journal is read
+back from the output, so it is not trusted: a record naming a file that is not a bare name
+inside the output (``../victim``, an absolute path) stops the build with a BuildError.
 
 In an object store (no append) the same records are objects under
 ``OUT/.shardkit-build/``, written by the driver: ``header.json``, one

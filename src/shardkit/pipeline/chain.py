@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from . import epochs
+from . import elastic, epochs
 from .context import Context
 from .counting import Counting, Slice, Take, Unbatched
 from .source import ReadOptions, stream_samples
@@ -108,6 +108,17 @@ class Recipe:
                 return stage.size
         return 1
 
+    def cut(self, stages: tuple[Stage, ...]) -> int:
+        """The index of the resume point: after the last stage that holds items back."""
+        return max((i + 1 for i, s in enumerate(stages) if s.reorders), default=0)
+
+    def elastic_refusal(self, shards: ShardList) -> str:
+        """Why a state of this pipeline cannot resume on another topology ('' if it can)."""
+        stages = self.stages
+        cut = self.cut(stages)
+        counting = any(isinstance(s, Counting) for s in stages[cut:])
+        return elastic.refusal(self.mode(shards), self.passes, cut, counting, self.read.handler)
+
     def _stages_for_build(self) -> tuple[Stage, ...]:
         stages = list(self.stages)
         for i, stage in enumerate(stages):
@@ -145,19 +156,23 @@ class Recipe:
                 shuffle=bool(shuffle),
                 granularity=granularity,
                 pass_index=pass_index,
+                space=progress.space if pass_index == 0 else None,
             )
 
-        cut = max((i + 1 for i, s in enumerate(stages) if s.reorders), default=0)
+        cut = self.cut(stages)
         skip = progress.consumed
+        watch = _Watch(stages) if mode == "cycle" and self.take is not None else None
         items: Iterator[Any] = stream_samples(
-            shards, plan_for, self.read, 0 if cut else skip, self.passes
+            shards, plan_for, self.read, 0 if cut else skip, self.passes, watch
         )
         if self.empty_check and not skip:
             items = _check_not_empty(items, ctx)
         for stage in stages[:cut]:
-            items = stage(items, ctx)
+            items = stage(items if watch is None else watch.feed(stage, items), ctx)
         if cut and skip:
-            items = itertools.islice(items, skip, None)
+            items = (
+                itertools.islice(items, skip, None) if watch is None else watch.skip(items, skip)
+            )
         items = counted(items, progress)
         later = [s for s in stages[cut:] if isinstance(s, Counting)]
         if tallies is None and later and skip:
@@ -172,6 +187,8 @@ class Recipe:
             )
         saved = iter(tallies or ())
         for stage in stages[cut:]:
+            if watch is not None:
+                items = watch.feed(stage, items)
             if isinstance(stage, Counting):
                 items = stage.run(items, ctx, progress.tally(next(saved, 0)))
             else:
@@ -193,3 +210,50 @@ def _check_not_empty(items: Iterator[Any], ctx: Context) -> Iterator[Any]:
             f"({ctx.workers} workers): fewer shards than streams? "
             "(empty_check=False turns this check off)"
         )
+
+
+class _Watch:
+    """Ends a ``with_epoch`` stream that cannot fill its epoch: a whole pass over the
+    shards in which no item reached the ``with_epoch`` stage (``.select()`` dropping
+    everything, a handler skipping every sample), once more items were read than the
+    buffers before it can hold, means no pass ever will. The source asks
+    :meth:`stalled` at the end of each pass."""
+
+    def __init__(self, stages: tuple[Stage, ...]) -> None:
+        before = stages[: next(i for i, s in enumerate(stages) if isinstance(s, Take))]
+        self.capacity = sum(s.size for s in before if isinstance(s, (Shuffle, Batched)))
+        self.arrived = 0
+        self.read = 0  # samples read in the passes since the last one with an arrival
+        self._mark = 0
+
+    def feed(self, stage: Stage, items: Iterator[Any]) -> Iterator[Any]:
+        """``items`` on their way into ``stage``, counted if it is the ``with_epoch`` one."""
+        return self._arrivals(items) if isinstance(stage, Take) else items
+
+    def skip(self, items: Iterator[Any], n: int) -> Iterator[Any]:
+        """Drop the first ``n`` items (a resumed epoch), counting them as arrivals: they
+        reached the ``with_epoch`` stage before the state was saved."""
+        for item in items:
+            if n:
+                n -= 1
+                self.arrived += 1
+                continue
+            yield item
+
+    def _arrivals(self, items: Iterator[Any]) -> Iterator[Any]:
+        for item in items:
+            self.arrived += 1
+            yield item
+
+    def stalled(self, produced: int) -> bool:
+        """Whether to end the epoch after a whole pass that yielded ``produced`` samples."""
+        self.read = self.read + produced if self.arrived == self._mark else produced
+        stalled = self.arrived == self._mark and self.read > self.capacity
+        self._mark = self.arrived
+        if stalled:
+            logger.warning(
+                "with_epoch(): a whole pass over the shards brought no item to the "
+                "with_epoch stage (does .select() or the handler drop everything?): the "
+                "epoch ends early"
+            )
+        return stalled

@@ -31,6 +31,7 @@ from .. import config
 from ..errors import ConfigError
 from ..formats.names import FORMATS, Format
 from ..handlers import Handler, HandlerName, resolve_handler
+from . import elastic
 from ._torch import register_iterable_dataset
 from .chain import Equalize, Recipe
 from .collate import Collate
@@ -94,6 +95,10 @@ class Dataset(_Base):
     (:mod:`shardkit.pipeline.compat`).
     """
 
+    # DataLoader worker w reads stream (w + shift) % workers: a Loader resumed after a
+    # batch of stream k starts its round robin at stream k + 1, as the epoch would have.
+    _worker_shift = 0
+
     def __init__(
         self,
         source: str | Sequence[str],
@@ -141,7 +146,7 @@ class Dataset(_Base):
         )
         self._shards: ShardList | None = None
         self._epoch = 0
-        self._resume: Position | None = None
+        self._resume: Position | tuple[Position, ...] | None = None
         self._live: tuple[Progress, Context] | None = None
         self._handoff = Handoff()
 
@@ -377,7 +382,7 @@ class Dataset(_Base):
         :meth:`load_state_dict` for this same epoch is kept."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ConfigError(f"epoch must be an int >= 0, not {epoch!r}")
-        if self._resume is not None and self._resume.epoch != epoch:
+        if self._resume is not None and _epoch_of(self._resume) != epoch:
             self._resume = None
         self._epoch = epoch
         self._live = None
@@ -394,16 +399,18 @@ class Dataset(_Base):
         shards = self.shards
         rank, world = current_node(self._node)
         worker, workers = current_worker()
+        worker = (worker + self._worker_shift) % workers
         if in_worker_process():
             self._handoff.mark()  # the parent's copy no longer knows the position
         else:
             self._handoff = Handoff()  # this process iterates: its position is the one
         ctx = Context(self._seed, self._epoch, rank, world, worker, workers)
-        resume = self._resume
+        resume = self._resume_for(ctx)
         if resume is not None:
             resume.check(ctx)  # before it is used up: a refused state stays loaded
             self._resume = None
         progress = Progress(ctx.epoch, resume.consumed if resume else 0)
+        progress.space = resume.space if resume else None
         self._epoch += 1
         self._live = (progress, ctx)
         if resume is not None and resume.done:
@@ -424,11 +431,14 @@ class Dataset(_Base):
             raise ConfigError(
                 "ds.state_dict(): DataLoader worker processes read this dataset, so this "
                 "process does not know the position; save loader.state_dict() of "
-                "torchdata.stateful_dataloader.StatefulDataLoader(ds, ...) instead "
+                "shardkit.Loader(ds, ...) or torchdata's StatefulDataLoader instead "
                 "(docs/reading.md, Mid-epoch resume)"
             )
+        rank, world = current_node(self._node)
+        worker, workers = current_worker()
         if self._resume is not None:
-            return self._resume.as_dict()
+            ctx = Context(self._seed, self._epoch, rank, world, worker, workers)
+            return (self._resume_for(ctx) or self._resume).as_dict()  # type: ignore[union-attr]
         if self._live is not None:
             progress, ctx = self._live
             return Position(
@@ -439,19 +449,83 @@ class Dataset(_Base):
                 ctx.world,
                 ctx.workers,
                 progress.tally_positions(),
+                ctx.rank,
+                ctx.worker,
+                progress.space,
             ).as_dict()
-        _, world = current_node(self._node)
-        _, workers = current_worker()
-        return Position(self._epoch, 0, False, self._seed, world, workers).as_dict()
+        return Position(
+            self._epoch, 0, False, self._seed, world, workers, (), rank, worker
+        ).as_dict()
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Make the next iteration continue where ``state`` was saved: the same epoch,
-        the samples not yet yielded, in the same order."""
-        position = check_state(state)
+        the samples not yet yielded, in the same order.
+
+        ``state`` may be a list: the states of every stream (rank and worker) of the
+        saved run. A stream of the same topology then continues its own saved position;
+        on another topology (elastic resume, :mod:`shardkit.pipeline.elastic`) the
+        samples no saved stream handed out are split over the new streams."""
+        position: Position | tuple[Position, ...]
+        if isinstance(state, Sequence):
+            if not state:
+                raise ConfigError("load_state_dict() got an empty list of states")
+            position = tuple(check_state(one) for one in state)
+            epochs = {p.epoch for p in position}
+            if len(epochs) > 1:
+                raise ConfigError(f"cannot resume: the states are of epochs {sorted(epochs)}")
+        else:
+            position = check_state(state)
         self._resume = position
         self._handoff = Handoff()
-        self._epoch = position.epoch
+        self._epoch = _epoch_of(position)
         self._live = None
+
+    def _stream_states(self, workers: int) -> list[dict[str, Any]]:
+        """The state of each of this rank's ``workers`` streams before it yields anything
+        (for :class:`~shardkit.pipeline.loader.Loader`)."""
+        rank, world = current_node(self._node)
+        out = []
+        for worker in range(workers):
+            ctx = Context(self._seed, self._epoch, rank, world, worker, workers)
+            loaded = self._resume_for(ctx)
+            position = loaded or Position(
+                self._epoch, 0, False, self._seed, world, workers, (), rank, worker
+            )
+            out.append(position.as_dict())
+        return out
+
+    def _resume_for(self, ctx: Context) -> Position | None:
+        """The loaded position of stream ``ctx``: its own saved one, else (elastic) the
+        samples that the saved streams left, split the way of ``ctx``'s topology."""
+        resume = self._resume
+        if not isinstance(resume, tuple):
+            return resume
+        for p in resume:
+            if (p.seed, p.world, p.workers, p.rank, p.worker) == (
+                ctx.seed,
+                ctx.world,
+                ctx.workers,
+                ctx.rank,
+                ctx.worker,
+            ):
+                return p
+        first = resume[0]
+        if first.seed != ctx.seed:
+            first.check(ctx)  # the one-line error for another seed
+        why = self._recipe.elastic_refusal(self.shards)
+        if why:
+            raise ConfigError(
+                f"cannot resume a state of {first.world} ranks x {first.workers} workers on "
+                f"{ctx.world} x {ctx.workers}: {why}"
+            )
+        mode = self._recipe.mode(self.shards)
+        granularity = self._recipe.granularity(self._recipe.stages)
+        total = sum(self.shards.counts or ())
+        space = elastic.merge(resume, total, mode, granularity)
+        done = all(p.done for p in resume)
+        return Position(
+            first.epoch, 0, done, ctx.seed, ctx.world, ctx.workers, (), ctx.rank, ctx.worker, space
+        )
 
     # ------------------------------------------------------------------ misc
 
@@ -463,6 +537,10 @@ class Dataset(_Base):
     def __repr__(self) -> str:
         stages = "".join(f".{_method(type(s).__name__)}()" for s in self._recipe.stages)
         return f"Dataset({self._source!r}, seed={self._seed}){stages}"
+
+
+def _epoch_of(resume: Position | tuple[Position, ...]) -> int:
+    return (resume[0] if isinstance(resume, tuple) else resume).epoch
 
 
 def _method(stage: str) -> str:

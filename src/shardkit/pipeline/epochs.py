@@ -39,6 +39,7 @@ from .urls import ShardList
 
 __all__ = [
     "EpochPlan",
+    "Intervals",
     "Segment",
     "SplitMode",
     "drop_front",
@@ -47,11 +48,14 @@ __all__ = [
     "shard_order",
     "split_counts",
     "split_mode",
+    "stream_ranges",
+    "through_space",
 ]
 
 logger = logging.getLogger(__name__)
 
 SplitMode = Literal["shards", "pad", "drop", "cycle"]
+Intervals = tuple[tuple[int, int], ...]  # sorted, disjoint [start, stop) positions
 
 
 @dataclass(frozen=True)
@@ -128,9 +132,12 @@ def plan_stream(
     shuffle: bool,
     granularity: int = 1,
     pass_index: int = 0,
+    space: Intervals | None = None,
 ) -> EpochPlan:
     """The plan of stream (ctx.rank, ctx.worker) for ``ctx.epoch`` (see the module docs);
-    ``granularity``: split workers' shares in whole batches of this size."""
+    ``granularity``: split workers' shares in whole batches of this size; ``space``: split
+    only these positions of the epoch's sample sequence (what an elastic resume left,
+    :mod:`shardkit.pipeline.elastic`), not all of it."""
     rank, world, worker, workers = ctx.rank, ctx.world, ctx.worker, ctx.workers
     if not (0 <= rank < world and 0 <= worker < workers):
         raise ConfigError(f"bad stream: rank {rank} of {world}, worker {worker} of {workers}")
@@ -142,7 +149,16 @@ def plan_stream(
     counts = shards.counts
     if counts is None:  # split_mode() rules this out
         raise ConfigError(f"split mode {mode!r} needs sample counts")
-    return _plan_slices(counts, order, mode, rank, world, worker, workers, granularity)
+    total = sum(counts) if space is None else sum(b - a for a, b in space)
+    if total == 0 and space is None:
+        raise ConfigError("the manifest says the dataset holds no samples")
+    ranges = stream_ranges(total, mode, rank, world, worker, workers, granularity)
+    if space is not None:
+        ranges = [g for r in ranges for g in through_space(space, *r)]
+    ordered = [counts[i] for i in order]
+    bounds = list(itertools.accumulate(ordered, initial=0))
+    segments = [s for a, b in ranges for s in _segments(order, ordered, bounds, a, b)]
+    return EpochPlan(tuple(segments), sum(b - a for a, b in ranges))
 
 
 def _plan_whole_shards(
@@ -168,24 +184,21 @@ def _plan_whole_shards(
     return EpochPlan(segments, None, cycle=mode == "cycle")
 
 
-def _plan_slices(
-    counts: tuple[int, ...],
-    order: list[int],
+def stream_ranges(
+    total: int,
     mode: SplitMode,
     rank: int,
     world: int,
     worker: int,
     workers: int,
-    granularity: int,
-) -> EpochPlan:
-    total = sum(counts)
-    if total == 0:
-        raise ConfigError("the manifest says the dataset holds no samples")
+    granularity: int = 1,
+) -> list[tuple[int, int]]:
+    """The positions ``[a, b)`` of a sequence of ``total`` samples that stream (rank,
+    worker) reads in the ``pad`` / ``drop`` modes, in reading order (see the module docs)."""
     base, extra = divmod(total, world)
     start = rank * base + min(rank, extra)
     own = base + (rank < extra)
-    quota = rank_samples(total, world, mode)
-    sizes = split_counts(quota, workers, granularity)
+    sizes = split_counts(rank_samples(total, world, mode), workers, granularity)
     lo = sum(sizes[:worker])
     hi = lo + sizes[worker]
     ranges = []
@@ -194,10 +207,20 @@ def _plan_slices(
     for i in range(max(lo, own), hi):  # padding: at most one sample per rank
         position = start + (i - own) % own if own else i % total
         ranges.append((position, position + 1))
-    ordered = [counts[i] for i in order]
-    bounds = list(itertools.accumulate(ordered, initial=0))
-    segments = [s for a, b in ranges for s in _segments(order, ordered, bounds, a, b)]
-    return EpochPlan(tuple(segments), hi - lo)
+    return ranges
+
+
+def through_space(space: Intervals, start: int, stop: int) -> list[tuple[int, int]]:
+    """Positions ``[start, stop)`` of the sequence that ``space`` lists, as positions of
+    the whole sequence."""
+    out = []
+    offset = 0
+    for a, b in space:
+        lo, hi = max(start, offset), min(stop, offset + b - a)
+        if lo < hi:
+            out.append((a + lo - offset, a + hi - offset))
+        offset += b - a
+    return out
 
 
 def _segments(

@@ -16,7 +16,7 @@ import itertools
 import logging
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .. import reader, storage
 from ..errors import FormatError
@@ -28,6 +28,10 @@ from .urls import ShardList
 __all__ = ["ReadOptions", "open_samples", "stream_samples"]
 
 logger = logging.getLogger(__name__)
+
+
+class PassWatch(Protocol):
+    def stalled(self, produced: int) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -100,20 +104,22 @@ def stream_samples(
     options: ReadOptions,
     skip: int = 0,
     passes: int | None = 1,
+    watch: PassWatch | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The stream's samples, less the first ``skip`` (a resumed epoch).
 
     The shards are read ``passes`` times (pass ``i`` follows ``plan_for(i)``); a
     ``"cycle"`` plan, or ``passes=None``, reads pass after pass with no end of its own.
-    Skipped samples are not read where the shard counts allow: whole segments are
-    dropped from the plans. That is exact only when no bad data can have shortened a
-    segment, so it is done under the default ``raise`` handler only.
+    ``watch.stalled(n)`` is asked after each whole pass (of ``n`` samples) of an endless
+    stream; true ends it. Skipped samples are not read where the shard counts allow:
+    whole segments are dropped from the plans. That is exact only when no bad data can
+    have shortened a segment, so it is done under the default ``raise`` handler only.
     """
     first = plan_for(0)
     endless = first.cycle or passes is None
     indices: Iterable[int] = itertools.count() if endless else range(passes or 0)
     fast = bool(skip) and options.handler is reraise and shards.counts is not None
-    items = _passes(shards, plan_for, first, indices, options, skip if fast else 0)
+    items = _passes(shards, plan_for, first, indices, options, skip if fast else 0, watch)
     if skip and not fast:
         items = itertools.islice(items, skip, None)
     return items
@@ -126,6 +132,7 @@ def _passes(
     indices: Iterable[int],
     options: ReadOptions,
     skip: int,
+    watch: PassWatch | None,
 ) -> Iterator[dict[str, Any]]:
     for index in indices:
         plan = plan_for(index) if index else first
@@ -141,6 +148,8 @@ def _passes(
             yield sample
         if plan.cycle and not produced and not start:
             logger.warning("no readable samples in this stream's shards: epoch ends early")
+            return
+        if watch is not None and not start and watch.stalled(produced):
             return
 
 

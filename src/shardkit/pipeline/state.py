@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import ConfigError
 from .context import Context
 from .counting import Tally
+from .epochs import Intervals
 
 __all__ = ["STATE_VERSION", "Position", "Progress", "check_state", "counted", "finished"]
 
@@ -41,6 +42,7 @@ class Progress:
     epoch: int
     consumed: int
     done: bool = False
+    space: Intervals | None = None  # the positions an elastic resume left to this epoch
     lookahead: list[Callable[[], int]] = field(default_factory=list)
     tallies: list[tuple[Tally, int]] = field(default_factory=list)
 
@@ -65,7 +67,9 @@ class Progress:
 @dataclass(frozen=True)
 class Position:
     """A saved position: resume epoch ``epoch`` after ``consumed`` items (``done``: the
-    epoch had ended, nothing of it is left)."""
+    epoch had ended, nothing of it is left) of stream (``rank``, ``worker``); ``space``:
+    the positions of the epoch's sample sequence left to it by an elastic resume (None:
+    all of them, see :mod:`shardkit.pipeline.elastic`)."""
 
     epoch: int
     consumed: int
@@ -74,9 +78,12 @@ class Position:
     world: int
     workers: int
     tallies: tuple[int, ...] | None = ()  # None: a state from before stage counts
+    rank: int | None = None  # None: a state from before elastic resume
+    worker: int | None = None
+    space: Intervals | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "version": STATE_VERSION,
             "epoch": self.epoch,
             "consumed": self.consumed,
@@ -85,19 +92,23 @@ class Position:
             "world": self.world,
             "workers": self.workers,
             "tallies": list(self.tallies or ()),
+            "rank": self.rank,
+            "worker": self.worker,
         }
+        if self.space is not None:
+            out["space"] = [list(pair) for pair in self.space]
+        return out
 
     def check(self, ctx: Context) -> None:
         """Refuse to resume into a differently split or seeded iteration."""
         saved = (self.seed, self.world, self.workers)
         now = (ctx.seed, ctx.world, ctx.workers)
         if saved != now:
-            hint = ""
-            if self.workers != ctx.workers:
-                hint = (
-                    "; with DataLoader workers, save and load the state of torchdata's "
-                    "StatefulDataLoader (it keeps one state per worker), not ds.state_dict()"
-                )
+            hint = (
+                "; with DataLoader workers, save and load the state of shardkit.Loader or "
+                "torchdata's StatefulDataLoader (one state per worker); to resume on another "
+                "topology, load the states of all saved ranks and workers as one list"
+            )
             raise ConfigError(
                 "cannot resume: the state was saved with (seed, world size, workers) = "
                 f"{saved}, this iteration has {now}; the saved position would mean other "
@@ -116,10 +127,15 @@ def check_state(state: Mapping[str, Any]) -> Position:
         done = bool(state["done"])
         saved = state.get("tallies")
         tallies = None if saved is None else tuple(int(n) for n in saved)
+        rank, worker = (None if state.get(k) is None else int(state[k]) for k in ("rank", "worker"))
+        space = state.get("space")
+        space = None if space is None else tuple((int(a), int(b)) for a, b in space)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed Dataset state {dict(state)!r}: {exc}") from exc
-    position = Position(epoch, consumed, done, seed, world, workers, tallies)
-    bad = min((position.consumed, *(position.tallies or ()))) < 0
+    position = Position(epoch, consumed, done, seed, world, workers, tallies, rank, worker, space)
+    numbers = (position.consumed, *(position.tallies or ()), *(n for p in space or () for n in p))
+    bad = min(numbers) < 0 or any(a >= b for a, b in space or ())
+    bad = bad or not 0 <= (rank or 0) < world or not 0 <= (worker or 0) < workers
     if bad or position.epoch < 0 or position.world < 1 or position.workers < 1:
         raise ConfigError(f"malformed Dataset state {dict(state)!r}")
     return position

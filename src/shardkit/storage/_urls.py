@@ -1,4 +1,5 @@
-"""The URL grammar: brace patterns, local paths, joins (no fsspec)."""
+"""The URL grammar: brace patterns, local paths, joins, which URLs run a command (no
+fsspec)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,245 @@
+"""``shardkit.Loader``: a torch ``DataLoader`` over a :class:`Dataset` whose position,
+workers included, is one ``state_dict()``; and stages run in the main process after it.
+
+Each worker hands every batch on with its stream's ``ds.state_dict()`` (a small dict of
+ints); the loader keeps, per worker, the state that came with the last batch it yielded
+(so prefetched batches never count) and which worker's batch comes next.
+``load_state_dict()`` gives the dataset the states of all its streams: on the same
+topology each worker continues its own stream and the round robin of workers continues
+where it was, so the rest of the epoch is exactly the uninterrupted one; on another
+topology (other ranks or workers, states gathered from every rank) the epoch continues
+elastically (:mod:`shardkit.pipeline.elastic`).
+
+Main-process stages (webdataset's ``WebLoader(...).unbatched().shuffle(n).batched(b)``)
+are the :class:`Dataset` stage objects, applied to the loader's output: the loader takes
+the same fluent methods, by delegation to a stage-only Dataset (one implementation).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ._torch import register_iterable_dataset
+from .context import Context, current_node
+from .stages import Map, MapDict, MapTuple, Rename, Select, Stage, ToTuple
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
+
+__all__ = ["Loader"]
+
+LOADER_STATE_VERSION = 1
+
+# Dataset methods that add a stage, usable on the loader's output.
+_STAGE_METHODS = frozenset(
+    {"shuffle", "decode", "to_tuple", "map", "map_dict", "map_tuple", "rename", "select"}
+    | {"batched", "unbatched"}
+)
+# Main-process stages that pass each item on at once: the loader's position stays exact.
+_IN_STEP = (Map, MapDict, MapTuple, Select, ToTuple, Rename)
+
+
+class Loader:
+    """Batches of ``dataset`` from a torch ``DataLoader``, resumable in one call.
+
+    ``batch_size`` (default None: the dataset batches itself with ``.batched()``),
+    ``num_workers``, ``collate_fn`` and any other ``DataLoader`` keyword are passed on
+    (not ``persistent_workers``: each epoch starts fresh workers at the loader's epoch).
+    ``state_dict()`` / ``load_state_dict()`` save and restore the position of every
+    worker; ``set_epoch()`` chooses the epoch the next iteration reads (each iteration
+    moves to the next one by itself). Stage methods (``.unbatched()``, ``.shuffle(n)``,
+    ``.batched(b)``, ``.map(fn)``, ...) return a loader that applies them in the main
+    process, seeded from ``(seed, epoch, rank)``."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        batch_size: int | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        **dataloader: Any,
+    ) -> None:
+        from .dataset import Dataset
+
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"Loader() takes a shardkit.Dataset, not {type(dataset).__name__}")
+        if dataloader.get("persistent_workers"):
+            raise ConfigError(
+                "Loader(persistent_workers=True) is not supported: the loader starts each "
+                "epoch's workers at its own epoch and position"
+            )
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ConfigError(f"num_workers must be an int >= 0, not {num_workers!r}")
+        self._dataset = dataset
+        self._options = dict(dataloader, batch_size=batch_size, num_workers=num_workers)
+        self._collate = collate_fn
+        self._after: tuple[Stage, ...] = ()
+        self._epoch = dataset.epoch
+        self._streams: dict[int, dict[str, Any]] = {}
+        self._shift = 0  # the stream the next iteration's first batch comes from
+        self._last = -1  # the stream of the last batch yielded
+
+    # ------------------------------------------------------------------ stages
+
+    def __getattr__(self, name: str) -> Callable[..., Loader]:
+        if name not in _STAGE_METHODS:
+            raise AttributeError(f"'Loader' object has no attribute {name!r}")
+
+        def add_stage(*args: Any, **kwargs: Any) -> Loader:
+            from .dataset import Dataset
+
+            template = Dataset((), seed=self._dataset._seed)
+            template._recipe = dataclasses.replace(template._recipe, stages=self._after)
+            staged = getattr(template, name)(*args, **kwargs)
+            new = copy.copy(self)
+            new._after = staged._recipe.stages
+            new._streams = {}
+            return new
+
+        return add_stage
+
+    # ------------------------------------------------------------------ epochs
+
+    @property
+    def dataset(self) -> Dataset:
+        return self._dataset
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read ``epoch`` next (a position loaded for this same epoch is kept)."""
+        self._dataset.set_epoch(epoch)
+        self._epoch = epoch
+        self._streams = {}
+        self._shift = 0
+
+    def __len__(self) -> int:
+        """``len(dataset)``, when the loader neither batches nor adds stages."""
+        if self._options["batch_size"] is not None or self._after:
+            raise TypeError("len(Loader) is known only with batch_size=None and no stages")
+        return len(self._dataset)
+
+    # ------------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Iterator[Any]:
+        from torch.utils.data import DataLoader, default_collate, default_convert
+
+        ds = self._dataset
+        epoch = self._epoch
+        ds.set_epoch(epoch)  # keeps a position loaded for this epoch
+        workers = max(1, self._options["num_workers"])
+        starts = ds._stream_states(workers)
+        batched = self._options["batch_size"] is not None
+        collate = self._collate or (default_collate if batched else default_convert)
+        tagged: Any = _Tagged(ds, self._shift)  # a virtual IterableDataset (see _torch)
+        self._last = self._shift - 1
+        loader: Any = DataLoader(tagged, collate_fn=_Collate(collate, batched), **self._options)
+        self._streams = {i: state for i, state in enumerate(starts)}
+        items: Iterator[Any] = self._batches(loader, epoch)
+        rank, world = current_node(ds._node)
+        ctx = Context(ds._seed, epoch, rank, world)
+        for stage in self._after:
+            items = stage(items, ctx)
+        return items
+
+    def _batches(self, loader: Any, epoch: int) -> Iterator[Any]:
+        for batch, state in loader:
+            self._last = state["worker"] or 0
+            self._streams[self._last] = state
+            yield batch
+        self._epoch = epoch + 1
+        self._streams = {}
+        self._shift = 0
+
+    # ------------------------------------------------------------------ resume
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of this rank: the epoch and the state of each worker's stream."""
+        held = [type(s).__name__ for s in self._after if not isinstance(s, _IN_STEP)]
+        if held:
+            raise ConfigError(
+                f"Loader.state_dict(): the main-process stage {held[0]} holds items back, "
+                "so no position is exact; resume without main-process buffers or batching"
+            )
+        streams = [self._streams[i] for i in sorted(self._streams)]
+        following = (self._last + 1) % len(streams) if streams else 0
+        return {
+            "version": LOADER_STATE_VERSION,
+            "epoch": self._epoch,
+            "streams": streams,
+            "next_stream": following,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Continue where ``state`` was saved. ``state``: this rank's ``state_dict()``, or
+        a list of every rank's (``torch.distributed.all_gather_object``), which also
+        resumes on a different number of ranks or workers."""
+        states = [state] if isinstance(state, Mapping) else list(state)
+        epochs, streams = set(), []
+        for one in states:
+            if not isinstance(one, Mapping) or one.get("version") != LOADER_STATE_VERSION:
+                raise ConfigError(f"not a shardkit Loader state: {one!r}")
+            epochs.add(one.get("epoch"))
+            streams += list(one.get("streams") or ())
+        if len(epochs) != 1:
+            raise ConfigError(f"cannot resume: the states are of different epochs {epochs}")
+        epoch = epochs.pop()
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ConfigError(f"malformed Loader state: epoch {epoch!r}")
+        if streams:
+            self._dataset.load_state_dict(streams)
+        else:
+            self._dataset.set_epoch(epoch)
+        self._epoch = epoch
+        self._streams = {}
+        self._shift = _next_stream(states, max(1, self._options["num_workers"]))
+
+
+def _next_stream(states: list[Mapping[str, Any]], workers: int) -> int:
+    """Where the round robin of workers resumes: the saved one, on the same topology."""
+    if len(states) != 1 or len(states[0].get("streams") or ()) != workers:
+        return 0
+    following = states[0].get("next_stream", 0)
+    return following if isinstance(following, int) and 0 <= following < workers else 0
+
+
+class _Tagged:
+    """The dataset, each item paired with this object (run in the workers). The
+    DataLoader's fetcher collates right after pulling a batch's items, so
+    :class:`_Collate` reads the stream's position then: the state after the last item."""
+
+    def __init__(self, dataset: Dataset, shift: int) -> None:
+        self.dataset = dataset
+        self.shift = shift
+
+    def __iter__(self) -> Iterator[tuple[Any, _Tagged]]:
+        if self.shift:
+            self.dataset._worker_shift = self.shift  # this worker's copy
+        for item in self.dataset:
+            yield item, self
+
+
+class _Collate:
+    """The user's collate function over the items, and the stream's state after them."""
+
+    def __init__(self, collate: Callable[[Any], Any], batched: bool) -> None:
+        self.collate = collate
+        self.batched = batched
+
+    def __call__(self, tagged: Any) -> tuple[Any, dict[str, Any]]:
+        if self.batched:
+            source = tagged[-1][1]
+            return self.collate([item for item, _ in tagged]), source.dataset.state_dict()
+        item, source = tagged
+        return self.collate(item), source.dataset.state_dict()
+
+
+register_iterable_dataset(_Tagged)
