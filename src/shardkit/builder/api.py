@@ -46,7 +46,9 @@ def build(
     if (options.workers or config.default_workers()) > 1:
         # The worker server boots while the source is listed.
         images = ("cv2", "simplejpeg", "PIL.Image") if options.transforms else ()
-        warm_up((WORKER_MODULE, *images))
+        # A list may name http(s) URLs: its workers download with aiohttp (skipped if absent).
+        fetch = ("aiohttp", f"{__package__}.fetch") if _is_table(source) else ()
+        warm_up((WORKER_MODULE, *images, *fetch))
     listing = list_source(source, out_path, options, to_sample)
     if options.transforms and listing.kind not in ("image_folder", "table"):
         raise ConfigError(
@@ -60,6 +62,14 @@ def build(
         return run_build(ObjectStore(out_path, hash=options.hash), options, listing, progress)
     _make_folder(out_path)
     return run_build(LocalStore(out_path, hash=options.hash), options, listing, progress)
+
+
+def _is_table(source: Any) -> bool:
+    """Whether ``source`` names a CSV/TSV/JSONL list."""
+    if not isinstance(source, (str, os.PathLike)):
+        return False
+    path = os.fspath(source)
+    return path.lower().endswith(_TABLE_EXTENSIONS) and "{" not in path
 
 
 def _is_remote(out: str) -> bool:
@@ -80,8 +90,7 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
 
         path = storage.local_path(path)
     remote = "://" in path
-    lower = path.lower()
-    table = lower.endswith(_TABLE_EXTENSIONS) and "{" not in path
+    table = _is_table(path)
     if options.root is not None and not table:
         raise ConfigError("root applies to a CSV/JSONL list only")
     if table:

@@ -320,6 +320,7 @@ def _encode(result: TaskResult) -> dict[str, Any]:
         "classes": [[k, v] for k, v in sorted(result.class_counts.items())],
         "input_bytes": result.input_bytes,
         "sizes": result.sizes,
+        "fetch": result.fetch,
     }
 
 
@@ -331,4 +332,5 @@ def _decode(obj: dict[str, Any]) -> TaskResult:
         class_counts={int(k): int(v) for k, v in obj["classes"]},
         input_bytes=int(obj["input_bytes"]),
         sizes=[int(n) for n in obj["sizes"]],
+        fetch=[(int(n), str(what)) for n, what in obj.get("fetch", [])],
     )

@@ -20,7 +20,14 @@ from .results import ShardRecord
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["MANIFEST_NAME", "ShardRecord", "make_manifest", "read_manifest", "write_manifest"]
+__all__ = [
+    "MANIFEST_NAME",
+    "ShardRecord",
+    "fetch_total",
+    "make_manifest",
+    "read_manifest",
+    "write_manifest",
+]
 
 
 def make_manifest(
@@ -31,11 +38,16 @@ def make_manifest(
     class_counts: dict[int, int],
     skipped: list[tuple[str, str]],
     timing: dict[str, Any],
+    fetch: list[dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The manifest as a dict (``identity`` is the journal header: options, seed, inputs)."""
+    """The manifest as a dict (``identity`` is the journal header: options, seed, inputs).
+
+    ``fetch`` holds each shard's http(s) download counts by outcome (a skipped download
+    counts in the shard of the next sample packed after it); the manifest gets them, with
+    their total, only when something was downloaded."""
     options = identity["options"]
     counts: dict[str, int] = {name: class_counts.get(i, 0) for i, name in enumerate(classes)}
-    return {
+    manifest = {
         "shardkit_manifest": MANIFEST_VERSION,
         "format": options["format"],
         "samples": sum(s.samples for s in shards),
@@ -54,6 +66,18 @@ def make_manifest(
         "shardkit_version": __version__,
         "timing": timing,
     }
+    if fetch and any(fetch):
+        manifest["fetch"] = {"total": fetch_total(fetch), "shards": fetch}
+    return manifest
+
+
+def fetch_total(counts: list[dict[str, int]]) -> dict[str, int]:
+    """The sum of per-task download counts, by outcome (sorted by name)."""
+    total: dict[str, int] = {}
+    for one in counts:
+        for category, n in one.items():
+            total[category] = total.get(category, 0) + n
+    return dict(sorted(total.items()))
 
 
 def write_manifest(

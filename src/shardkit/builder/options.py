@@ -32,7 +32,9 @@ RESIZE_MODES: tuple[ResizeMode, ...] = ("keep-ratio", "center-crop", "pad")
 ENCODE_FORMATS: tuple[EncodeFormat, ...] = ("keep", "jpg", "png", "webp")
 
 # Options that do not change the output bytes: they are left out of the stored fingerprint.
-_RUN_ONLY = frozenset({"workers", "overwrite", "engine", "address"})
+_RUN_ONLY = frozenset(
+    {"workers", "overwrite", "engine", "address", "fetch_concurrency", "fetch_timeout"}
+)
 # Options added after the first release: left out of the fingerprint at their default, so
 # a dataset or an interrupted build from before them is still recognised as the same.
 # ``hash``: builds from before it hashed with sha256, so that value is the one left out.
@@ -60,9 +62,11 @@ class BuildOptions:
     decode and re-encode in the workers (``quality`` applies to JPEG and WebP).
     ``path_column`` and ``label_column`` name the columns of a CSV/JSONL list; ``root``
     is the folder its relative paths are read from and its keys are relative to (default:
-    the list's folder). ``hash`` is the algorithm of each shard's digest in the manifest
-    (:mod:`shardkit.digest`: ``blake3``, ``sha256``, ``xxh3-128`` or ``none``); it never
-    changes the shards' bytes.
+    the list's folder). ``fetch_concurrency`` is how many http(s) downloads each worker
+    keeps in flight (over one connection pool); ``fetch_timeout`` bounds each download
+    in seconds (connecting included). Neither changes the output bytes. ``hash`` is the
+    algorithm of each shard's digest in the manifest (:mod:`shardkit.digest`: ``blake3``,
+    ``sha256``, ``xxh3-128`` or ``none``); it never changes the shards' bytes.
     """
 
     format: OutputFormat = "tar"
@@ -85,6 +89,8 @@ class BuildOptions:
     root: str | None = None
     engine: Engine = "local"  # where tasks run (docs/scaling.md)
     address: str | None = None  # the Ray/Dask cluster (None: start a local one)
+    fetch_concurrency: int = 32
+    fetch_timeout: float = 10.0
     hash: HashName = DEFAULT_HASH
 
     def __post_init__(self) -> None:
@@ -95,6 +101,8 @@ class BuildOptions:
         check_on_error(self.on_error)
         _choice("resize_mode", self.resize_mode, RESIZE_MODES)
         _choice("encode", self.encode, ENCODE_FORMATS)
+        _positive_int("fetch_concurrency", self.fetch_concurrency)
+        _check_timeout(self.fetch_timeout)
         if self.workers is not None:
             _positive_int("workers", self.workers)
         for name in ("resize", "max_side"):
@@ -175,6 +183,13 @@ def _positive_int(name: str, value: object) -> None:
         raise ConfigError(f"{name} must be an int, not {value!r}")
     if value < 1:
         raise ConfigError(f"{name} must be at least 1, not {value}")
+
+
+def _check_timeout(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"fetch_timeout must be a number of seconds, not {value!r}")
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"fetch_timeout must be more than 0 seconds, not {value}")
 
 
 def _check_prefix(prefix: object) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["BuildProgress", "BuildResult", "ProgressFn", "ShardRecord"]
 
@@ -48,6 +48,7 @@ class BuildResult:
     skipped: list[tuple[str, str]]
     resumed_tasks: int
     seconds: float
+    fetch: dict[str, int] = field(default_factory=dict)  # http(s) downloads by outcome
 
     @property
     def bytes(self) -> int:

@@ -23,7 +23,9 @@ one file) or an object-store prefix (locked with a lease object, journal as obje
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -101,7 +103,7 @@ class _Driver:
         manifest = self.folder.check(self.identity)
         if manifest is not None:
             shards, skipped = self.folder.already_built(manifest)
-            return self._result(shards, skipped, resumed=-1)
+            return self._result(shards, skipped, resumed=-1, fetch=_fetched(manifest))
         resumed = self.journal.load()
         if resumed:
             for task in self.committer.resume():
@@ -285,6 +287,7 @@ class _Driver:
             class_counts=counts,
             skipped=skipped,
             timing=timing,
+            fetch=_fetch_by_shard(results, shards),
         )
         manifest["source"] = {**manifest["source"], "path": self.listing.path}
         self.guard()
@@ -292,7 +295,7 @@ class _Driver:
         write_manifest(self.store.join(MANIFEST_NAME), manifest, options)
         self.journal.remove()
         self.folder.remove_strays()
-        return self._result(shards, skipped, resumed=self.resumed)
+        return self._result(shards, skipped, resumed=self.resumed, fetch=_fetched(manifest))
 
     def _nothing_packed(self, skipped: list[tuple[str, str]]) -> None:
         """Leave OUT without a manifest, journal or parts, so a rerun starts afresh; raise."""
@@ -304,7 +307,11 @@ class _Driver:
         raise EmptyBuildError(message, skipped=skipped, url=self.store.url)
 
     def _result(
-        self, shards: list[ShardRecord], skipped: list[tuple[str, str]], resumed: int
+        self,
+        shards: list[ShardRecord],
+        skipped: list[tuple[str, str]],
+        resumed: int,
+        fetch: dict[str, int],
     ) -> BuildResult:
         return BuildResult(
             out=self.store.url,
@@ -314,7 +321,32 @@ class _Driver:
             skipped=skipped,
             resumed_tasks=resumed,
             seconds=time.perf_counter() - self.started,
+            fetch=fetch,
         )
+
+
+def _fetch_by_shard(results: list[TaskResult], shards: list[ShardRecord]) -> list[dict[str, int]]:
+    """Each shard's download counts by outcome. Shards hold the packed samples in plan
+    order, so a download's place among them (its task's offset plus its index in the
+    task) names its shard; one skipped after the last sample counts in the last shard."""
+    ends = list(itertools.accumulate(shard.samples for shard in shards))
+    counts: list[dict[str, int]] = [{} for _ in shards]
+    offset = 0
+    for result in results:
+        for index, category in result.fetch:
+            shard = min(bisect.bisect_right(ends, offset + index), len(shards) - 1)
+            counts[shard][category] = counts[shard].get(category, 0) + 1
+        offset += sum(part.samples for part in result.parts)
+    return [dict(sorted(c.items())) for c in counts]
+
+
+def _fetched(manifest: dict[str, Any]) -> dict[str, int]:
+    """A manifest's total of downloads by outcome ({} when it has none, or a bad one)."""
+    total = manifest.get("fetch")
+    total = total.get("total") if isinstance(total, dict) else None
+    if not isinstance(total, dict):
+        return {}
+    return {str(k): v for k, v in total.items() if isinstance(v, int)}
 
 
 def _order(job: Task | ShardPlan) -> tuple[bool, int]:

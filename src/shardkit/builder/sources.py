@@ -35,6 +35,7 @@ __all__ = [
     "Item",
     "Listing",
     "Source",
+    "check_listed_size",
     "folder_json",
     "list_image_folder",
     "list_remote_folder",
@@ -126,9 +127,15 @@ def _read_url(url: str, size: int, options: dict[str, Any]) -> bytes:
             data = stream.read()
     except OSError as exc:
         raise DataError(f"cannot read: {exc}", url=url) from exc
+    check_listed_size(data, size, url)
+    return data
+
+
+def check_listed_size(data: bytes, size: int, url: str) -> None:
+    """Raise a :class:`DataError` when a URL listed with ``size`` bytes (0: unknown) has
+    another size now."""
     if size and len(data) != size:
         raise DataError(f"file changed during the build ({size} -> {len(data)} bytes)", url=url)
-    return data
 
 
 def _read_all(fd: int) -> bytes:
@@ -149,10 +156,19 @@ class FileSource:
     kind: str = "image_folder"
     s3_endpoint: str | None = field(default_factory=config.s3_endpoint)
 
-    def load(self, item: Item) -> bytes:
+    def _ref(self, item: Item) -> str:
         ref = str(item.ref)
         if "://" in self.root and "://" not in ref:
             ref = f"{self.root}/{ref}"  # relative to a remote folder or list
+        return ref
+
+    def http_url(self, item: Item) -> str:
+        """The item's http(s) URL, which the worker downloads itself (:mod:`.fetch`), or ''."""
+        ref = self._ref(item)
+        return ref if ref[:8].lower().startswith(("http://", "https://")) else ""
+
+    def load(self, item: Item) -> bytes:
+        ref = self._ref(item)
         if "://" in ref:
             return _read_url(ref, item.size, endpoint_options(ref, self.s3_endpoint))
         return read_file(os.path.join(self.root, ref), item.size)

@@ -9,19 +9,24 @@ reporter installed by :func:`init_worker`.
 from __future__ import annotations
 
 import json
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DataError
 from ..formats.cut import Cut
 from .options import BuildOptions
 from .partwriter import PartWriter, tar_chunks
 from .plan import Task
-from .sources import Item, Source
+from .sources import Item, Source, check_listed_size
 from .store import LocalStore, ObjectStore
 from .validate import check_image
+
+if TYPE_CHECKING:
+    from .fetch import Download
 
 __all__ = [
     "WORKER_MODULE",
@@ -72,7 +77,10 @@ class TaskResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     class_counts: dict[int, int] = field(default_factory=dict)
     input_bytes: int = 0
-    sizes: list[int] = field(default_factory=list)  # per sample, for the Cutter
+    sizes: list[int] = field(default_factory=list)  # per sample, for the Assembler
+    # Each http(s) download's outcome, with the index (in this task) of the sample it is,
+    # or of the next sample packed after it when it was skipped: its shard is known later.
+    fetch: list[tuple[int, str]] = field(default_factory=list)
 
 
 #: This module: the local pool's forkserver imports it once for every worker process.
@@ -89,6 +97,9 @@ def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> Non
 
     close_streams()  # input streams cached for an earlier run must not serve this one
     _context, _reporter = context, reporter
+    fetch = sys.modules.get(f"{__package__}.fetch")  # imported only where URLs were read
+    if context is None and fetch is not None:
+        fetch.close_fetcher()
     if context is not None and context.options.transforms:
         from .transform import limit_threads
 
@@ -137,12 +148,17 @@ def run_task(task: Task) -> TaskResult:
     writer = _part_writer(context, part_name(options, task.index))
     result = TaskResult(task.index, [])
     progress = _Progress()
+    fetches = _with_downloads(context, task.items)
+    packed = 0
     try:
-        for item in task.items:
+        for item, download in fetches:
             try:
-                chunks, size, label = encode_item(context, item)
+                loaded = _loaded(context, item, download, result.fetch, packed)
+                chunks, size, label = encode_item(context, item, loaded)
                 writer.add(item.key, chunks, size)
             except DataError as exc:
+                if download is not None and download.result().data is not None:
+                    result.fetch[-1] = (result.fetch[-1][0], "invalid image")
                 if options.on_error == "fail":
                     raise type(exc)(
                         exc.message, url=context.source.describe(item), key=item.key
@@ -151,6 +167,7 @@ def run_task(task: Task) -> TaskResult:
                 progress.add(0, item.size, 1)
                 continue
             result.class_counts[label] = result.class_counts.get(label, 0) + 1
+            packed += 1
             result.input_bytes += item.size
             progress.add(1, item.size, 0)
     except BaseException:
@@ -162,6 +179,40 @@ def run_task(task: Task) -> TaskResult:
     return result
 
 
+def _with_downloads(
+    context: WorkerContext, items: list[Item]
+) -> Iterator[tuple[Item, Future[Download] | None]]:
+    """The items with their downloads, when some are http(s) URLs (see :mod:`.fetch`)."""
+    url_of = getattr(context.source, "http_url", None)
+    if url_of is None or not any(map(url_of, items)):
+        return ((item, None) for item in items)
+    from .fetch import prefetch  # asyncio and aiohttp only where something is downloaded
+
+    options = context.options
+    return prefetch(
+        url_of, items, concurrency=options.fetch_concurrency, timeout=options.fetch_timeout
+    )
+
+
+def _loaded(
+    context: WorkerContext,
+    item: Item,
+    download: Future[Download] | None,
+    outcomes: list[tuple[int, str]],
+    packed: int,
+) -> bytes | Mapping[str, Any]:
+    """The item's bytes: its download (its outcome noted in ``outcomes`` at ``packed``,
+    the samples written before it), or what the source loads."""
+    if download is None:
+        return context.source.load(item)
+    data, category, message = download.result()
+    outcomes.append((packed, category))
+    if data is None:
+        raise DataError(message)
+    check_listed_size(data, item.size, context.source.describe(item))
+    return data
+
+
 def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
     options = context.options
     if context.assemble:  # one part, samples back to back; the driver cuts the shards
@@ -169,12 +220,16 @@ def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
     return PartWriter(context.store, pattern, cut=options.cut, trailer=options.trailer)
 
 
-def encode_item(context: WorkerContext, item: Item) -> tuple[list[bytes], int, int]:
-    """One item's output bytes (as chunks), their size and its label.
+def encode_item(
+    context: WorkerContext, item: Item, loaded: bytes | Mapping[str, Any] | None = None
+) -> tuple[list[bytes], int, int]:
+    """One item's output bytes (as chunks), their size and its label; ``loaded`` is what
+    the source loads for it, when already loaded.
 
     Raises :class:`~shardkit.errors.DataError` for bad data (the item is then skipped).
     """
-    loaded = context.source.load(item)
+    if loaded is None:
+        loaded = context.source.load(item)
     if isinstance(loaded, Mapping):
         return _encode_python(context, item, loaded)
     options = context.options

@@ -82,6 +82,18 @@ def add_parser(sub: Any) -> None:
         "CSV/JSONL: folder of the relative paths and where keys start (default: the list's folder)",
         metavar="DIR",
     )
+    add(
+        "--fetch-concurrency",
+        "http(s) lists: downloads in flight per worker",
+        type=int,
+        metavar="N",
+    )
+    add(
+        "--fetch-timeout",
+        "http(s) lists: seconds per download; a host that keeps failing is skipped",
+        type=float,
+        metavar="S",
+    )
     add("--engine", "where tasks run (docs/scaling.md)", choices=ENGINES)
     add("--address", "Ray/Dask cluster (HOST:PORT)", metavar="ADDR")
     add(
@@ -118,6 +130,11 @@ def run(args: argparse.Namespace) -> int:
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
         f"{result.seconds:.1f} s -> {result.manifest}"
     )
+    if result.fetch:
+        from ..tools.tsv import escape_controls
+
+        counts = ", ".join(f"{n} {escape_controls(what)}" for what, n in result.fetch.items())
+        print(f"downloads: {counts}")
     if not args.quiet:
         _list_skipped(result.skipped, every=args.verbose, file=sys.stdout)
     return 0

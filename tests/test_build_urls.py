@@ -1,0 +1,193 @@
+"""Building from a list of http(s) URLs (nginx from scripts/test-services): concurrent
+downloads in plan order, validation of every download, per-task fetch statistics in the
+manifest, and a per-host breaker that skips a dead or hanging host without waiting."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest_build import read_samples, run_cli, snapshot, write
+from conftest_remote import http_service
+
+import shardkit
+from shardkit import BuildOptions
+from shardkit.demo import make_jpeg
+from shardkit.errors import ConfigError
+
+GOOD, BROKEN, MISSING = 60, 6, 5
+
+
+@pytest.fixture(scope="module")
+def served() -> tuple[list[str], dict[str, bytes]]:
+    """URLs of GOOD JPEGs, BROKEN ones (cut short, not an image) and MISSING (404), in a
+    shuffled order; and the bytes of each good one by URL."""
+    folder, url = http_service()
+    rng = random.Random(3)
+    good: dict[str, bytes] = {}
+    urls = []
+    for i in range(GOOD):
+        data = make_jpeg(rng, i)
+        write(folder, f"img/{i:04d}.jpg", data)
+        good[f"{url}/img/{i:04d}.jpg"] = data
+        urls.append(f"{url}/img/{i:04d}.jpg")
+    for i in range(BROKEN):
+        data = make_jpeg(rng, i)[:300] if i % 2 else b"<html>not an image</html>"
+        write(folder, f"img/bad{i}.jpg", data)
+        urls.append(f"{url}/img/bad{i}.jpg")
+    urls += [f"{url}/img/missing{i}.jpg" for i in range(MISSING)]
+    rng.shuffle(urls)
+    return urls, good
+
+
+def _list(tmp_path: Path, urls: list[str], name: str = "urls.csv") -> str:
+    path = tmp_path / name
+    path.write_text("path,label\n" + "".join(f"{u},{i % 3}\n" for i, u in enumerate(urls)))
+    return str(path)
+
+
+@pytest.mark.parametrize(("concurrency", "workers"), [(16, 2), (3, 1)])
+def test_concurrent_downloads_give_the_bytes_of_one_at_a_time(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path, concurrency: int, workers: int
+) -> None:
+    urls, good = served
+    source = _list(tmp_path, urls)
+    base = BuildOptions(max_count=16, seed=2, workers=1, fetch_concurrency=1)
+    shardkit.build(source, tmp_path / "one", options=base)
+    options = BuildOptions(max_count=16, seed=2, workers=workers, fetch_concurrency=concurrency)
+    result = shardkit.build(source, tmp_path / "many", options=options)
+    assert snapshot(str(tmp_path / "many")) == snapshot(str(tmp_path / "one"))
+    assert result.samples == GOOD
+    assert result.fetch == {"http 404": MISSING, "invalid image": BROKEN, "ok": GOOD}
+    packed = read_samples(str(tmp_path / "many"))
+    assert sorted(s["jpg"] for s in packed) == sorted(good.values())  # nothing broken packed
+
+
+def test_the_manifest_counts_downloads_per_shard_and_in_total(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path
+) -> None:
+    urls, _ = served
+    options = BuildOptions(max_count=16, seed=2, workers=2)
+    shardkit.build(_list(tmp_path, urls), tmp_path / "out", options=options)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    fetch = manifest["fetch"]
+    assert fetch["total"] == {"http 404": MISSING, "invalid image": BROKEN, "ok": GOOD}
+    assert len(fetch["shards"]) == len(manifest["shards"]) == 4
+    for counts, shard in zip(fetch["shards"], manifest["shards"], strict=True):
+        assert counts.get("ok", 0) == shard["samples"]  # every sample is a download
+    summed: dict[str, int] = {}
+    for counts in fetch["shards"]:
+        for what, n in counts.items():
+            summed[what] = summed.get(what, 0) + n
+    assert summed == fetch["total"]
+    reasons = {r["reason"] for r in manifest["skipped"]}
+    assert "download failed: http 404" in reasons
+    assert len(manifest["skipped"]) == BROKEN + MISSING
+
+
+@pytest.fixture
+def dead_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        return int(sock.getsockname()[1])  # closed again: connections are refused
+
+
+@pytest.fixture
+def hanging_host() -> Iterator[str]:
+    """A host that accepts connections (in the kernel's backlog) and never answers."""
+    with socket.create_server(("127.0.0.1", 0), backlog=256) as sock:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_a_dead_port_and_a_hanging_host_are_skipped_without_waiting(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path, dead_port: int, hanging_host: str
+) -> None:
+    urls, _ = served
+    dead = [f"http://127.0.0.1:{dead_port}/x{i}.jpg" for i in range(40)]
+    hung = [f"{hanging_host}/y{i}.jpg" for i in range(40)]
+    mixed = [u for trio in zip(urls, dead, hung, strict=False) for u in trio] + urls[40:]
+    options = BuildOptions(max_count=16, workers=1, fetch_concurrency=4, fetch_timeout=1)
+    started = time.monotonic()
+    result = shardkit.build(_list(tmp_path, mixed), tmp_path / "out", options=options)
+    took = time.monotonic() - started
+    # Without the breaker: 40 timeouts of 1 s, 4 at a time, and a retry each = 10-20 s.
+    assert took < 8, took
+    assert result.samples == GOOD
+    fetch = result.fetch
+    assert fetch["refused"] >= 3 and fetch["timeout"] >= 3
+    assert fetch["refused"] + fetch["timeout"] + fetch["host skipped"] == 80
+    assert fetch["host skipped"] >= 60
+    reasons = [reason for _, reason in result.skipped]
+    assert any(r.startswith("download skipped: 127.0.0.1:") for r in reasons)
+    assert any("timed out after 1 s" in r for r in reasons)
+
+
+def test_fetch_options_are_checked(tmp_path: Path) -> None:
+    for bad in ({"fetch_concurrency": 0}, {"fetch_timeout": 0}, {"fetch_timeout": "5"}):
+        with pytest.raises(ConfigError, match="fetch_"):
+            BuildOptions(**bad)  # type: ignore[arg-type]
+    proc = run_cli("x.csv", str(tmp_path / "out"), "--fetch-concurrency", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("Error: fetch_concurrency")
+
+
+def test_the_cli_prints_the_download_counts(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path
+) -> None:
+    urls, _ = served
+    proc = run_cli(_list(tmp_path, urls), str(tmp_path / "out"), "--workers", "2", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert f"downloads: {MISSING} http 404, {BROKEN} invalid image, {GOOD} ok" in proc.stdout
+
+
+def test_fetch_options_do_not_change_the_dataset_identity(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path
+) -> None:
+    urls, _ = served
+    source = _list(tmp_path, urls[:20])
+    shardkit.build(source, tmp_path / "out", options=BuildOptions(workers=1))
+    again = BuildOptions(workers=1, fetch_concurrency=5, fetch_timeout=3)
+    result = shardkit.build(source, tmp_path / "out", options=again)
+    assert result.resumed_tasks == -1  # already complete, not rebuilt
+    assert (
+        result.fetch
+        == json.loads((tmp_path / "out" / "manifest.json").read_text())["fetch"]["total"]
+    )
+
+
+def test_downloads_in_flight_together_all_count_toward_the_breaker(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path, hanging_host: str
+) -> None:
+    urls, _ = served
+    hung = [f"{hanging_host}/z{i}.jpg" for i in range(100)]
+    options = BuildOptions(workers=1, fetch_concurrency=32, fetch_timeout=1)
+    result = shardkit.build(_list(tmp_path, hung + urls), tmp_path / "out", options=options)
+    # The first 32 time out together: the host is closed after that one round, not three.
+    assert result.fetch["timeout"] <= 40, result.fetch
+    assert result.fetch["timeout"] + result.fetch["host skipped"] == 100
+    assert result.samples == GOOD
+
+
+def test_an_interrupted_url_build_resumes_to_the_same_shards_and_counts(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path
+) -> None:
+    urls, _ = served
+    source = _list(tmp_path, urls)
+    options = BuildOptions(max_count=10, workers=1, seed=4)
+
+    def stop_after_two(progress: shardkit.BuildProgress) -> None:
+        if progress.shards >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        shardkit.build(source, tmp_path / "out", options=options, progress=stop_after_two)
+    result = shardkit.build(source, tmp_path / "out", options=options)
+    assert result.resumed_tasks >= 2
+    shardkit.build(source, tmp_path / "fresh", options=options)
+    resumed = snapshot(str(tmp_path / "out"))
+    assert resumed == snapshot(str(tmp_path / "fresh"))
+    assert resumed["manifest.json"]["fetch"]["total"]["ok"] == GOOD
