@@ -77,7 +77,7 @@ class TaskResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     class_counts: dict[int, int] = field(default_factory=dict)
     input_bytes: int = 0
-    sizes: list[int] = field(default_factory=list)  # per sample, for the Assembler
+    sizes: list[int] = field(default_factory=list)  # per sample, for the Cutter
     # Each http(s) download's outcome, with the index (in this task) of the sample it is,
     # or of the next sample packed after it when it was skipped: its shard is known later.
     fetch: list[tuple[int, str]] = field(default_factory=list)
