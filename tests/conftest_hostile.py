@@ -6,15 +6,17 @@ runner that measures a snippet's peak memory in a fresh interpreter.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import textwrap
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from shardkit.errors import ShardkitError
@@ -142,6 +144,23 @@ def zeros_gzip(path: str, parts: Iterable[bytes | int], *, crc: bool = True) -> 
 
 
 # --------------------------------------------------------------------------- measuring
+
+
+@contextlib.contextmanager
+def address_space_cap(extra: int = 1 << 30) -> Iterator[None]:
+    """Cap this process's address space at its current size plus ``extra`` while the
+    block runs: code that allocates what a hostile header claims gets a MemoryError
+    instead of taking the machine's memory. The previous soft limit is restored."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmSize:"))
+    now = int(line.split()[1]) * 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = now + extra if hard == resource.RLIM_INFINITY else min(now + extra, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 _PEAK = """

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest_hostile import (
+    address_space_cap,
     archive,
     collect,
     fix_checksum,
@@ -295,3 +296,117 @@ def test_lying_size_under_the_limit_allocates_nothing(tmp_path: os.PathLike[str]
     )
     assert result["error"] == "TruncatedShardError"
     assert result["peak_mb"] < 200
+
+
+# --------------------------------------------------------------------------- the tools' read paths
+
+
+def _through_the_tools(data: bytes, folder: str) -> dict[str, Any]:
+    """Read ``data`` as a shard with the reader and with cat, split, verify, index and
+    stats; each must end in a result or a ShardkitError (anything else fails the test)."""
+    from shardkit.reader import read_shard
+    from shardkit.tools import cat, split, stats, verify, write_index
+
+    path = os.path.join(folder, "in.tar")
+    with open(path, "wb") as f:
+        f.write(data)
+
+    def samples(url: str) -> list[dict[str, Any]]:
+        return [
+            {k: v for k, v in s.items() if k not in ("__url__", "__offset__")}
+            for s in read_shard(url)
+        ]
+
+    out: dict[str, Any] = {"read": outcome(lambda: samples(path))}
+    cat_out = os.path.join(folder, "cat.tar")
+    out["cat"] = outcome(lambda: cat([path], cat_out))
+    if not isinstance(out["cat"], ShardkitError):
+        out["cat"] = samples(cat_out)
+    pattern = os.path.join(folder, "split-%06d.tar")
+    out["split"] = outcome(lambda: split([path], pattern, max_count=2))
+    if not isinstance(out["split"], ShardkitError):
+        out["split"] = [s for info in out["split"] for s in samples(info.url)]
+    out["verify"] = outcome(lambda: verify([path]))
+    out["index"] = outcome(lambda: write_index(path))
+    out["stats"] = outcome(lambda: stats([path]))
+    for name in os.listdir(folder):
+        os.unlink(os.path.join(folder, name))
+    return out
+
+
+def _check_tools(data: bytes) -> None:
+    import tempfile
+    import tracemalloc
+
+    with tempfile.TemporaryDirectory() as folder, address_space_cap(1 << 30):
+        tracemalloc.start()
+        try:
+            out = _through_the_tools(data, folder)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 64 << 20, peak  # whatever the headers claim (a MemoryError fails too)
+    read = out["read"]
+    if isinstance(read, ShardkitError):
+        # One parser, one grouping: what the reader refuses, the copying tools refuse
+        # and verify reports.
+        assert isinstance(out["cat"], ShardkitError), (read, out["cat"])
+        assert isinstance(out["split"], ShardkitError), (read, out["split"])
+        assert not isinstance(out["verify"], ShardkitError) and not out["verify"].ok
+        assert isinstance(out["index"], ShardkitError)
+    else:
+        assert out["cat"] == read and out["split"] == read
+    if not isinstance(out["index"], ShardkitError):
+        assert list(out["index"].keys) == [s["__key__"] for s in read]
+
+
+def _with_sizes(base: bytes, data: st.DataObject) -> bytes:
+    """``base`` with one member's size field (or a PAX size) set to a drawn value, its
+    header checksum made valid again: headers that lie about their size."""
+    blob = bytearray(base)
+    heads = [h for h in range(0, len(blob) - 511, 512) if tar_checksum_ok(blob[h : h + 512])]
+    if not heads:
+        return bytes(blob)
+    head = data.draw(st.sampled_from(heads))
+    size = data.draw(st.one_of(st.integers(0, 4096), st.integers(0, 1 << 42)))
+    field = b"%011o\0" % size if size < 8**11 else b"\x80" + size.to_bytes(11, "big")
+    blob[head + 124 : head + 136] = field
+    blob[head : head + 512] = fix_checksum(bytes(blob[head : head + 512]))
+    return bytes(blob)
+
+
+def tar_checksum_ok(block: bytes | bytearray) -> bool:
+    return bytes(block) != bytes(512) and fix_checksum(bytes(block)) == bytes(block)
+
+
+TOOL_BASES = {
+    "ustar": SHARD,
+    "pax+gnu": PAX_GNU,
+    "samples": write_tar(
+        [{"__key__": f"k{i}", "txt": b"t" * i, "json": b"{}", "bin": bytes(600)} for i in range(4)]
+    ),
+}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.sampled_from(sorted(TOOL_BASES)), data=st.data())
+def test_the_tools_read_paths_over_mutated_archives(base: str, data: st.DataObject) -> None:
+    mutated = bytearray(TOOL_BASES[base])
+    for _ in range(data.draw(st.integers(1, 4))):
+        pos = data.draw(st.integers(0, len(mutated) - 1))
+        mutated[pos] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        mutated = bytearray(mutated[: data.draw(st.integers(0, len(mutated)))])
+    _check_tools(bytes(mutated))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.sampled_from(sorted(TOOL_BASES)), data=st.data())
+def test_the_tools_read_paths_over_lying_sizes(base: str, data: st.DataObject) -> None:
+    _check_tools(_with_sizes(TOOL_BASES[base], data))
+
+
+@settings(max_examples=100, deadline=None)
+@given(blob=st.binary(max_size=3000))
+def test_the_tools_read_paths_over_random_bytes(blob: bytes) -> None:
+    _check_tools(blob)

@@ -10,6 +10,8 @@ import pytest
 from conftest_pipeline import keys, tiny_jpeg, write_shards
 
 from shardkit import DataError, Dataset, DecodeError, FormatError, TarWriter
+from shardkit.errors import TruncatedShardError
+from shardkit.formats import tar
 
 
 @pytest.fixture
@@ -157,3 +159,37 @@ def test_truncated_shard(tmp_path: os.PathLike[str]) -> None:
     assert set(items) >= {f"s{i:05d}" for i in range(5, 10)}
     no_manifest = keys(list(Dataset(urls, handler="warn_and_stop")))
     assert len(no_manifest) < 10 and no_manifest[-5:] == [f"s{i:05d}" for i in range(5, 10)]
+
+
+def _cut_shard(folder: str, where: str) -> tuple[str, list[str]]:
+    """A shard of 5 samples (cls, txt, bin) cut inside sample s00003: in its first member
+    (``first``) or its last (``last``). Returns its URL and the keys whole before the cut."""
+    [url] = write_shards(folder, [5], manifest=False, payload=3000)
+    with open(url, "rb") as f:
+        data = f.read()
+    members = list(tar.iter_members(io.BytesIO(data)))
+    s3 = [m for m in members if m.name.startswith("s00003.")]
+    cut = (s3[0] if where == "first" else s3[-1]).offset + 512 + 1
+    with open(url, "wb") as f:
+        f.write(data[:cut])
+    return url, ["s00000", "s00001", "s00002"]
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_a_truncated_shard_yields_every_whole_sample_before_the_cut(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    # Was: cut in the first member of a sample, the sample before it was dropped too
+    # (webdataset yields it). A sample cut in its own members is never yielded.
+    url, whole = _cut_shard(str(tmp_path), where)
+    with caplog.at_level(logging.WARNING):
+        assert keys(list(Dataset(url, handler="warn"))) == whole
+    assert "ends inside a tar member" in caplog.text
+    from shardkit.handlers import warn_and_continue
+    from shardkit.reader import read_shard
+
+    assert keys(list(read_shard(url, handler=warn_and_continue))) == whole
+    got: list[dict[str, object]] = []
+    with pytest.raises(TruncatedShardError) as info:
+        got.extend(read_shard(url))
+    assert keys(got) == whole and info.value.url == url

@@ -8,7 +8,7 @@ import tarfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.tools._tarscan import TarScanner
+from shardkit.formats.tar import TarScanner
 
 
 class ShortReads(io.RawIOBase):

@@ -204,10 +204,7 @@ class ShardWriter:
             if not isinstance(key, str) or not key:
                 raise EncodeError("every sample needs a non-empty str __key__")
             data = tfrecord.frame_record(sample_to_example(sample))
-        if key == self._last_key:
-            raise EncodeError(
-                "the same __key__ twice in a row: readers would merge the two samples", key=key
-            )
+        tar.check_key_order(self._last_key, str(key))
         return str(key), data
 
     # -- shard lifecycle

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import EncodeError
 from ..formats import tar
 from ..formats.cut import Cut
 from .store import Pending, Store
@@ -52,7 +51,7 @@ def tar_chunks(key: str, fields: Sequence[tuple[str, bytes]]) -> tuple[list[byte
         suffix = ext.encode("utf-8", "surrogateescape")
         name = stem + suffix
         size = len(data)
-        if len(name) > 100 or size >= 8**11:
+        if len(name) > 100 or size > tar.MAX_MEMBER_SIZE:  # the reference checks limits
             small.append(tar.encode_sample({"__key__": key, ext: data}))
             total += len(small[-1])
             continue
@@ -103,8 +102,7 @@ class PartWriter:
 
     def add(self, key: str, chunks: list[bytes], size: int) -> None:
         """Append one encoded sample (``chunks`` totalling ``size`` bytes)."""
-        if key == self._last_key:
-            raise EncodeError("the same __key__ twice in a row: readers would merge them", key=key)
+        tar.check_key_order(self._last_key, key)
         file = self._file
         if file is not None and self.cut.full(self._count, file.size, size):
             self._finish(file)

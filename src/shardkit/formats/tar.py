@@ -10,38 +10,58 @@ The rules are webdataset's:
   other non-regular members (links, devices, fifos), names without a key and duplicate
   extensions within a sample are *data errors*, passed to the ``handler`` policy.
 
-The reader only calls ``stream.read(n)``: no seeking, so pipes and HTTP bodies work. It
-understands ustar, GNU (long names, base-256 sizes) and PAX headers, so it reads what GNU
-tar, Python's tarfile and webdataset write.
+These rules are written once: :class:`Grouping` applies them for the sample reader and
+for every tool (``cat``, ``split``, ``verify``, ``stats``), over the one member parser,
+:class:`TarScanner` (:mod:`shardkit.formats._tarparse`), which the tools use for their
+extra powers (raw member bytes, resync after garbage) and the reader without read-ahead.
+The parser only reads (``read``/``readinto``): no seeking, so pipes and HTTP bodies work.
+It understands ustar, GNU (long names, base-256 sizes) and PAX headers, so it reads what
+GNU tar, Python's tarfile and webdataset write.
 
 Untrusted archives are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError`; a member is read whole only up to
 ``max_member_size`` (refused from its header before anything is read), and in pieces, so
 a size that lies allocates nothing; the reader never touches the file system. Member
 names come back exactly as stored (``../x``, ``/etc/x``): code that turns them into paths
-uses :func:`safe_member_path`.
+uses :func:`safe_member_path`. The limits are :mod:`shardkit.formats.limits`.
 
 The writer emits plain ustar: one 512-byte header per member (a GNU long-name header only
 for names over 255 bytes), fixed mtime, owner and mode, members in the sample's order. The
-same samples always give the same bytes.
+same samples always give the same bytes. It refuses (:class:`EncodeError`) what the reader
+would refuse: a member over the member limit, a name over the name limit, extensions equal
+once lower-cased, the same key twice in a row (:func:`check_key_order`, which every writer
+calls).
 """
 
 from __future__ import annotations
 
-import io
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, NamedTuple
 
-from ..errors import ConfigError, EncodeError, FormatError, TruncatedShardError
+from ..errors import EncodeError, FormatError, TruncatedShardError
 from ..handlers import Handler, reraise
+from ._io import read_exact
+from ._tarparse import (
+    BLOCK,
+    DIRECTORY,
+    REGULAR_TYPES,
+    RawMember,
+    TarScanner,
+    member_kind,
+)
+from .limits import MAX_MEMBER_SIZE, MAX_NAME_BYTES
 
 __all__ = [
     "BLOCK",
     "END_OF_ARCHIVE",
     "MAX_MEMBER_SIZE",
+    "Grouping",
+    "RawMember",
     "TarMember",
+    "TarScanner",
     "TarWriter",
+    "check_key_order",
     "encode_sample",
     "iter_members",
     "iter_samples",
@@ -51,18 +71,9 @@ __all__ = [
     "split_name",
 ]
 
-BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 _ZERO_BLOCK = bytes(BLOCK)
-_REGULAR = frozenset(b"0\x007")
-_META = frozenset(b"LKxg")  # GNU long name / long link, PAX extended / global header
-_MAX_META = 1 << 20  # their payloads are read whole too
-_MAX_SKIPPED = 1 << 40  # other members are streamed past; only an absurd size is an error
-_CHUNK = 1 << 24  # members larger than this are read piece by piece
-_PIECE = 1 << 20
-
-MAX_MEMBER_SIZE = 2 << 30
-"""Default ``max_member_size``: the largest member read into memory (2 GiB)."""
+SAME_KEY = "the same __key__ twice in a row: readers would merge the two samples"
 
 
 class TarMember(NamedTuple):
@@ -82,103 +93,15 @@ def split_name(name: str) -> tuple[str, str] | None:
     return name[:dot], name[dot + 1 :]
 
 
+def check_key_order(previous: str | None, key: str) -> str:
+    """``key``, refused (EncodeError) when it repeats the previous sample's key: readers
+    would merge the two samples. Every writer calls this."""
+    if key == previous:
+        raise EncodeError(SAME_KEY, key=key)
+    return key
+
+
 # --------------------------------------------------------------------------- reading
-
-
-def read_exact(stream: BinaryIO, n: int) -> bytes:
-    """Read ``n`` bytes, looping over short reads; fewer only at the end of the stream."""
-    data = stream.read(n)
-    if len(data) == n or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < n:
-        more = stream.read(n - got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
-
-
-def _read_large(stream: BinaryIO, n: int) -> bytes:
-    """Read up to ``n`` bytes in pieces: a lying size allocates nothing it does not fill.
-
-    ``read(n)`` allocates ``n`` bytes up front on many streams (and GzipFile holds a
-    second copy while it fills them). BytesIO hands back its own buffer from getvalue(),
-    so a member that is really there costs its size once, plus a 1 MiB piece.
-    """
-    buffer = io.BytesIO()
-    got = 0
-    while got < n:
-        chunk = stream.read(min(n - got, _PIECE))
-        if not chunk:
-            break
-        buffer.write(chunk)
-        got += len(chunk)
-    return buffer.getvalue()
-
-
-def _octal(field: bytes) -> int:
-    if field[0] & 0x80:  # GNU base-256
-        value = int.from_bytes(field[1:], "big")
-        return -value if field[0] & 0x40 else value
-    text = field.split(b"\0", 1)[0].strip()
-    return int(text, 8) if text else 0
-
-
-def _checksum_ok(header: bytes) -> bool:
-    stored = header[148:156].split(b"\0", 1)[0].strip()
-    if not stored:
-        return False
-    try:
-        expected = int(stored, 8)
-    except ValueError:
-        return False
-    unsigned = sum(header) - sum(header[148:156]) + 256
-    if unsigned == expected:
-        return True
-    # Some old writers summed signed chars; accept that too (as tarfile does).
-    signed = sum(b - 256 if b > 127 else b for b in header[:148] + header[156:]) + 256
-    return signed == expected
-
-
-def _parse_pax(data: bytes, url: str | None, offset: int) -> dict[str, str]:
-    records: dict[str, str] = {}
-    pos = 0
-    while pos < len(data):
-        space = data.find(b" ", pos)
-        if space < 0:
-            break
-        try:
-            length = int(data[pos:space])
-        except ValueError:
-            raise FormatError("malformed PAX header record", url=url, offset=offset) from None
-        if length <= 0 or pos + length > len(data):
-            raise FormatError("malformed PAX header record", url=url, offset=offset)
-        keyword, _, value = data[space + 1 : pos + length - 1].partition(b"=")
-        records[keyword.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")
-        pos += length
-    return records
-
-
-def _member_size(header: bytes, pax: dict[str, str], url: str | None, offset: int) -> int:
-    """The data size of a member: its PAX ``size`` record if any, else its header field."""
-    try:
-        size = int(pax["size"]) if "size" in pax else _octal(header[124:136])
-    except ValueError:
-        raise FormatError("bad size field in tar header", url=url, offset=offset) from None
-    if size < 0:
-        raise FormatError(f"negative member size {size}", url=url, offset=offset)
-    return size
-
-
-def _size_error(size: int, typeflag: int, limit: int, url: str | None, offset: int) -> FormatError:
-    if typeflag in _REGULAR:
-        what = f"max_member_size ({limit} bytes): raise it to read this shard"
-    else:
-        what = f"the {limit}-byte limit for tar metadata (type {chr(typeflag)!r})"
-    return FormatError(f"member of {size} bytes is over {what}", url=url, offset=offset)
 
 
 def iter_members(
@@ -197,108 +120,77 @@ def iter_members(
     are limited to 1 MiB); other members are streamed past, never held. Names are
     returned as they are, ``../`` and all: see :func:`safe_member_path`.
     """
-    _check_limit(max_member_size)
-    offset = 0
-    long_name: str | None = None
-    pax: dict[str, str] = {}
-    read = stream.read
-    while True:
-        header = read(BLOCK)
-        if len(header) < BLOCK:
-            if header:
-                header += read_exact(stream, BLOCK - len(header))
-            if not header:
-                return  # end of stream without end-of-archive blocks: accepted, like tar
-            if len(header) < BLOCK:
-                raise TruncatedShardError("shard ends inside a tar header", url=url, offset=offset)
-        if header == _ZERO_BLOCK:
+    members = TarScanner(stream, url=url, max_member_size=max_member_size, readahead=False)
+    for member in members:
+        if member.typeflag in REGULAR_TYPES:
+            yield TarMember(member.name, members.read_data(), member.offset)
+        elif member.typeflag != DIRECTORY and not handler(_odd_member(member, url)):
             return
-        if not _checksum_ok(header):
-            raise FormatError(
-                "bad tar header checksum (not a tar file, or corrupt)", url=url, offset=offset
-            )
-        typeflag = header[156]
-        size = _member_size(header, pax, url, offset)
-        is_regular = typeflag in _REGULAR
-        if is_regular or typeflag in _META:
-            limit = max_member_size if is_regular else _MAX_META
-            if size > limit:
-                raise _size_error(size, typeflag, limit, url, offset)
-            if size <= _CHUNK:
-                data = read(size)
-                if len(data) < size:
-                    data += read_exact(stream, size - len(data))
+
+
+def _odd_member(member: RawMember, url: str | None) -> FormatError:
+    kind = member_kind(member.typeflag)
+    return FormatError(
+        f"non-regular member {member.name!r} ({kind})", url=url, offset=member.offset
+    )
+
+
+class Grouping:
+    """WebDataset's grouping rule over the members of one tar stream.
+
+    Calling it on a :class:`TarScanner` yields ``(member, key, extension, new)`` for each
+    member that belongs to a sample (``new``: it starts one); extensions are lower-cased.
+    Directories and root-level ``__meta__`` members pass silently; other non-regular
+    members, names without a key and an extension repeated within a sample go to
+    ``handler`` (a handler that returns False ends the stream). The state is kept across
+    calls, so a caller may go on after a structural error (``verify``).
+    """
+
+    def __init__(self, url: str | None = None, handler: Handler = reraise) -> None:
+        self.url = url
+        self.handler = handler
+        self.key: str | None = None
+        self.exts: set[str] = set()
+
+    def __call__(self, members: Iterable[RawMember]) -> Iterator[tuple[RawMember, str, str, bool]]:
+        key, exts, handler = self.key, self.exts, self.handler
+        for member in members:  # the hot loop of every tar reader: kept flat on purpose
+            name = member.name
+            slash = name.rfind("/") + 1
+            dot = name.find(".", slash)
+            if member.typeflag not in REGULAR_TYPES or dot <= slash:
+                error = self._odd(member)
+                if error is not None and not handler(error):
+                    return
+                continue
+            prefix, ext = name[:dot], name[dot + 1 :].lower()
+            if prefix != key:
+                self.key = key = prefix
+                self.exts = exts = {ext}
+                yield member, prefix, ext, True
+            elif ext in exts:
+                error = FormatError(
+                    f"duplicate extension {ext!r} in sample",
+                    url=self.url,
+                    offset=member.offset,
+                    key=prefix,
+                )
+                if not handler(error):
+                    return
             else:
-                data = _read_large(stream, size)
-            if len(data) < size:
-                raise TruncatedShardError("shard ends inside a tar member", url=url, offset=offset)
-        else:
-            if size > _MAX_SKIPPED:
-                raise FormatError(f"absurd member size {size}", url=url, offset=offset)
-            data = b""
-            _skip(stream, size, url, offset)
-        pad = -size % BLOCK
-        if pad and len(read_exact(stream, pad)) < pad:
-            raise TruncatedShardError("shard ends inside a tar member", url=url, offset=offset)
-        member_offset = offset
-        offset += BLOCK + size + pad
-        if typeflag == 0x4C:  # 'L': GNU long name for the next member
-            long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            continue
-        if typeflag == 0x78:  # 'x': PAX extended header for the next member
-            pax = _parse_pax(data, url, member_offset)
-            continue
-        if typeflag in b"Kg":  # long link name / PAX global header: not needed
-            continue
-        if "path" in pax:
-            name = pax["path"]
-        elif long_name is not None:
-            name = long_name
-        else:
-            name = _header_name(header)
-        long_name = None
-        pax = {}
-        if is_regular:
-            yield TarMember(name, data, member_offset)
-        elif typeflag != 0x35:  # '5': directories carry nothing and are skipped
-            kind = _KINDS.get(typeflag, f"type {chr(typeflag)!r}")
-            exc = FormatError(
-                f"non-regular member {name!r} ({kind})", url=url, offset=member_offset
-            )
-            if not handler(exc):
-                return
+                exts.add(ext)
+                yield member, prefix, ext, False
 
-
-def _check_limit(max_member_size: int) -> None:
-    if isinstance(max_member_size, bool) or not isinstance(max_member_size, int):
-        raise TypeError(f"max_member_size must be an int, not {type(max_member_size).__name__}")
-    if max_member_size < 0:
-        raise ConfigError(f"max_member_size must be >= 0, not {max_member_size}")
-
-
-_KINDS = {
-    0x31: "hard link",
-    0x32: "symlink",
-    0x33: "char device",
-    0x34: "block device",
-    0x36: "fifo",
-}
-
-
-def _header_name(header: bytes) -> str:
-    name = header[:100].split(b"\0", 1)[0]
-    if header[257:262] == b"ustar" and header[345] != 0:
-        prefix = header[345:500].split(b"\0", 1)[0]
-        name = prefix + b"/" + name
-    return name.decode("utf-8", "surrogateescape")
-
-
-def _skip(stream: BinaryIO, size: int, url: str | None, offset: int) -> None:
-    while size > 0:
-        chunk = stream.read(min(size, 1 << 20))
-        if not chunk:
-            raise TruncatedShardError("shard ends inside a tar member", url=url, offset=offset)
-        size -= len(chunk)
+    def _odd(self, member: RawMember) -> FormatError | None:
+        """The error for a member no sample takes; None for those that pass silently."""
+        name = member.name
+        if member.typeflag not in REGULAR_TYPES:
+            return None if member.typeflag == DIRECTORY else _odd_member(member, self.url)
+        if "/" not in name and name.startswith("__") and name.endswith("__"):
+            return None  # webdataset's archive-level metadata members
+        return FormatError(
+            f"member {name!r} has no key.extension form", url=self.url, offset=member.offset
+        )
 
 
 def iter_samples(
@@ -313,38 +205,24 @@ def iter_samples(
     Each sample has ``__key__``, ``__url__`` (when ``url`` is given) and ``__offset__``,
     the byte offset of its first member's header. Bad data goes to ``handler``; a handler
     that returns False ends the shard. ``max_member_size`` is as for :func:`iter_members`.
+    A stream cut short raises :class:`TruncatedShardError` after yielding every sample
+    that is whole before the cut: the sample being read is yielded when the cut is in a
+    member of the next one.
     """
+    members = TarScanner(stream, url=url, max_member_size=max_member_size, readahead=False)
+    read = members.read_data
     current: dict[str, Any] | None = None
-    key: str | None = None
-    members = iter_members(stream, url=url, handler=handler, max_member_size=max_member_size)
-    for name, data, offset in members:
-        split = split_name(name)
-        if split is None:
-            if "/" not in name and name.startswith("__") and name.endswith("__"):
-                continue  # webdataset's archive-level metadata members
-            if not handler(
-                FormatError(f"member {name!r} has no key.extension form", url=url, offset=offset)
-            ):
-                return
-            continue
-        prefix, ext = split
-        ext = ext.lower()
-        if prefix != key:
-            if current is not None:
-                yield current
-            key = prefix
-            current = {"__key__": prefix, "__url__": url, "__offset__": offset, ext: data}
-            continue
-        if current is None:  # pragma: no cover - key and current are set together
-            raise RuntimeError("tar grouping invariant broken")
-        if ext in current:
-            error = FormatError(
-                f"duplicate extension {ext!r} in sample", url=url, offset=offset, key=prefix
-            )
-            if not handler(error):
-                return
-            continue
-        current[ext] = data
+    try:
+        for member, key, ext, new in Grouping(url, handler)(members):
+            if new:
+                if current is not None:
+                    yield current
+                current = {"__key__": key, "__url__": url, "__offset__": member.offset}
+            current[ext] = read()  # type: ignore[index]
+    except TruncatedShardError as exc:
+        if current is not None and exc.key is not None and exc.key != current["__key__"]:
+            yield current
+        raise
     if current is not None:
         yield current
 
@@ -469,6 +347,39 @@ def _check_key(key: object) -> str:
     return key
 
 
+def _check_ext(ext: str, seen: set[str], key: str) -> None:
+    """Refuse an extension readers would reject: empty, with '/' or NUL, or the same as
+    another one of the sample once lower-cased (readers lower-case extensions)."""
+    if not ext or "/" in ext or "\0" in ext:
+        raise EncodeError(
+            f"bad extension {ext!r}: it must be non-empty and contain no '/' or NUL", key=key
+        )
+    lower = ext.lower()
+    if lower in seen:
+        raise EncodeError(
+            f"extension {ext!r} repeats another one of the sample once lower-cased "
+            "(readers lower-case extensions)",
+            key=key,
+        )
+    seen.add(lower)
+
+
+def _check_member(name: bytes, size: int, key: str) -> None:
+    """Refuse a member the reader's limits refuse (see :mod:`shardkit.formats.limits`)."""
+    if size > MAX_MEMBER_SIZE:
+        raise EncodeError(
+            f"field of {size} bytes is over the {MAX_MEMBER_SIZE}-byte member limit "
+            "(max_member_size) readers apply",
+            key=key,
+        )
+    if len(name) > MAX_NAME_BYTES:
+        raise EncodeError(
+            f"member name of {len(name)} bytes is over the {MAX_NAME_BYTES}-byte limit "
+            "readers apply to names",
+            key=key[:100],
+        )
+
+
 def encode_sample(sample: Mapping[str, Any], *, mtime: int = 0) -> bytes:
     """The tar bytes of one sample: a header and padded data per field, in dict order.
 
@@ -478,25 +389,24 @@ def encode_sample(sample: Mapping[str, Any], *, mtime: int = 0) -> bytes:
     key = _check_key(sample.get("__key__"))
     mtime_field = b"%011o\0" % mtime
     parts: list[bytes] = []
+    seen: set[str] = set()
     for ext, value in sample.items():
         if ext.startswith("__") and ext.endswith("__"):
             continue
-        if not ext or "/" in ext:
-            raise EncodeError(
-                f"bad extension {ext!r}: it must be non-empty and contain no '/'", key=key
-            )
+        _check_ext(ext, seen, key)
+        name = f"{key}.{ext}".encode("utf-8", "surrogateescape")
         if isinstance(value, str):
             value = value.encode("utf-8")
         elif not isinstance(value, bytes):
-            if isinstance(value, (bytearray, memoryview)):
-                value = bytes(value)
-            else:
+            if not isinstance(value, (bytearray, memoryview)):
                 raise EncodeError(
                     f"field {ext!r} is {type(value).__name__}, not bytes or str: "
                     "encode it first (shardkit.codecs.encode_sample)",
                     key=key,
                 )
-        name = f"{key}.{ext}".encode("utf-8", "surrogateescape")
+            _check_member(name, memoryview(value).nbytes, key)  # before copying it
+            value = bytes(value)
+        _check_member(name, len(value), key)
         parts.append(_name_headers(name, len(value), mtime_field))
         parts.append(value)
         pad = -len(value) % BLOCK
@@ -539,11 +449,7 @@ class TarWriter:
 
             sample = encode_fields(sample)
         data = encode_sample(sample, mtime=self._mtime)
-        if sample["__key__"] == self._last_key:
-            raise EncodeError(
-                "the same __key__ twice in a row: readers would merge the two samples",
-                key=self._last_key,
-            )
+        check_key_order(self._last_key, sample["__key__"])
         return data
 
     def write_encoded(self, key: str, data: bytes) -> int:

@@ -19,14 +19,15 @@ trusted.
 
 from __future__ import annotations
 
-import io
 import struct
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from crc32c import crc32c as _crc32c
 
-from shardkit.errors import ChecksumError, ConfigError, FormatError, TruncatedShardError
+from ..errors import ChecksumError, EncodeError, FormatError, TruncatedShardError
+from ._io import read_bounded
+from .limits import MAX_RECORD_LENGTH, check_limit
 
 __all__ = [
     "MAX_RECORD_LENGTH",
@@ -39,9 +40,6 @@ __all__ = [
 RECORD_OVERHEAD = 16
 """Bytes added around each record: 8 (length) + 4 (length CRC) + 4 (data CRC)."""
 
-MAX_RECORD_LENGTH = 2 << 30
-"""Default ``max_record_length`` (2 GiB, protobuf's own limit on a message): records are
-read whole into memory, so a longer one is a FormatError before anything is read."""
 
 _HEADER_SIZE = 12
 _MASK_DELTA = 0xA282EAD8
@@ -52,8 +50,6 @@ _HEADER = struct.Struct("<QI")
 # Records at most this long are read together with their footer and the next header in a
 # single read() call and sliced out; longer ones are read on their own to avoid the copy.
 _SMALL_RECORD = 1 << 14
-_MAX_READ = 1 << 24
-_PIECE = 1 << 20  # records over _MAX_READ are read in pieces of this size
 
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -63,7 +59,15 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
 
 
 def frame_record(data: bytes | bytearray | memoryview) -> bytes:
-    """Return ``data`` framed as one TFRecord record (``RECORD_OVERHEAD + len(data)`` bytes)."""
+    """Return ``data`` framed as one TFRecord record (``RECORD_OVERHEAD + len(data)`` bytes).
+
+    A record over :data:`~shardkit.formats.limits.MAX_RECORD_LENGTH`, which readers
+    refuse, is an :class:`EncodeError`."""
+    if len(data) > MAX_RECORD_LENGTH:
+        raise EncodeError(
+            f"record of {len(data)} bytes is over the {MAX_RECORD_LENGTH}-byte limit "
+            "(max_record_length) readers apply"
+        )
     length = _U64.pack(len(data))
     return b"".join(
         (length, _U32.pack(masked_crc32c(length)), data, _U32.pack(masked_crc32c(data)))
@@ -76,6 +80,7 @@ def iter_records(
     url: str | None = None,
     verify: bool = True,
     max_record_length: int = MAX_RECORD_LENGTH,
+    on_bad_data: Callable[[ChecksumError], object] | None = None,
 ) -> Iterator[tuple[int, bytes]]:
     """Yield ``(offset, data)`` for each record of a TFRecord stream.
 
@@ -83,22 +88,22 @@ def iter_records(
     ``stream.read(n)`` is used, so pipes, sockets, HTTP bodies and ``gzip.GzipFile`` all work;
     short reads are retried until ``n`` bytes or end of stream. A record is yielded once its
     footer and the next record's 12-byte header have been read (or the stream has ended).
+    A length that lies allocates nothing the stream does not fill.
 
     Raises :class:`TruncatedShardError` if the stream ends inside a record,
     :class:`ChecksumError` if a CRC does not match (the data CRC only when ``verify``) and
     :class:`FormatError` for a length over ``max_record_length``; each carries ``url``
-    and the ``offset`` of the record where the problem is.
+    and the ``offset`` of the record where the problem is. With ``on_bad_data``, a data
+    CRC mismatch is passed to it instead and the record is yielded all the same (its
+    length was good: ``verify`` goes on after it).
     """
-    if isinstance(max_record_length, bool) or not isinstance(max_record_length, int):
-        raise TypeError(f"max_record_length must be an int, not {max_record_length!r}")
-    if max_record_length < 0:
-        raise ConfigError(f"max_record_length must be >= 0, not {max_record_length}")
+    check_limit("max_record_length", max_record_length)
     read = stream.read
     unpack_header = _HEADER.unpack_from
     unpack_u32 = _U32.unpack_from
     crc = masked_crc32c
     offset = 0
-    header = _read_full(read, _HEADER_SIZE)
+    header = read_bounded(read, _HEADER_SIZE)
     while header:
         if len(header) < _HEADER_SIZE:
             raise TruncatedShardError(
@@ -113,13 +118,13 @@ def iter_records(
             want = length + 4 + _HEADER_SIZE
             buf = read(want)
             if len(buf) != want:
-                buf = _read_full(read, want, buf)
+                buf = read_bounded(read, want, buf)
             data = buf[:length]
             footer = buf[length : length + 4]
             next_header = buf[length + 4 :]
         else:
-            data = _read_full(read, length)
-            rest = _read_full(read, 4 + _HEADER_SIZE) if len(data) == length else b""
+            data = read_bounded(read, length)
+            rest = read_bounded(read, 4 + _HEADER_SIZE) if len(data) == length else b""
             footer = rest[:4]
             next_header = rest[4:]
         if len(footer) != 4:
@@ -127,9 +132,12 @@ def iter_records(
                 f"stream ends inside a record of {length} bytes", url=url, offset=offset
             )
         if verify and crc(data) != unpack_u32(footer)[0]:
-            raise ChecksumError(
+            error = ChecksumError(
                 f"data CRC mismatch in a record of {length} bytes", url=url, offset=offset
             )
+            if on_bad_data is None:
+                raise error
+            on_bad_data(error)
         yield offset, data
         offset += length + RECORD_OVERHEAD
         header = next_header
@@ -147,27 +155,3 @@ def _check_header(
             url=url,
             offset=offset,
         )
-
-
-def _read_full(read: Callable[[int], bytes], size: int, first: bytes = b"") -> bytes:
-    """Read until ``size`` bytes (counting ``first``) or end of stream.
-
-    Reads at most :data:`_MAX_READ` bytes in the first call and 1 MiB in later ones:
-    ``read(n)`` allocates ``n`` bytes up front, and a length that passed its CRC may still
-    be a lie (a crafted file). The pieces go to a BytesIO, whose getvalue() returns its
-    own buffer: no second copy.
-    """
-    if not first:
-        first = read(min(size, _MAX_READ))
-        if len(first) == size or not first:
-            return first
-    buffer = io.BytesIO()
-    buffer.write(first)
-    got = len(first)
-    while got < size:
-        chunk = read(min(size - got, _PIECE))
-        if not chunk:
-            break
-        buffer.write(chunk)
-        got += len(chunk)
-    return buffer.getvalue()

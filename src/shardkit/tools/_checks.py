@@ -7,14 +7,12 @@ it saw: the samples, with their keys and offsets.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ..errors import DataError, FormatError, TruncatedShardError
-from ..formats.tar import BLOCK, read_exact
-from ._tarscan import REGULAR_TYPES, TarScanner
+from ..formats.tar import Grouping, TarScanner
 
 __all__ = ["Report", "Seen", "check_fields", "check_tar", "check_tfrecord"]
 
@@ -22,16 +20,18 @@ Report = Callable[[str | None, int | None, str], None]
 
 _INT_EXTS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
 _DECODED_EXTS = frozenset({"json", "jsn", "txt", "text", "transcript", "npy", *_INT_EXTS})
-_KINDS = {0x31: "hard link", 0x32: "symlink", 0x33: "char device", 0x34: "block device"}
 
 
 @dataclass
 class Seen:
-    """What a checker saw in a shard: sample keys and offsets, in order."""
+    """What a checker saw in a shard: sample keys and offsets, in order; ``stopped``
+    when a header it could not go past (over a limit, a bad length CRC) ended the check,
+    so that nothing more of the stream is read (a gzip bomb is not inflated)."""
 
     keys: list[str] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
+    stopped: bool = False
 
     @property
     def samples(self) -> int:
@@ -58,40 +58,40 @@ def check_fields(key: str, fields: dict[str, bytes], offset: int | None, report:
 # --------------------------------------------------------------------------- tar
 
 
-class _Grouping:
-    """Sample-level checks over the members of a tar stream."""
+class _Samples:
+    """Sample-level checks on top of the reader's grouping: every problem is reported,
+    a key whose members are not adjacent too; fields are decoded when asked."""
 
-    def __init__(self, seen: Seen, report: Report, decode: bool) -> None:
-        self.seen = seen
+    def __init__(self, scanner: TarScanner, report: Report, decode: bool) -> None:
+        self.scanner = scanner
+        self.seen = Seen()
         self.report = report
         self.decode = decode
         self.first: dict[str, int] = {}
         self.key: str | None = None
-        self.exts: set[str] = set()
         self.fields: dict[str, bytes] = {}
+        self.grouping = Grouping(scanner.url, self._problem)
 
-    def scan(self, scanner: TarScanner) -> None:
+    def _problem(self, exc: Exception) -> bool:
+        if not isinstance(exc, FormatError):  # pragma: no cover - the grouping only sends these
+            raise exc
+        message = exc.message
+        if message.startswith("non-regular member"):
+            message += ": readers reject it"
+        self.report(exc.key, exc.offset, message)
+        return True
+
+    def scan(self) -> None:
         """Go through the members (the hot loop: kept flat on purpose)."""
         sizes, offsets = self.seen.sizes, self.seen.offsets
-        for member in scanner:
-            name, size, start = member.name, member.size, member.start
-            end = start + len(member.header) + size + (-size % BLOCK)
-            slash = name.rfind("/") + 1
-            dot = name.find(".", slash)
-            if member.typeflag not in REGULAR_TYPES or dot <= slash:
-                self.odd_member(name, member.typeflag, start)
-                continue
-            key = name[:dot]
-            ext = name[dot + 1 :].lower()
-            if key != self.key:
-                self.new_sample(key, start)
-            sizes[-1] = end - offsets[-1]
-            if ext in self.exts:
-                self.report(key, start, f"duplicate extension {ext!r} in sample")
-                continue
-            self.exts.add(ext)
-            if self.decode:
-                self.fields[ext] = scanner.read_data()
+        read = self.scanner.read_data if self.decode else None
+        for member, key, ext, new in self.grouping(self.scanner):
+            if new:
+                self.new_sample(key, member.start)
+            size = member.size
+            sizes[-1] = member.start + len(member.header) + size + (-size % 512) - offsets[-1]
+            if read is not None:
+                self.fields[ext] = read()
 
     def new_sample(self, key: str, offset: int) -> None:
         self.close()
@@ -104,20 +104,10 @@ class _Grouping:
             )
         else:
             self.first[key] = offset
-        self.key, self.exts = key, set()
+        self.key = key
         self.seen.keys.append(key)
         self.seen.offsets.append(offset)
         self.seen.sizes.append(0)
-
-    def odd_member(self, name: str, typeflag: int, offset: int) -> None:
-        """Report a member readers reject; directories and ``__meta__`` members pass."""
-        if typeflag not in REGULAR_TYPES:
-            if typeflag != 0x35:
-                kind = _KINDS.get(typeflag, f"type {chr(typeflag)!r}")
-                message = f"non-regular member {name!r} ({kind}): readers reject it"
-                self.report(None, offset, message)
-        elif "/" in name or not (name.startswith("__") and name.endswith("__")):
-            self.report(None, offset, f"member {name!r} has no key.extension form")
 
     def close(self) -> None:
         if self.fields and self.key is not None:
@@ -126,36 +116,39 @@ class _Grouping:
 
 
 def check_tar(scanner: TarScanner, report: Report, *, decode: bool = False) -> Seen:
-    """Check a tar stream: headers, truncation, grouping, end marker (and decode fields)."""
-    seen = Seen()
-    group = _Grouping(seen, report, decode)
+    """Check a tar stream: headers, limits, truncation, grouping, end marker (and decode
+    fields). A member over the size limit ends the check, as it ends reading (a gzip bomb
+    is not inflated); after a bad header the check goes on at the next valid one."""
+    group = _Samples(scanner, report, decode)
     while True:
         try:
-            group.scan(scanner)
+            group.scan()
             break
         except TruncatedShardError as exc:
-            report(group.key, exc.offset, f"truncated: {exc.message}")
+            report(exc.key or group.key, exc.offset, f"truncated: {exc.message}")
             group.close()
-            return seen
+            return group.seen
         except FormatError as exc:
+            if scanner.in_member:  # a sound header over a limit: readers stop there too
+                report(exc.key, exc.offset, f"{exc.message}; cannot go on")
+                group.seen.stopped = True
+                group.close()
+                return group.seen
             start = scanner.resync()
             where = f"next header at offset {start}" if start is not None else "none after it"
             report(None, exc.offset, f"{exc.message}; {where}")
             if start is None:
                 group.close()
-                return seen
+                return group.seen
     group.close()
     if scanner.end_blocks == 0:
         report(None, scanner.offset, "no end-of-archive blocks: truncated at a member boundary?")
     elif scanner.end_blocks == 1:
         report(None, scanner.offset, "only one of the two end-of-archive blocks")
-    return seen
+    return group.seen
 
 
 # --------------------------------------------------------------------------- TFRecord
-
-_HEADER = struct.Struct("<QI")
-_U32 = struct.Struct("<I")
 
 
 def check_tfrecord(
@@ -163,44 +156,44 @@ def check_tfrecord(
 ) -> tuple[Seen, int]:
     """Check TFRecord framing, both CRCs and each Example; returns (seen, bytes read).
 
-    A bad data CRC or a malformed Example is reported and skipped (the length was good);
-    a bad length CRC or a truncated record ends the check (nothing after it is trusted).
+    The framing is the reader's (:func:`shardkit.formats.tfrecord.iter_records`, with its
+    limits). A bad data CRC or a malformed Example is reported and skipped (the length was
+    good); a bad length CRC, a length over the limit or a truncated record ends the check
+    (nothing after it is trusted).
     """
     from ..formats.example import decode_example
-    from ..formats.tfrecord import MAX_RECORD_LENGTH, RECORD_OVERHEAD, masked_crc32c
+    from ..formats.tfrecord import RECORD_OVERHEAD, iter_records
 
     seen = Seen()
     first: dict[str, int] = {}
-    offset = 0
-    while header := read_exact(stream, 12):
-        if len(header) < 12:
-            report(None, offset, "truncated: stream ends inside a record header")
-            break
-        length, length_crc = _HEADER.unpack(header)
-        if masked_crc32c(header[:8]) != length_crc or length > MAX_RECORD_LENGTH:
-            report(None, offset, "length CRC mismatch in record header: cannot go on")
-            break
-        data = read_exact(stream, length)
-        footer = read_exact(stream, 4) if len(data) == length else b""
-        if len(footer) < 4:
-            report(None, offset, f"truncated: stream ends inside a record of {length} bytes")
-            break
-        key = f"{len(seen.keys):08d}"
-        if masked_crc32c(data) != _U32.unpack(footer)[0]:
-            report(None, offset, f"data CRC mismatch in a record of {length} bytes")
-        else:
-            try:
-                features = decode_example(data, url=url, offset=offset)
-            except FormatError as exc:
-                report(None, offset, exc.message)
-            else:
-                key = _example_key(features, key)
-                _check_example(key, features, offset, first, report, decode)
-        seen.keys.append(key)
-        seen.offsets.append(offset)
-        seen.sizes.append(length + RECORD_OVERHEAD)
-        offset += length + RECORD_OVERHEAD
-    return seen, offset
+    bad: list[int] = []
+
+    def bad_data(exc: FormatError) -> None:
+        report(None, exc.offset, exc.message)
+        bad.append(exc.offset or 0)
+
+    try:
+        for offset, data in iter_records(stream, url=url, on_bad_data=bad_data):
+            key = f"{len(seen.keys):08d}"
+            if not bad or bad[-1] != offset:
+                try:
+                    features = decode_example(data, url=url, offset=offset)
+                except FormatError as exc:
+                    report(None, offset, exc.message)
+                else:
+                    key = _example_key(features, key)
+                    _check_example(key, features, offset, first, report, decode)
+            seen.keys.append(key)
+            seen.offsets.append(offset)
+            seen.sizes.append(len(data) + RECORD_OVERHEAD)
+    except TruncatedShardError as exc:
+        report(None, exc.offset, f"truncated: {exc.message}")
+        return seen, exc.offset or 0
+    except FormatError as exc:  # a bad length CRC, a length over the limit
+        report(None, exc.offset, f"{exc.message}: cannot go on")
+        seen.stopped = True
+        return seen, exc.offset or 0
+    return seen, (seen.offsets[-1] + seen.sizes[-1]) if seen.keys else 0
 
 
 def _example_key(features: dict[str, list[bytes] | list[int] | list[float]], default: str) -> str:

@@ -27,7 +27,7 @@ from ..formats.names import (
     is_pattern,
     shard_name,
 )
-from ..formats.tar import TarWriter
+from ..formats.tar import TarWriter, check_key_order
 from ..units import Size
 from ..writer import ShardInfo, ShardWriter
 
@@ -150,13 +150,7 @@ class Output:
 
     def check_key(self, key: str) -> None:
         """Refuse the same key twice in a row (readers would merge the two samples)."""
-        if key == self._last_key:
-            raise EncodeError(
-                "the same __key__ twice in a row in the output: readers would merge the two "
-                "samples",
-                key=key,
-            )
-        self._last_key = key
+        self._last_key = check_key_order(self._last_key, key)
 
     def raw_sample(self, key: str) -> None:
         """Account for a sample the caller is about to copy to :attr:`raw` as raw members."""

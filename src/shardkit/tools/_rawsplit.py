@@ -16,14 +16,12 @@ from typing import Any
 
 from .. import storage
 from ..digest import DEFAULT_HASH, HashName, check_hash
-from ..errors import EncodeError
 from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
-from ..formats.tar import END_OF_ARCHIVE
+from ..formats.tar import END_OF_ARCHIVE, Grouping, TarScanner, check_key_order
 from ..units import Size
 from ..writer import ShardInfo
 from ._inputs import ShardRef, gzip_errors, open_shard
-from ._tarscan import TarScanner, sample_members
 
 __all__ = ["RawShards", "split_raw"]
 
@@ -66,10 +64,7 @@ class RawShards:
     def add(self, key: str, size: int, emit: Callable[[Write], None]) -> bool:
         """Add a sample of ``size`` bytes that ``emit(write)`` writes; False (and nothing
         written) once ``max_shards`` shards are full."""
-        if key == self._last_key:
-            raise EncodeError(
-                "the same __key__ twice in a row: readers would merge the two samples", key=key
-            )
+        check_key_order(self._last_key, key)
         file = self._file
         if file is not None and self.cut.full(self._count, self._size, size):
             self._commit()
@@ -115,21 +110,21 @@ class RawShards:
             file.discard()
 
 
-def _split_shard(scanner: TarScanner, sink: RawShards) -> bool:
+def _split_shard(members: TarScanner, sink: RawShards) -> bool:
     """Feed ``sink`` the samples of one tar stream, with the reader's checks; False once
     the sink is full."""
     key: str | None = None
     start = end = 0
 
     def add(key: str, start: int, end: int) -> bool:
-        return sink.add(key, end - start, lambda write: scanner.copy_range(start, end, write))
+        return sink.add(key, end - start, lambda write: members.copy_range(start, end, write))
 
-    for member, prefix, new in sample_members(scanner):
+    for member, prefix, _ext, new in Grouping(members.url)(members):
         if new:
             if key is not None and not add(key, start, end):
                 return False
             key, start = prefix, member.start
-            scanner.keep_from(start)
+            members.keep_from(start)
         end = member.end
     return key is None or add(key, start, end)
 
@@ -146,11 +141,11 @@ def split_raw(
         for ref in refs:
             raw, stream = open_shard(ref, storage_options=storage_options)
             try:
-                scanner = TarScanner(stream, url=ref.url, chunk_size=chunk_size)
-                sink.before_commit = scanner.flush_copy
+                members = TarScanner(stream, url=ref.url, chunk_size=chunk_size)
+                sink.before_commit = members.flush_copy
                 with gzip_errors(ref.url):
-                    going = _split_shard(scanner, sink)
-                scanner.flush_copy()
+                    going = _split_shard(members, sink)
+                members.flush_copy()
                 sink.before_commit = None
                 if not going:
                     break

@@ -17,11 +17,11 @@ from typing import Any
 from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.names import Format
+from ..formats.tar import Grouping, TarScanner
 from ..handlers import Handler, reraise
 from ..writer import ShardInfo
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
 from ._outputs import Output
-from ._tarscan import TarScanner, sample_members
 
 __all__ = ["cat", "iter_cat", "shuffle_buffer"]
 
@@ -147,24 +147,24 @@ def _copy_shard(
         return
     raw, stream = open_shard(ref, storage_options=storage_options)
     try:
-        scanner = TarScanner(stream, url=ref.url)
+        members = TarScanner(stream, url=ref.url)
         with gzip_errors(ref.url):
             try:
-                _copy_members(scanner, out, window)
+                _copy_members(members, out, window)
             finally:
-                scanner.flush_copy()
+                members.flush_copy()
     finally:
         if not ref.stdin:
             raw.close()
 
 
-def _copy_members(scanner: TarScanner, out: Output, window: _Window) -> None:
+def _copy_members(members: TarScanner, out: Output, window: _Window) -> None:
     """Copy whole samples' members to ``out.raw``, checking what a reader would check."""
     write = out.raw.write if out.raw is not None else None
     if write is None:  # pragma: no cover - callers only come here with a raw stream
         raise ConfigError("raw copy needs a tar stream output")
     copying = False
-    for _member, key, new in sample_members(scanner):  # the hot loop
+    for _member, key, _ext, new in Grouping(members.url)(members):  # the hot loop
         if new:
             if window.done:
                 return
@@ -172,4 +172,4 @@ def _copy_members(scanner: TarScanner, out: Output, window: _Window) -> None:
             if copying:
                 out.raw_sample(key)
         if copying:
-            scanner.copy_member(write)
+            members.copy_member(write)

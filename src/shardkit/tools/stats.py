@@ -22,9 +22,9 @@ from typing import Any
 
 from ..codecs import image_extension, image_size
 from ..errors import DataError
+from ..formats.tar import Grouping, TarScanner
 from ..formats.tfschema import HEIGHT, WIDTH
 from ._inputs import Inputs, ShardRef, as_refs, class_names, gzip_errors, open_shard
-from ._tarscan import TarScanner
 from .tsv import check_spec, escape_controls, label_text
 
 __all__ = ["ShardStats", "Stats", "field_kind", "format_stats", "plot_stats", "stats"]
@@ -163,36 +163,25 @@ def _tar_shard(ref: ShardRef, shard: ShardStats, collect: _Collector, options: A
     raw, stream = open_shard(ref, storage_options=options, buffer_size=0 if seekable else 1 << 20)
     seekable = seekable and stream is raw
     try:
-        scanner = TarScanner(stream, url=ref.url, chunk_size=1 << 16, seek=seekable)
+        members = TarScanner(stream, url=ref.url, chunk_size=1 << 16, seek=seekable)
         key: str | None = None
         fields: dict[str, Any] = {}
         sizes: dict[str, int] = {}
         disk = 0
         with gzip_errors(ref.url):
-            for member in scanner:
-                split = _split(member.name) if member.regular else None
-                if split is None:
-                    continue
-                if split[0] != key:
+            for member, prefix, ext, new in Grouping(ref.url)(members):
+                if new:
                     if key is not None:
                         collect.sample(shard, fields, sizes, disk)
-                    key, fields, sizes, disk = split[0], {}, {}, 0
-                ext = split[1]
+                    key, fields, sizes, disk = prefix, {}, {}, 0
                 sizes[ext] = member.size
                 disk += member.end - member.start
-                fields[ext] = scanner.read_data() if collect.wants(ext) else b""
+                fields[ext] = members.read_data() if collect.wants(ext) else b""
         if key is not None:
             collect.sample(shard, fields, sizes, disk)
     finally:
         if not ref.stdin:
             raw.close()
-
-
-def _split(name: str) -> tuple[str, str] | None:
-    from ..formats.tar import split_name
-
-    split = split_name(name)
-    return None if split is None else (split[0], split[1].lower())
 
 
 def _tfrecord_shard(ref: ShardRef, shard: ShardStats, collect: _Collector, options: Any) -> None:

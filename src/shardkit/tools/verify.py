@@ -25,6 +25,7 @@ from .. import storage
 from ..digest import digest_name
 from ..errors import FormatError, StorageError
 from ..formats.index import compare_index
+from ..formats.tar import TarScanner
 from ..reader import load_index
 from ..storage import Tally
 from ._checks import Seen, check_tar, check_tfrecord
@@ -38,7 +39,6 @@ from ._inputs import (
     open_shard,
     read_manifest,
 )
-from ._tarscan import TarScanner
 
 __all__ = [
     "Problem",
@@ -221,9 +221,9 @@ def _check_stream(
         else:
             seek = hashing is None and not zipped
             chunk = _SEEK_CHUNK if seek else _READ_CHUNK
-            scanner = TarScanner(stream, url=ref.url, chunk_size=chunk, seek=seek)
-            seen = check_tar(scanner, report, decode=decode)
-        if zipped or hashing is not None:
+            members = TarScanner(stream, url=ref.url, chunk_size=chunk, seek=seek)
+            seen = check_tar(members, report, decode=decode)
+        if (zipped or hashing is not None) and not seen.stopped:
             while stream.read(_READ_CHUNK):
                 pass
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:

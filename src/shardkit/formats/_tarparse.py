@@ -1,51 +1,144 @@
-"""A low-level tar scanner for the tools: raw headers, big reads, seeks, resync.
+"""The one tar member parser: headers, size limits, and the raw bytes around each member.
 
-:func:`shardkit.formats.tar.iter_members` is the reader for samples; the tools need more:
-the raw header bytes of each member (``cat`` copies members byte for byte), reading in big
-chunks or seeking over data it does not need (``verify``, ``index``, ``stats`` only look at
-headers), and going on after a corrupt header (``verify`` reports every problem). The
-header rules (checksums, GNU long names, PAX, base-256 sizes) are those of
-:mod:`shardkit.formats.tar`, whose parsing helpers this module reuses.
+:class:`TarScanner` reads a tar stream member by member. It understands ustar, GNU (long
+names, base-256 sizes) and PAX headers; checks each header's checksum; and applies the
+limits of :mod:`shardkit.formats.limits` from the header, before anything of the member
+is read: a regular member over ``max_member_size``, a PAX / GNU long-name payload over
+1 MiB, any other member over 1 TiB is a :class:`FormatError`. It never allocates what a
+header claims, only what the stream really holds: its buffer grows with the bytes read.
+
+After each member it yields, the caller may :meth:`~TarScanner.read_data`,
+:meth:`~TarScanner.copy_member` (raw bytes, headers included) or do nothing (the data is
+skipped, by a seek where ``seek=True`` and the stream is a regular file). On top of that
+the tools keep whole samples in the buffer (:meth:`~TarScanner.keep_from`,
+:meth:`~TarScanner.copy_range`), go on after a corrupt header (:meth:`~TarScanner.resync`)
+or past a member over the limit, and look at the end-of-archive blocks.
+
+``readahead=True`` (the tools) reads the stream in big chunks; ``readahead=False`` (the
+sample reader) reads only what it parses, member data straight into its own bytes, and
+never past the end-of-archive blocks (a gzip stream's trailer is checked afterwards).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import stat
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, NamedTuple
 from zlib import adler32
 
 from ..errors import FormatError, TruncatedShardError
-from ..formats import tar as _tar
-from ..formats.tar import BLOCK, _header_name, _octal, _parse_pax
+from ._io import read_bounded
+from .limits import MAX_MEMBER_SIZE, MAX_SKIPPED_SIZE, MAX_TAR_META_SIZE, check_limit
 
-__all__ = ["REGULAR_TYPES", "RawMember", "TarScanner", "sample_members"]
+__all__ = [
+    "BLOCK",
+    "DIRECTORY",
+    "REGULAR_TYPES",
+    "RawMember",
+    "TarScanner",
+    "member_kind",
+]
 
+BLOCK = 512
 _ZERO = bytes(BLOCK)
-_MAX_MEMBER = 1 << 40
-_MAX_META = 1 << 20
-_META_TYPES = b"LKxg"
 REGULAR_TYPES = frozenset(b"0\x007")
+_META_TYPES = frozenset(b"LKxg")  # GNU long name / long link, PAX extended / global header
+DIRECTORY = 0x35
+_KINDS = {
+    0x31: "hard link",
+    0x32: "symlink",
+    0x33: "char device",
+    0x34: "block device",
+    0x36: "fifo",
+}
+_SMALL = 1 << 14  # without read-ahead, members up to this size are read with the next header
+_PIECE = 1 << 20  # without read-ahead, the largest single read into the buffer
 
 Write = Callable[[memoryview], object]
 
 
-def _checksum_ok(header: bytes | bytearray) -> bool:
+def member_kind(typeflag: int) -> str:
+    """A readable name for a non-regular member type."""
+    return _KINDS.get(typeflag, f"type {chr(typeflag)!r}")
+
+
+# --------------------------------------------------------------------------- header fields
+
+
+def _octal(field: bytes | bytearray) -> int:
+    if field[0] & 0x80:  # GNU base-256
+        value = int.from_bytes(field[1:], "big")
+        return -value if field[0] & 0x40 else value
+    text = bytes(field).split(b"\0", 1)[0].strip()
+    return int(text, 8) if text else 0
+
+
+def _checksum_slow(header: bytes) -> bool:
+    stored = header[148:156].split(b"\0", 1)[0].strip()
+    if not stored:
+        return False
+    try:
+        expected = int(stored, 8)
+    except ValueError:
+        return False
+    unsigned = sum(header) - sum(header[148:156]) + 256
+    if unsigned == expected:
+        return True
+    # Some old writers summed signed chars; accept that too (as tarfile does).
+    signed = sum(b - 256 if b > 127 else b for b in header[:148] + header[156:]) + 256
+    return signed == expected
+
+
+def checksum_ok(header: bytes | bytearray) -> bool:
     """The tar header checksum rule, fast: adler32's low half is 1 + the byte sum of a
     block of at most 256 bytes (it cannot wrap), so three C calls replace a Python sum
     over the header without its checksum field."""
     try:
         expected = int(header[148:154], 8)  # "%06o\0 ", as tar and tarfile write it
     except ValueError:
-        return _tar._checksum_ok(bytes(header))
+        return _checksum_slow(bytes(header))
     total = (
         (adler32(header[:148]) & 0xFFFF)
         + (adler32(header[156:412]) & 0xFFFF)
         + (adler32(header[412:]) & 0xFFFF)
         + 253  # 8 spaces for the checksum field (256), minus the three adler32 start values
     )
-    return total == expected or _tar._checksum_ok(bytes(header))
+    return total == expected or _checksum_slow(bytes(header))
+
+
+def _parse_pax(data: bytes, url: str | None, offset: int) -> dict[str, str]:
+    records: dict[str, str] = {}
+    pos = 0
+    while pos < len(data):
+        space = data.find(b" ", pos)
+        if space < 0:
+            break
+        try:
+            length = int(data[pos:space])
+        except ValueError:
+            raise FormatError("malformed PAX header record", url=url, offset=offset) from None
+        if length <= 0 or pos + length > len(data):
+            raise FormatError("malformed PAX header record", url=url, offset=offset)
+        keyword, _, value = data[space + 1 : pos + length - 1].partition(b"=")
+        records[keyword.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return records
+
+
+def _header_name(header: bytes | bytearray) -> str:
+    name = bytes(header[:100]).split(b"\0", 1)[0]
+    if header[257:262] == b"ustar" and header[345] != 0:
+        prefix = bytes(header[345:500]).split(b"\0", 1)[0]
+        name = prefix + b"/" + name
+    return name.decode("utf-8", "surrogateescape")
+
+
+def _key_of(name: str) -> str | None:
+    slash = name.rfind("/") + 1
+    dot = name.find(".", slash)
+    return name[:dot] if dot > slash else None
 
 
 class RawMember(NamedTuple):
@@ -62,15 +155,18 @@ class RawMember(NamedTuple):
         return self.typeflag in REGULAR_TYPES
 
     @property
+    def offset(self) -> int:
+        """Offset of the member's own header (after any long-name / PAX headers)."""
+        return self.start + len(self.header) - BLOCK
+
+    @property
     def end(self) -> int:
         """Offset just after the member's data and padding."""
         return self.start + len(self.header) + self.size + (-self.size % BLOCK)
 
 
 class TarScanner:
-    """Iterate over the members of a tar stream; after each one, the caller may
-    :meth:`read_data`, :meth:`copy_member` or do nothing (the data is then skipped, by a seek
-    where ``seek=True`` and the stream is a regular file)."""
+    """Iterate over the members of a tar stream (see the module docs)."""
 
     def __init__(
         self,
@@ -79,12 +175,16 @@ class TarScanner:
         url: str | None = None,
         chunk_size: int = 1 << 22,
         seek: bool = False,
+        readahead: bool = True,
+        max_member_size: int = MAX_MEMBER_SIZE,
     ) -> None:
         self._stream = stream
         self._read = stream.read
         self._readinto = getattr(stream, "readinto", None)
         self.url = url
-        self._chunk = chunk_size
+        self.max_member_size = check_limit("max_member_size", max_member_size)
+        self._chunk = chunk_size if readahead else min(chunk_size, _PIECE)
+        self._ahead = readahead
         self._buf = bytearray()  # reused across reads; _len bytes of it are valid
         self._len = 0
         self._pos = 0
@@ -104,41 +204,52 @@ class TarScanner:
         """Offset of the next unread byte, from the start of the stream."""
         return self._base + self._pos
 
+    @property
+    def in_member(self) -> bool:
+        """Whether a member's header was read and its data is still ahead: after a
+        FormatError, the header was sound (a member over the size limit), and iterating
+        again would skip its data."""
+        return self._pending > 0
+
     # -- buffer
-    def _fill(self, n: int) -> bool:
+    def _fill(self, n: int, ahead: bool = True) -> bool:
         """Make ``n`` bytes available at the position; False if the stream ends first.
 
         The bytes from the position on (from the :meth:`keep_from` offset, if earlier) move
-        to the front of the buffer; pending copies are written out first."""
-        avail = self._len - self._pos
-        if avail >= n:
+        to the front of the buffer; pending copies are written out first. With read-ahead
+        the buffer is filled as far as it goes; the buffer grows with what is read (at
+        most doubling what it holds), never with ``n`` alone."""
+        if self._len - self._pos >= n:
             return True
         self.flush_copy()
         keep = self._pos if self._keep is None else min(self._keep, self._pos)
         held = self._len - keep
         need = self._pos - keep + n
+        want = need + self._chunk if self._ahead and ahead else need
         buf = self._buf
-        size = max(self._chunk, need)
-        if len(buf) < size:
-            buf = self._buf = bytearray(size) if not held else buf + bytes(size - len(buf))
-        buf[:held] = buf[keep : self._len]
-        self._base += keep
-        self._pos -= keep
-        if self._keep is not None:
-            self._keep -= keep
+        if keep:
+            buf[:held] = buf[keep : self._len]
+            self._base += keep
+            self._pos -= keep
+            if self._keep is not None:
+                self._keep -= keep
         while held < need:
-            got = self._read_into(buf, held)
+            if held == len(buf):
+                grown = bytearray(min(want, max(self._chunk, 2 * held)))
+                grown[:held] = buf[:held]
+                buf = self._buf = grown
+            got = self._read_into(buf, held, min(len(buf), want) - held)
             if not got:
                 break
             held += got
         self._len = held
         return held >= need
 
-    def _read_into(self, buf: bytearray, at: int) -> int:
+    def _read_into(self, buf: bytearray, at: int, n: int) -> int:
         if self._readinto is not None:
             with memoryview(buf) as view:
-                return int(self._readinto(view[at:]) or 0)
-        chunk = self._read(len(buf) - at)
+                return int(self._readinto(view[at : at + n]) or 0)
+        chunk = self._read(n)
         buf[at : at + len(chunk)] = chunk
         return len(chunk)
 
@@ -151,8 +262,12 @@ class TarScanner:
                 write(memoryview(self._buf)[pos : pos + n])
             self._pos = pos + n
             return n
-        if write is None and self._keep is not None:  # kept bytes stay in the buffer
-            got = n if self._fill(n) else self._len - self._pos
+        keep = self._keep is not None
+        if write is None and (keep or (not self._ahead and n < _SMALL)):
+            # kept bytes stay in the buffer; without read-ahead, a short skip (padding) is
+            # read together with the next header
+            self._fill(n if keep else n + BLOCK)
+            got = min(n, self._len - self._pos)
             self._pos += got
             return got
         self.flush_copy()
@@ -184,13 +299,14 @@ class TarScanner:
     def __iter__(self) -> Iterator[RawMember]:
         # The common case (a plain ustar header for a regular file, checksum as tar writes
         # it) is inlined here: this loop runs once per member and dominates small samples.
+        limit = self.max_member_size
         while True:
             if self._pending:
                 self._take(None)
             pos = self._pos
             if self._len - pos >= BLOCK:
                 header = self._buf[pos : pos + BLOCK]
-                if header[156] == 0x30 and not header[345]:
+                if header[156] == 0x30 and not header[345] and header[135] in (0, 0x20):
                     try:
                         expected = int(header[148:154], 8)
                         size = int(header[124:135], 8)
@@ -201,7 +317,7 @@ class TarScanner:
                         + (adler32(header[156:412]) & 0xFFFF)
                         + (adler32(header[412:]) & 0xFFFF)
                     )
-                    if total + 253 == expected and size >= 0:
+                    if total + 253 == expected and 0 <= size <= limit:
                         end = header.find(0, 0, 100)
                         name = header[: end if end >= 0 else 100].decode("utf-8", "surrogateescape")
                         self._member = member = RawMember(
@@ -216,31 +332,62 @@ class TarScanner:
                 return
             yield found
 
-    def _finish_member(self) -> None:
-        if self._pending:
-            self._take(None)
-
     def _take(self, write: Write | None) -> None:
         pending, self._pending = self._pending, 0
         if self._consume(pending, write) < pending:
-            member = self._member
-            raise TruncatedShardError(
-                "shard ends inside a tar member", url=self.url, offset=member and member.start
-            )
+            raise self._truncated()
+
+    def _truncated(self) -> TruncatedShardError:
+        member = self._member
+        return TruncatedShardError(
+            "shard ends inside a tar member",
+            url=self.url,
+            offset=member and member.offset,
+            key=member and _key_of(member.name),
+        )
 
     def read_data(self) -> bytes:
         """The current member's data (consumes it)."""
         member = self._member
         if member is None or not self._pending:
             return b""
-        pos, size = self._pos, member.size
-        if self._pending <= self._len - pos:
+        size, pending = member.size, self._pending
+        if pending > self._len - self._pos and not self._ahead and pending < _SMALL:
+            self._fill(pending + BLOCK)  # a small member: its data and the next header
+        pos = self._pos
+        if pending <= self._len - pos:
+            self._pos += pending
+            self._pending = 0
+            with memoryview(self._buf) as view:
+                return view[pos : pos + size].tobytes()
+        if self._keep is not None:
+            parts: list[bytes] = []
+            self._take(lambda view: parts.append(bytes(view)))
+            return b"".join(parts)[:size]
+        return self._read_direct(member, size, pending)
+
+    def _read_direct(self, member: RawMember, size: int, pending: int) -> bytes:
+        """Read a member's data that is not in the buffer straight into its own bytes."""
+        self.flush_copy()
+        pos, avail = self._pos, self._len - self._pos
+        head = bytes(self._buf[pos : pos + min(avail, size)]) if avail else b""
+        self._base += self._len
+        self._len = self._pos = 0
+        left = size - len(head)
+        data = read_bounded(self._read, left) if left > 0 else b""
+        self._base += len(data)
+        if len(data) < left:
+            self._pending = 0
+            raise self._truncated()
+        self._pending = pending - max(avail, size)
+        if not self._ahead:  # the padding now (a member is whole with it), and the next header
+            self._fill(self._pending + BLOCK)
+            if self._len - self._pos < self._pending:
+                self._pending = 0
+                raise self._truncated()
             self._pos += self._pending
             self._pending = 0
-            return bytes(self._buf[pos : pos + size])
-        parts: list[bytes] = []
-        self._take(lambda view: parts.append(bytes(view)))
-        return b"".join(parts)[:size]
+        return head + data if head else data
 
     def copy_member(self, write: Write) -> None:
         """Copy the current member, headers, data and padding, as raw bytes to ``write``.
@@ -264,21 +411,6 @@ class TarScanner:
         else:  # a member larger than the buffer: write what is pending, then stream it
             self._copy_end = self._pos
             self._take(write)
-
-    def member_bytes(self) -> bytes:
-        """The current member, headers, data and padding, as one bytes object."""
-        member = self._member
-        if member is None:
-            return b""
-        start = member.start - self._base
-        if start >= 0 and self._pending <= self._len - self._pos:
-            end = self._pos + self._pending
-            self._pos, self._pending = end, 0
-            with memoryview(self._buf) as view:
-                return view[start:end].tobytes()
-        parts = [bytes(member.header)]
-        self._take(lambda view: parts.append(bytes(view)))
-        return b"".join(parts)
 
     def keep_from(self, offset: int | None) -> None:
         """Keep the stream's bytes from ``offset`` (not before the buffer's start) in the
@@ -336,17 +468,21 @@ class TarScanner:
                 long_name = payload[0].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             elif typeflag == 0x78:
                 pax = _parse_pax(payload[0], self.url, self.offset - len(payload[1]))
-        self._pos += BLOCK
+        if "path" in pax:
+            name = pax["path"]
+        else:
+            name = long_name if long_name is not None else _header_name(header)
         parts.append(header)
-        name = pax.get("path") or long_name or _header_name(header)
         raw = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._member = RawMember(start, name, typeflag, raw, size)
+        self._member = member = RawMember(start, name, typeflag, raw, size)
+        self._pos += BLOCK
         self._pending = size + (-size % BLOCK)
-        return self._member
+        self._check_size(member)
+        return member
 
     def _parse(self, header: bytes, pax: dict[str, str]) -> tuple[int, int]:
         offset = self.offset
-        if not _checksum_ok(header):
+        if not checksum_ok(header):
             raise FormatError(
                 "bad tar header checksum (not a tar file, or corrupt)", url=self.url, offset=offset
             )
@@ -354,11 +490,31 @@ class TarScanner:
             size = int(pax["size"]) if "size" in pax else _octal(header[124:136])
         except ValueError:
             raise FormatError("bad size field in tar header", url=self.url, offset=offset) from None
+        if size < 0:
+            raise FormatError(f"negative member size {size}", url=self.url, offset=offset)
         typeflag = header[156]
-        limit = _MAX_META if typeflag in _META_TYPES else _MAX_MEMBER
-        if size < 0 or size > limit:
+        if typeflag in _META_TYPES and size > MAX_TAR_META_SIZE:
+            raise FormatError(
+                f"member of {size} bytes is over the {MAX_TAR_META_SIZE}-byte limit for tar "
+                f"metadata (type {chr(typeflag)!r})",
+                url=self.url,
+                offset=offset,
+            )
+        if typeflag not in REGULAR_TYPES and size > MAX_SKIPPED_SIZE:
             raise FormatError(f"absurd member size {size}", url=self.url, offset=offset)
         return size, typeflag
+
+    def _check_size(self, member: RawMember) -> None:
+        """A regular member over ``max_member_size``: a FormatError from its header. The
+        scanner stays at the member: iterating again skips its data."""
+        if member.regular and member.size > self.max_member_size:
+            raise FormatError(
+                f"member of {member.size} bytes is over max_member_size "
+                f"({self.max_member_size} bytes): raise it to read this shard",
+                url=self.url,
+                offset=member.offset,
+                key=_key_of(member.name),
+            )
 
     def _meta_payload(self, size: int) -> tuple[bytes, bytes]:
         total = BLOCK + size + (-size % BLOCK)
@@ -373,7 +529,7 @@ class TarScanner:
     def _end_of_archive(self) -> None:
         self._pos += BLOCK
         self.end_blocks = 1
-        if self._fill(BLOCK) and self._buf[self._pos : self._pos + BLOCK] == _ZERO:
+        if self._fill(BLOCK, ahead=False) and self._buf[self._pos : self._pos + BLOCK] == _ZERO:
             self._pos += BLOCK
             self.end_blocks = 2
 
@@ -388,7 +544,7 @@ class TarScanner:
         self._pos += BLOCK
         while self._fill(BLOCK):
             block = self._buf[self._pos : self._pos + BLOCK]
-            if block[257:262] == b"ustar" and _checksum_ok(block):
+            if block[257:262] == b"ustar" and checksum_ok(block):
                 return self.offset
             self._pos += BLOCK
         return None
@@ -417,46 +573,4 @@ def _file_limit(stream: BinaryIO) -> int | None:
         position = stream.tell()
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
         return None
-    import stat
-
     return info.st_size - position if stat.S_ISREG(info.st_mode) else None
-
-
-def sample_members(scanner: TarScanner) -> Iterator[tuple[RawMember, str, bool]]:
-    """(member, sample key, whether it starts a new sample) for each regular member.
-
-    Raises as the reader does: for non-regular members (directories and root-level
-    ``__meta__`` members pass silently), names without a key, and an extension repeated
-    within a sample.
-    """
-    key: str | None = None
-    exts: set[str] = set()
-    for member in scanner:
-        name = member.name
-        slash = name.rfind("/") + 1
-        dot = name.find(".", slash)
-        if member.typeflag not in REGULAR_TYPES or dot <= slash:
-            _odd_member(name, member.typeflag, scanner.url, member.start)
-            continue
-        prefix, ext = name[:dot], name[dot + 1 :].lower()
-        new = prefix != key
-        if new:
-            key, exts = prefix, set()
-        elif ext in exts:
-            raise FormatError(
-                f"duplicate extension {ext!r} in sample",
-                url=scanner.url,
-                offset=member.start,
-                key=prefix,
-            )
-        exts.add(ext)
-        yield member, prefix, new
-
-
-def _odd_member(name: str, typeflag: int, url: str | None, offset: int) -> None:
-    """Raise as the reader does for members it rejects; directories and ``__meta__`` pass."""
-    if typeflag not in REGULAR_TYPES:
-        if typeflag != 0x35:
-            raise FormatError(f"non-regular member {name!r}", url=url, offset=offset)
-    elif "/" in name or not (name.startswith("__") and name.endswith("__")):
-        raise FormatError(f"member {name!r} has no key.extension form", url=url, offset=offset)

@@ -1,0 +1,58 @@
+"""The one table of size limits for what shardkit reads and writes.
+
+Readers hold a tar member or a TFRecord record whole in memory, so they refuse one whose
+header declares more than the limit before reading anything; writers refuse to write what
+a reader with the default limits would refuse, so a shard shardkit writes always reads
+back. Each limit is defined here once; the readers (:mod:`shardkit.formats.tar`,
+:mod:`shardkit.formats.tfrecord`, the tools) and the writers (``TarWriter``,
+``ShardWriter``, the build's part writer) import it from here.
+
+=====================  =======  ==========================================================
+limit                  default  what it bounds
+=====================  =======  ==========================================================
+``MAX_MEMBER_SIZE``    2 GiB    a tar member's data (``max_member_size=`` raises it on read)
+``MAX_RECORD_LENGTH``  2 GiB    a TFRecord record (protobuf's own limit on a message)
+``MAX_TAR_META_SIZE``  1 MiB    a PAX extended header or GNU long name/link payload
+``MAX_NAME_BYTES``     1 MiB-1  a member name (``key.ext``), UTF-8: a GNU long-name payload
+                                holds it and a NUL
+``MAX_SKIPPED_SIZE``   1 TiB    a non-regular member, streamed past, never held
+=====================  =======  ==========================================================
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+
+__all__ = [
+    "MAX_MEMBER_SIZE",
+    "MAX_NAME_BYTES",
+    "MAX_RECORD_LENGTH",
+    "MAX_SKIPPED_SIZE",
+    "MAX_TAR_META_SIZE",
+    "check_limit",
+]
+
+MAX_MEMBER_SIZE = 2 << 30
+"""Default ``max_member_size``: the largest tar member read into memory (2 GiB)."""
+
+MAX_RECORD_LENGTH = 2 << 30
+"""Default ``max_record_length``: the largest TFRecord record read into memory (2 GiB)."""
+
+MAX_TAR_META_SIZE = 1 << 20
+"""The largest PAX extended header or GNU long name/link payload (1 MiB)."""
+
+MAX_NAME_BYTES = MAX_TAR_META_SIZE - 1
+"""The longest member name a writer may use: its GNU long-name payload (name + NUL) is
+within :data:`MAX_TAR_META_SIZE`."""
+
+MAX_SKIPPED_SIZE = 1 << 40
+"""The largest non-regular member streamed past (1 TiB): only an absurd size is an error."""
+
+
+def check_limit(name: str, value: object) -> int:
+    """``value`` as a size limit: an int >= 0 (TypeError / ConfigError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ConfigError(f"{name} must be >= 0, not {value}")
+    return value
