@@ -27,7 +27,7 @@ from .errors import DataError, FormatError
 from .formats.index import ShardIndex, index_url
 from .formats.manifest import ManifestContents, parse_manifest
 from .formats.names import Format, format_from_name
-from .formats.tar import BLOCK, MAX_MEMBER_SIZE
+from .formats.tar import MAX_MEMBER_SIZE
 from .handlers import Handler, reraise
 
 __all__ = [
@@ -214,16 +214,17 @@ def holds_whole_shard(stream: BinaryIO, *, format: Format) -> bool:
     stream.seek(0)
     try:
         if format == "tar":
-            from .formats.tar import iter_members
+            from .formats.tar import TarScanner
 
-            for _ in iter_members(source, handler=_carry_on):
+            scanner = TarScanner(source, readahead=False)
+            for _ in scanner:  # member data is skipped, a cut inside it raises
                 pass
-            zeros = 0  # the second end block, then padding: zeros only
-            while rest := source.read(1 << 16):
+            if scanner.end_blocks != 2:
+                return False
+            while rest := source.read(1 << 16):  # then padding: zeros only
                 if rest.count(0) != len(rest):
                     return False
-                zeros += len(rest)
-            return zeros >= BLOCK
+            return True
         from .formats.tfrecord import iter_records
 
         for _ in iter_records(source, verify=False):
@@ -233,10 +234,6 @@ def holds_whole_shard(stream: BinaryIO, *, format: Format) -> bool:
         return True
     except (DataError, *_GZIP_ERRORS):
         return False
-
-
-def _carry_on(exc: Exception) -> bool:
-    return True
 
 
 def _peek_gzip(stream: BinaryIO) -> bool:
