@@ -11,7 +11,11 @@ own subprocess, one after the other, on the same corpus, writing to each target 
 Pass-through contenders: ``shardkit build`` (default validation); GNU ``tar cf``;
 webdataset's ``ShardWriter`` in one process; a ``multiprocessing.Pool`` whose workers send
 every sample to one manager-shared ``ShardWriter`` under a lock; one webdataset
-``ShardWriter`` per pool worker. Resize contenders (shorter side to 224, JPEG quality 90,
+``ShardWriter`` per pool worker; MosaicML streaming's ``MDSWriter`` (one process) and
+``litdata.optimize(num_workers=2)``, run from their own venv (see ``PEERS``) with a
+stand-in ``torchvision`` (``bench/standins/``: ``import streaming`` needs one, the
+registry's wheels do not load against the pinned CPU torch, MDSWriter never uses it).
+Resize contenders (shorter side to 224, JPEG quality 90,
 TFRecord output): ``shardkit build --resize 224 --format tfrecord`` against pool workers
 that decode and resize with Pillow and feed one ``tf.io.TFRecordWriter`` through a queue.
 The peers are written the way such one-off scripts usually are: plain, no validation.
@@ -25,6 +29,7 @@ from /proc), and how many of the corpus's corrupt files ended up in the output.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -163,6 +168,15 @@ def c_shardkit(src: str, out: str, workers: int) -> dict[str, Any]:
     return {"samples": result.samples}
 
 
+def c_shardkit_sha256(src: str, out: str, workers: int) -> dict[str, Any]:
+    """The build before BLAKE3 was the default digest."""
+    from shardkit import BuildOptions, build
+
+    options = BuildOptions(workers=workers, max_size=SHARD_SIZE, max_count=SHARD_COUNT)
+    result = build(src, out, options=dataclasses.replace(options, hash="sha256"))
+    return {"samples": result.samples}
+
+
 def c_shardkit_1worker(src: str, out: str, workers: int) -> dict[str, Any]:
     return c_shardkit(src, out, 1)
 
@@ -246,6 +260,51 @@ def c_wds_per_worker(src: str, out: str, workers: int) -> dict[str, Any]:
     with multiprocessing.Pool(workers) as pool:
         counts = pool.map(_own_writer, jobs)
     return {"samples": sum(counts)}
+
+
+def _peer_bad(src: str, packed: list[tuple[int, str]]) -> int:
+    """How many of the corpus's corrupt files a peer packed (MDS and litdata outputs are
+    not tar: the peer counts what it took, it packs whatever bytes it is given)."""
+    with open(os.path.join(src, ".complete.json")) as f:
+        bad = set(json.load(f)["bad"])
+    return sum(1 for _, rel in packed if rel in bad)
+
+
+def c_mds_writer(src: str, out: str, workers: int) -> dict[str, Any]:
+    """MosaicML streaming's MDSWriter, one process (it has no parallel writer)."""
+    from streaming import MDSWriter
+
+    files = list_files(src)
+    columns = {"key": "str", "jpg": "bytes", "cls": "int"}
+    with MDSWriter(out=out, columns=columns, size_limit=SHARD_SIZE) as sink:
+        for label, rel in files:
+            with open(os.path.join(src, rel), "rb") as f:
+                data = f.read()
+            sink.write({"key": _key(rel), "jpg": data, "cls": label})
+    return {"samples": len(files), "bad_packed": _peer_bad(src, files)}
+
+
+def _litdata_item(item: tuple[str, int, str]) -> dict[str, Any]:
+    src, label, rel = item
+    with open(os.path.join(src, rel), "rb") as f:
+        return {"key": _key(rel), "jpg": f.read(), "cls": label}
+
+
+def c_litdata(src: str, out: str, workers: int) -> dict[str, Any]:
+    """``litdata.optimize(num_workers=2)``: its workers read and write chunks."""
+    import litdata
+
+    files = list_files(src)
+    inputs = [(src, label, rel) for label, rel in files]
+    litdata.optimize(
+        fn=_litdata_item,
+        inputs=inputs,
+        output_dir=out,
+        num_workers=2,
+        chunk_bytes=SHARD_SIZE,
+        mode="overwrite",
+    )
+    return {"samples": len(files), "bad_packed": _peer_bad(src, files)}
 
 
 def c_shardkit_resize(src: str, out: str, workers: int) -> dict[str, Any]:
@@ -336,20 +395,33 @@ def c_tf_queue(src: str, out: str, workers: int) -> dict[str, Any]:
 CONTENDERS: dict[str, tuple[str, Callable[[str, str, int], dict[str, Any]]]] = {
     "shardkit": ("pass", c_shardkit),
     "shardkit-1-worker": ("pass", c_shardkit_1worker),
+    "shardkit-sha256": ("pass", c_shardkit_sha256),
     "gnu-tar": ("pass", c_gnu_tar),
     "wds-single": ("pass", c_wds_single),
     "wds-manager-lock": ("pass", c_wds_manager),
     "wds-per-worker": ("pass", c_wds_per_worker),
+    "mds-writer": ("pass", c_mds_writer),
+    "litdata-optimize-2": ("pass", c_litdata),
     "shardkit-resize": ("resize", c_shardkit_resize),
     "tf-queue-resize": ("resize", c_tf_queue),
 }
+# Peers installed in a venv of their own: `python3 -m venv /tmp/benchvenv;
+# /tmp/benchvenv/bin/pip install torch==2.13.0 mosaicml-streaming litdata` (or
+# SHARDKIT_BENCH_PEER_PYTHON). `import streaming` imports torchvision, whose registry
+# wheels do not load against the pinned CPU torch: bench/standins/ holds a stand-in
+# torchvision with just the names `import streaming` needs (MDSWriter never uses it).
+PEERS = ("mds-writer", "litdata-optimize-2")
+STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standins")
 _IMPORTS = {
     "wds-single": "webdataset",
     "wds-manager-lock": "webdataset",
     "wds-per-worker": "webdataset",
     "tf-queue-resize": "tensorflow",
+    "mds-writer": "streaming",
+    "litdata-optimize-2": "litdata",
     "shardkit": "shardkit",
     "shardkit-1-worker": "shardkit",
+    "shardkit-sha256": "shardkit",
     "shardkit-resize": "shardkit",
 }
 
@@ -395,10 +467,14 @@ def _tree_hwm(root: int, peaks: dict[int, int], cpu: dict[int, float]) -> None:
 def measure(name: str, src: str, out: str, workers: int) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    cmd = [sys.executable, os.path.abspath(__file__), "--contender", name]
+    python, env = sys.executable, None
+    if name in PEERS:  # their own venv (they pin other versions of torch's neighbours)
+        python = os.environ.get("SHARDKIT_BENCH_PEER_PYTHON", "/tmp/benchvenv/bin/python")
+        env = {**os.environ, "PYTHONPATH": STANDINS}
+    cmd = [python, os.path.abspath(__file__), "--contender", name]
     cmd += ["--src", src, "--out", out, "--workers", str(workers)]
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, env=env)
     peaks: dict[int, int] = {}
     cpu: dict[int, float] = {}
     stop = threading.Event()
@@ -420,7 +496,8 @@ def measure(name: str, src: str, out: str, workers: int) -> dict[str, Any]:
     info["rss_max"] = max(peaks.values(), default=0) / 1024
     info["rss_sum"] = sum(peaks.values()) / 1024
     info["cpu"] = max(sum(cpu.values()), info.get("cpu", 0.0))
-    info["bad_packed"] = count_bad(out)
+    if "bad_packed" not in info:
+        info["bad_packed"] = count_bad(out)
     shutil.rmtree(out, ignore_errors=True)
     return info
 

@@ -151,7 +151,7 @@ _WRITER = textwrap.dedent(
                 sink.write({"__key__": f"s{i:05d}", "bin": os.urandom(3000) + bytes(i)})
     except StorageError as exc:
         print(json.dumps({"error": str(exc), "url": exc.url,
-                          "shards": [[s.url, s.bytes, s.sha256] for s in committed]}))
+                          "shards": [[s.url, s.bytes, s.digest] for s in committed]}))
     else:
         print(json.dumps({"error": None}))
     """
@@ -175,7 +175,7 @@ def _run_writer(pattern: str, disk: Disk) -> dict[str, object]:
 
 
 def _check_writer_result(result: dict[str, object], folder: Path) -> None:
-    import hashlib
+    import blake3
 
     assert result["error"] is not None
     assert any(reason in str(result["error"]) for reason in NO_SPACE), result
@@ -186,7 +186,7 @@ def _check_writer_result(result: dict[str, object], folder: Path) -> None:
     assert str(result["url"]).endswith(f"{len(shards):04d}.tar")  # the shard in progress
     for url, size, sha in shards:
         data = Path(url).read_bytes()
-        assert (len(data), hashlib.sha256(data).hexdigest()) == (size, sha)
+        assert (len(data), "blake3:" + blake3.blake3(data).hexdigest()) == (size, sha)
 
 
 def test_shardwriter_on_a_full_disk(disk: Disk) -> None:

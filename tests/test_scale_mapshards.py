@@ -8,6 +8,7 @@ import operator
 import os
 from typing import Any
 
+import blake3
 import pytest
 from conftest_scale import address_of, s3_bucket, snapshot_s3
 
@@ -51,7 +52,8 @@ def test_map_shards_same_bytes_on_every_engine(
     assert [r.input for r in cluster] == inputs and len(seen) == len(inputs)
     assert [(r.samples_in, r.samples_out) for r in cluster] == [(7, 7), (7, 7), (7, 7), (4, 4)]
     for result, data in zip(cluster, files(outputs), strict=True):
-        assert result.sha256 == hashlib.sha256(data).hexdigest() and result.bytes == len(data)
+        assert result.digest == f"blake3:{blake3.blake3(data).hexdigest()}"
+        assert result.bytes == len(data)
     sample = next(iter(read_shard(outputs[0])))
     assert sample["extra.txt"] == b"added" and sample["txt"] == b"text 0"
 
@@ -62,7 +64,7 @@ def test_map_shards_resumes_missing_outputs_only(inputs: list[str], tmp_path: An
     os.unlink(first[2].output)
     again = shardkit.map_shards(ADD_FIELD, inputs, pattern, workers=1)
     assert [r.resumed for r in again] == [True, True, False, True]
-    assert again[2].sha256 == first[2].sha256
+    assert again[2].digest == first[2].digest
 
 
 @pytest.mark.parametrize("engine", ["ray", "dask"])
@@ -100,8 +102,11 @@ def test_map_shards_to_s3(inputs: list[str], tmp_path: Any, s3_bucket: str) -> N
         address=address_of("dask"),
         storage_options=options,
     )
-    assert [r.sha256 for r in results] == [r.sha256 for r in local]
-    expected = {os.path.basename(r.output): r.sha256 for r in local}
+    assert [r.digest for r in results] == [r.digest for r in local]
+    expected = {
+        os.path.basename(r.output): hashlib.sha256(data).hexdigest()
+        for r, data in zip(local, files([r.output for r in local]), strict=True)
+    }
     assert snapshot_s3(url) == expected
 
 

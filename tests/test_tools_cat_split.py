@@ -181,14 +181,14 @@ def test_cat_and_split_with_gzip_and_tfrecord_outputs(tmp_path: object) -> None:
     zipped = split(gz, os.path.join(folder, "z-%02d.tar.gz"), max_count=6)
     tf = split([out], os.path.join(folder, "t-%02d.tfrecord"), max_count=6, max_shards=2)
     assert [s.samples for s in zipped] == [6, 6, 1] and [s.samples for s in tf] == [6, 6]
-    assert all(len(s.sha256) == 64 for s in zipped + tf)
+    assert all(len(s.digest) == len("blake3:") + 64 for s in zipped + tf)
     assert read_all([s.url for s in zipped]) == read_all(gz)
     assert read_all([s.url for s in tf]) == read_all(gz)[:12]
     raw = split([out], os.path.join(folder, "r-%02d.tar"), max_count=6)
-    import hashlib
+    import blake3
 
     for info in raw:
-        assert info.sha256 == hashlib.sha256(content(info.url)).hexdigest()
+        assert info.digest == "blake3:" + blake3.blake3(content(info.url)).hexdigest()
         assert info.bytes == os.path.getsize(info.url)
 
 

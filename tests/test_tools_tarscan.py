@@ -127,6 +127,6 @@ def test_raw_split_gives_shardwriters_bytes_across_buffer_boundaries(
         ) as reference:
             for sample in data:
                 reference.write(sample)
-        assert [(i.samples, i.bytes, i.sha256) for i in got] == [
-            (i.samples, i.bytes, i.sha256) for i in reference.shards
+        assert [(i.samples, i.bytes, i.digest) for i in got] == [
+            (i.samples, i.bytes, i.digest) for i in reference.shards
         ]

@@ -124,7 +124,7 @@ def test_manifest_sha256_size_count_missing_and_unlisted(tmp_path: object) -> No
         f.seek(600)  # inside the first member's data: the structure stays valid
         f.write(b"Z")
     report = verify([folder])
-    assert [(p.shard, p.message.split(" ")[0]) for p in report.problems] == [(urls[1], "sha256")]
+    assert [(p.shard, p.message.split(" ")[0]) for p in report.problems] == [(urls[1], "digest")]
     os.rename(urls[2], urls[2] + ".moved.tar")
     found = {p.message for p in verify([folder]).problems}
     assert "listed in manifest.json but missing" in found

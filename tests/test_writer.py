@@ -71,8 +71,8 @@ def test_oversized_sample_stands_alone(tmp_path: os.PathLike[str]) -> None:
     assert sink.shards[1].bytes > 10_000
 
 
-def test_sha256_and_sizes_match_files(tmp_path: os.PathLike[str]) -> None:
-    import hashlib
+def test_digests_and_sizes_match_files(tmp_path: os.PathLike[str]) -> None:
+    import blake3
 
     pattern = os.path.join(str(tmp_path), "s-%06d.tar.gz")
     with ShardWriter(pattern, max_count=5, encode=False) as sink:
@@ -81,7 +81,7 @@ def test_sha256_and_sizes_match_files(tmp_path: os.PathLike[str]) -> None:
     for info in sink.shards:
         with open(info.url, "rb") as f:
             blob = f.read()
-        assert hashlib.sha256(blob).hexdigest() == info.sha256
+        assert info.digest == "blake3:" + blake3.blake3(blob).hexdigest()
         assert len(blob) == info.bytes
         with tarfile.open(fileobj=io.BytesIO(blob)) as tf:
             assert len(tf.getmembers()) == 2 * info.samples
@@ -95,7 +95,7 @@ def test_gzip_shards_are_reproducible(tmp_path: os.PathLike[str]) -> None:
         with ShardWriter(pattern, max_count=3, encode=False) as sink:
             for s in data:
                 sink.write(s)
-        digests.append([i.sha256 for i in sink.shards])
+        digests.append([i.digest for i in sink.shards])
     assert digests[0] == digests[1]
 
 

@@ -29,6 +29,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "msgpack": ("formats", "msgpack"),
     "cbor2": ("formats", "cbor2"),
     "matplotlib": ("plot", "matplotlib"),
+    "blake3": ("blake3", "blake3"),  # also a core dependency (the default --hash)
+    "xxhash": ("xxhash", "xxhash"),
 }
 
 

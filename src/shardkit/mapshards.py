@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from . import storage
+from .digest import DEFAULT_HASH, HashName, check_hash
 from .engines import Engine, Executor, check_engine, make_executor
 from .errors import ConfigError, ShardkitError
 
@@ -32,9 +33,11 @@ Transform = Callable[[Iterator[Sample]], Iterable[Mapping[str, Any]]]
 
 @dataclass(frozen=True)
 class ShardResult:
-    """One output shard: its input, samples read and written, size and sha256.
+    """One output shard: its input, samples read and written, size and digest
+    (``ALGO:HEX``, :mod:`shardkit.digest`; ``""`` with ``hash="none"``).
 
-    ``resumed`` outputs existed already and were left alone (their counts are ``None``).
+    ``resumed`` outputs existed already and were left alone (their counts and digest are
+    ``None``).
     """
 
     input: str
@@ -42,8 +45,14 @@ class ShardResult:
     samples_in: int | None
     samples_out: int | None
     bytes: int
-    sha256: str | None
+    digest: str | None
     resumed: bool = False
+
+    @property
+    def sha256(self) -> str | None:
+        """The hex sha256, when the output was hashed with sha256 (else None)."""
+        name, _, hexdigest = (self.digest or "").partition(":")
+        return hexdigest if name == "sha256" else None
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ class _Task:
     input: str
     output: str
     storage_options: dict[str, Any] | None
+    hash: str = DEFAULT_HASH
 
 
 def _each(fn: SampleFn, samples: Iterator[Sample]) -> Iterator[Mapping[str, Any]]:
@@ -75,7 +85,9 @@ def run_shard(task: _Task) -> ShardResult:
     kind, gz = format_from_name(task.output)
     read, written = [0], 0
     key: str | None = None
-    with storage.open_atomic(task.output, storage_options=task.storage_options, sha256=True) as out:
+    with storage.open_atomic(
+        task.output, storage_options=task.storage_options, hash=task.hash
+    ) as out:
         sink: Any = gzip.GzipFile("", "wb", fileobj=cast(Any, out), mtime=0) if gz else out
         samples = _counted(read_shard(task.input, storage_options=task.storage_options), read)
         try:
@@ -92,7 +104,7 @@ def run_shard(task: _Task) -> ShardResult:
                 sink.close()
         except Exception as exc:
             raise _located(exc, task.input, key) from None
-    return ShardResult(task.input, task.output, read[0], written, out.size, out.sha256)
+    return ShardResult(task.input, task.output, read[0], written, out.size, out.digest)
 
 
 def _encoder(kind: str) -> Callable[[Mapping[str, Any]], bytes]:
@@ -130,6 +142,7 @@ def map_shards(
     workers: int | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[ShardResult], None] | None = None,
+    hash: HashName = DEFAULT_HASH,
 ) -> list[ShardResult]:
     """Apply ``fn`` to every sample of every input shard; input *i* -> output *i*.
 
@@ -138,7 +151,8 @@ def map_shards(
     input's position). ``fn`` returns the output sample, or None to drop it; it must
     pickle (a module-level function). ``engine`` ``"local"`` uses ``workers`` processes;
     ``"ray"``/``"dask"`` use the cluster at ``address``. Outputs that already exist are
-    complete (writes are atomic) and are skipped. Returns one result per input, in order.
+    complete (writes are atomic) and are skipped. ``hash`` names each output's digest
+    algorithm (:mod:`shardkit.digest`). Returns one result per input, in order.
     """
     return map_shard_streams(
         functools.partial(_each, fn),
@@ -149,6 +163,7 @@ def map_shards(
         workers=workers,
         storage_options=storage_options,
         progress=progress,
+        hash=hash,
     )
 
 
@@ -162,9 +177,11 @@ def map_shard_streams(
     workers: int | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[ShardResult], None] | None = None,
+    hash: HashName = DEFAULT_HASH,
 ) -> list[ShardResult]:
     """:func:`map_shards` with a transform of a whole shard's sample stream."""
     check_engine(engine, address)
+    check_hash(hash)
     sources = storage.expand_urls(inputs)
     targets = _outputs(outputs, len(sources))
     results: dict[int, ShardResult] = {}
@@ -173,7 +190,7 @@ def map_shard_streams(
         if storage.url_exists(dst, storage_options):
             results[i] = ShardResult(src, dst, None, None, _size(dst, storage_options), None, True)
         else:
-            pending.append((i, _Task(transform, src, dst, storage_options)))
+            pending.append((i, _Task(transform, src, dst, storage_options, hash)))
     if pending:
         _run_all(pending, results, engine, address, workers, progress)
     return [results[i] for i in range(len(sources))]

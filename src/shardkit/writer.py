@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import storage
+from .digest import DEFAULT_HASH, HashName, check_hash
 from .errors import ConfigError, EncodeError, StorageError
 from .formats import tar
 from .formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE, Cut
@@ -27,17 +28,24 @@ __all__ = ["Format", "ShardInfo", "ShardWriter", "format_from_name", "shard_name
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """A committed shard: where it is, how many samples, its size and sha256."""
+    """A committed shard: where it is, how many samples, its size and its digest
+    (``ALGO:HEX``, :mod:`shardkit.digest`; ``""`` when written with ``hash="none"``)."""
 
     url: str
     samples: int
     bytes: int
-    sha256: str
+    digest: str
     index: int
 
     @property
     def name(self) -> str:
         return storage.basename(self.url)
+
+    @property
+    def sha256(self) -> str:
+        """The hex sha256, when the shard was hashed with sha256 (else ``""``)."""
+        name, _, hexdigest = self.digest.partition(":")
+        return hexdigest if name == "sha256" else ""
 
 
 class _Sink:
@@ -125,7 +133,8 @@ class ShardWriter:
     TFRecord, bytes, str, numbers and lists become features as they are (an int is an int64
     feature: :mod:`shardkit.formats.example`); only the other values, and fields ending in
     ``.gz``, go through the codecs.
-    ``on_shard`` is called with a :class:`ShardInfo` as each shard is committed.
+    ``on_shard`` is called with a :class:`ShardInfo` as each shard is committed; ``hash``
+    names the algorithm of its digest (:mod:`shardkit.digest`, ``"none"`` to skip it).
     webdataset's ``maxcount=``, ``maxsize=`` and ``start_shard=`` are the same options.
     """
 
@@ -141,6 +150,7 @@ class ShardWriter:
         encode: bool = True,
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
+        hash: HashName = DEFAULT_HASH,
         **webdataset: Any,
     ) -> None:
         if webdataset:
@@ -148,6 +158,7 @@ class ShardWriter:
                 webdataset, max_count, max_size, start_index
             )
         self.cut = Cut(max_count, max_size)  # the trailer is in each size projected
+        self.hash = check_hash(hash)
         if start_index < 0:
             raise ConfigError(f"start_index must be >= 0, not {start_index}")
         check_pattern(pattern, option="pattern")
@@ -200,7 +211,7 @@ class ShardWriter:
     def _open(self) -> _Sink:
         self._url = shard_name(self.pattern, self._index)
         # A fresh out/ folder is created, as build does (AtomicFile makes a file's folder).
-        file = storage.open_atomic(self._url, storage_options=self.storage_options, sha256=True)
+        file = storage.open_atomic(self._url, storage_options=self.storage_options, hash=self.hash)
         self._sink = _Sink(file, self.compress)
         self._count = 0
         return self._sink
@@ -214,7 +225,7 @@ class ShardWriter:
             sink.file.commit()  # renames the temporary file / completes the upload
             self._sink = None
         file = sink.file
-        info = ShardInfo(self._url, self._count, file.size, file.sha256, self._index)
+        info = ShardInfo(self._url, self._count, file.size, file.digest, self._index)
         self.shards.append(info)
         self._index += 1
         if self.on_shard is not None:

@@ -59,9 +59,9 @@ def build(
     if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
         from .store import ObjectStore
 
-        return run_build(ObjectStore(out_path), options, listing, progress)
+        return run_build(ObjectStore(out_path, hash=options.hash), options, listing, progress)
     _make_folder(out_path)
-    return run_build(LocalStore(out_path), options, listing, progress)
+    return run_build(LocalStore(out_path, hash=options.hash), options, listing, progress)
 
 
 def _is_table(source: Any) -> bool:

@@ -8,7 +8,7 @@ byte ranges of chunk parts plus the trailer, cut exactly where the one cut rule
 (:class:`shardkit.formats.cut.Cut`) says. As soon as a shard's chunks are done, the
 driver submits :func:`assemble_shard` to the same executor as the chunk tasks: the worker
 reads the ranges from the store (ranged reads), writes the shard under its final name
-(atomically) and returns its size and sha256.
+(atomically) and returns its size and digest.
 
 Shards therefore commit out of order. :class:`WorkerAssembler` (driver side) journals
 each one with its index and cut position, and deletes a part only once every shard that
@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..digest import entry_digest
 from ..errors import StorageError
 from .commit import Namer
 from .journal import Journal
@@ -119,7 +120,7 @@ def assemble_shard(plan: ShardPlan) -> ShardRecord:
             for block in _read_range(store, part, offset, length):
                 pending.write(block)
         pending.write(plan.trailer)
-    return ShardRecord(plan.name, plan.samples, pending.size, pending.sha256)
+    return ShardRecord(plan.name, plan.samples, pending.size, pending.digest)
 
 
 def _read_range(
@@ -166,6 +167,11 @@ class WorkerAssembler:
         return not self.ready and len(self.committed) == self.cutter.index
 
     @property
+    def finished(self) -> int:
+        """Shards assembled and journaled so far (what progress reports)."""
+        return len(self.committed)
+
+    @property
     def shards(self) -> list[ShardRecord]:
         return [self.committed[i] for i in sorted(self.committed)]
 
@@ -174,10 +180,12 @@ class WorkerAssembler:
         matches = self.store.matcher()
         for position, record in enumerate(self.journal.shards):
             index = int(record.get("index", position))
-            shard = ShardRecord(
-                record["name"], record["samples"], record["bytes"], record["sha256"]
-            )
-            if matches(shard.name, shard.bytes, shard.sha256):
+            try:
+                digest = entry_digest(record)
+            except ValueError:  # a damaged record: that shard is made again
+                continue
+            shard = ShardRecord(record["name"], record["samples"], record["bytes"], digest)
+            if matches(shard.name, shard.bytes, shard.digest):
                 end = (int(record["end"][0]), int(record["end"][1]))
                 self._recorded[index] = (shard, end)
         done, needed = self.journal.done, set[int]()
@@ -195,8 +203,15 @@ class WorkerAssembler:
             t
             for t, result in done.items()
             if (t >= task or t in needed)
-            and not all(matches(p.name, p.bytes, p.sha256) for p in result.parts)
+            and not all(matches(p.name, p.bytes, p.digest) for p in result.parts)
         ]
+
+    def record(self, result: TaskResult) -> None:
+        """Journal a finished chunk (at once: shards and part deletions rely on it)."""
+        self.journal.record(result)
+
+    def close(self) -> None:
+        """Nothing runs in the background."""
 
     def add(self, result: TaskResult) -> None:
         if result.parts:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..digest import entry_digest
 from ..errors import BuildError
 from ..formats.manifest import decode_name, encode_names
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
@@ -63,11 +64,20 @@ class OutputFolder:
     ) -> tuple[list[ShardRecord], list[tuple[str, str]]]:
         """Verify a complete build's shards; returns its shards and skipped items.
 
-        Local shards are checked by size and sha256; objects by size (see :mod:`.store`)."""
-        shards = [ShardRecord(**{**s, "name": decode_name(s["name"])}) for s in manifest["shards"]]
+        Local shards are checked by size and digest; objects by size (see :mod:`.store`)."""
+        try:
+            shards = [
+                ShardRecord(decode_name(s["name"]), s["samples"], s["bytes"], entry_digest(s))
+                for s in manifest["shards"]
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BuildError(
+                f"manifest.json is damaged ({exc}); use --overwrite to build again",
+                url=self.store.url,
+            ) from exc
         matches = self.store.matcher()
         for shard in shards:
-            if not matches(shard.name, shard.bytes, shard.sha256):
+            if not matches(shard.name, shard.bytes, shard.digest):
                 raise BuildError(
                     f"shard {shard.name} does not match the manifest (changed or missing); "
                     "use --overwrite to build again",

@@ -6,11 +6,11 @@ dies, so a killed build never leaves a stale lock.
 
 Journal: ``OUT/.shardkit-build.journal``, JSON lines. The first line identifies the build
 (options that shape the output, seed, input fingerprint, number of tasks); every further
-line records one finished task (its part files with size and sha256, what it skipped,
+line records one finished task (its part files with size and digest, what it skipped,
 per-class counts, sample sizes), appended right after the task's parts are complete and
 before any of them is renamed or copied, or one shard assembled from chunks (its index
 and the position in the plan where it ends, :mod:`.assembly`). A rerun of the same build
-reads it back, checks every recorded file (size and sha256) and only runs the tasks that
+reads it back, checks every recorded file (size and digest) and only runs the tasks that
 are missing. A torn last line (the process died mid-write) is ignored. The journal is read
 back from the output, so it is not trusted: a record naming a file that is not a bare name
 inside the output (``../victim``, an absolute path) stops the build with a BuildError.
@@ -37,7 +37,13 @@ from ..formats.names import bare_name_problem
 from .store import LocalStore, ObjectStore
 from .worker import PartInfo, TaskResult
 
-__all__ = ["JOURNAL_DIR", "JOURNAL_NAME", "LOCK_NAME", "Journal", "output_lock"]
+__all__ = [
+    "JOURNAL_DIR",
+    "JOURNAL_NAME",
+    "LOCK_NAME",
+    "Journal",
+    "output_lock",
+]
 
 LOCK_NAME = ".shardkit-build.lock"
 JOURNAL_NAME = ".shardkit-build.journal"
@@ -136,6 +142,11 @@ class Journal:
 
     def record(self, result: TaskResult) -> None:
         self.done[result.index] = result
+        self.write(result)
+
+    def write(self, result: TaskResult) -> None:
+        """Write a task's record (what :meth:`record` does after noting it as done; a
+        commit thread may call it for an object-store journal)."""
         self._log.append("task", result.index, _encode(result))
 
     def record_shard(self, shard: dict[str, Any], index: int | None = None) -> None:
@@ -295,10 +306,16 @@ def _ends_with_newline(path: str) -> bool:
         return f.read(1) == b"\n"
 
 
+def _digest(value: object) -> str:
+    """A recorded part digest: ``ALGO:HEX``, or an older journal's bare sha256 hex."""
+    text = str(value)
+    return text if not text or ":" in text else f"sha256:{text}"
+
+
 def _encode(result: TaskResult) -> dict[str, Any]:
     return {
         "task": result.index,
-        "parts": [[p.name, p.samples, p.bytes, p.sha256] for p in result.parts],
+        "parts": [[p.name, p.samples, p.bytes, p.digest] for p in result.parts],
         "skipped": result.skipped,
         "classes": [[k, v] for k, v in sorted(result.class_counts.items())],
         "input_bytes": result.input_bytes,
@@ -310,7 +327,7 @@ def _encode(result: TaskResult) -> dict[str, Any]:
 def _decode(obj: dict[str, Any]) -> TaskResult:
     return TaskResult(
         index=int(obj["task"]),
-        parts=[PartInfo(str(n), int(s), int(b), str(h)) for n, s, b, h in obj["parts"]],
+        parts=[PartInfo(str(n), int(s), int(b), _digest(h)) for n, s, b, h in obj["parts"]],
         skipped=[(str(p), str(r)) for p, r in obj["skipped"]],
         class_counts={int(k): int(v) for k, v in obj["classes"]},
         input_bytes=int(obj["input_bytes"]),

@@ -53,7 +53,7 @@ def make_manifest(
         "samples": sum(s.samples for s in shards),
         "bytes": sum(s.bytes for s in shards),
         "shards": [
-            {"name": s.name, "samples": s.samples, "bytes": s.bytes, "sha256": s.sha256}
+            {"name": s.name, "samples": s.samples, "bytes": s.bytes, "digest": s.digest or None}
             for s in shards
         ],
         "class_to_idx": {name: i for i, name in enumerate(classes)},

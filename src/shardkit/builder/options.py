@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..engines import Engine, check_engine
 from ..errors import ConfigError
 from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE, Cut
@@ -36,7 +37,13 @@ _RUN_ONLY = frozenset(
 )
 # Options added after the first release: left out of the fingerprint at their default, so
 # a dataset or an interrupted build from before them is still recognised as the same.
-_LATER_DEFAULTS: dict[str, Any] = {"resize_mode": "keep-ratio", "encode": "keep", "root": None}
+# ``hash``: builds from before it hashed with sha256, so that value is the one left out.
+_LATER_DEFAULTS: dict[str, Any] = {
+    "resize_mode": "keep-ratio",
+    "encode": "keep",
+    "root": None,
+    "hash": "sha256",
+}
 _PREFIX_FORBIDDEN = frozenset("/\\\0")
 
 
@@ -57,7 +64,9 @@ class BuildOptions:
     is the folder its relative paths are read from and its keys are relative to (default:
     the list's folder). ``fetch_concurrency`` is how many http(s) downloads each worker
     keeps in flight (over one connection pool); ``fetch_timeout`` bounds each download
-    in seconds (connecting included). Neither changes the output bytes.
+    in seconds (connecting included). Neither changes the output bytes. ``hash`` is the
+    algorithm of each shard's digest in the manifest (:mod:`shardkit.digest`: ``blake3``,
+    ``sha256``, ``xxh3-128`` or ``none``); it never changes the shards' bytes.
     """
 
     format: OutputFormat = "tar"
@@ -82,6 +91,7 @@ class BuildOptions:
     address: str | None = None  # the Ray/Dask cluster (None: start a local one)
     fetch_concurrency: int = 32
     fetch_timeout: float = 10.0
+    hash: HashName = DEFAULT_HASH
 
     def __post_init__(self) -> None:
         _positive_int("max_count", self.max_count)
@@ -109,6 +119,7 @@ class BuildOptions:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an int, not {self.seed!r}")
         _check_prefix(self.prefix)
+        check_hash(self.hash)
         check_engine(self.engine, self.address)
         if not isinstance(self.shuffle, bool):
             raise ConfigError(f"shuffle must be True or False, not {self.shuffle!r}")

@@ -95,7 +95,7 @@ class PartWriter:
         self.trailer = trailer
         self.sizes: list[int] = []  # of every sample, when ``keep_sizes``
         self._keep_sizes = keep_sizes
-        self.parts: list[tuple[str, int, int, str]] = []  # name, samples, bytes, sha256
+        self.parts: list[tuple[str, int, int, str]] = []  # name, samples, bytes, digest
         self._file: Pending | None = None
         self._count = 0
         self._last_key: str | None = None
@@ -122,10 +122,10 @@ class PartWriter:
             file.write(self.trailer)
         file.commit()
         name = self.pattern % len(self.parts)
-        self.parts.append((name, self._count, file.size, file.sha256))
+        self.parts.append((name, self._count, file.size, file.digest))
 
     def close(self) -> list[tuple[str, int, int, str]]:
-        """Commit the last part; returns (name, samples, bytes, sha256) of every part."""
+        """Commit the last part; returns (name, samples, bytes, digest) of every part."""
         if self._file is not None:
             self._finish(self._file)
         return self.parts

@@ -10,12 +10,19 @@ __all__ = ["BuildProgress", "BuildResult", "ProgressFn", "ShardRecord"]
 
 @dataclass(frozen=True)
 class ShardRecord:
-    """One final shard: its file name, sample count, size and sha256."""
+    """One final shard: its file name, sample count, size and digest (``ALGO:HEX``,
+    :mod:`shardkit.digest`; ``""`` when built with ``hash="none"``)."""
 
     name: str
     samples: int
     bytes: int
-    sha256: str
+    digest: str
+
+    @property
+    def sha256(self) -> str:
+        """The hex sha256, when the build hashed with sha256 (else ``""``)."""
+        name, _, hexdigest = self.digest.partition(":")
+        return hexdigest if name == "sha256" else ""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from .. import config
 from ..engines import Executor, make_executor
 from ..errors import BuildError, EmptyBuildError
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
-from .commit import Renamer
+from .commit import COMMIT_THREADS, Renamer
 from .folder import OutputFolder
 from .journal import Journal, output_lock
 from .manifest import MANIFEST_NAME, ShardRecord, make_manifest, write_manifest
@@ -85,7 +85,10 @@ class _Driver:
         self.folder = OutputFolder(store, options, self.journal)
         self.assemble = options.transforms or not listing.sizes_known
         self.chunk = min(CHUNK, options.max_count)  # items per task when assembling
-        self.committer: Committer = Renamer(store, self.journal, self.folder.final_name)
+        threads = COMMIT_THREADS if isinstance(store, ObjectStore) else 0
+        self.committer: Committer = Renamer(
+            store, self.journal, self.folder.final_name, threads=threads
+        )
         if self.assemble:  # workers assemble the shards the driver cuts
             self.committer = WorkerAssembler(store, self.journal, self.folder.final_name, options)
         self.started = time.perf_counter()
@@ -210,7 +213,7 @@ class _Driver:
 
     def _finished(self, result: TaskResult) -> None:
         self.guard()
-        self.journal.record(result)
+        self.committer.record(result)
         self._commit_ready()
 
     def _assembled(self, plan: ShardPlan, shard: ShardRecord) -> None:
@@ -254,7 +257,7 @@ class _Driver:
         items = self.listing.items
         total = len(items) + len(self.listing.skipped) if items is not None else None
         samples, nbytes, skipped = self.counts
-        shards = len(self.committer.shards)
+        shards = self.committer.finished
         self.progress_fn(BuildProgress(samples, skipped, total, nbytes, shards, now - self.started))
 
     # -- finish
@@ -367,7 +370,7 @@ def _cluster_executor(options: BuildOptions, listing: Listing, ctx: WorkerContex
     if not listing.splittable or not _picklable(ctx):
         raise BuildError(f"engine={options.engine!r} needs a source that pickles and splits")
     if isinstance(ctx.store, LocalStore):  # cluster workers have their own cwd
-        ctx = replace(ctx, store=LocalStore(os.path.abspath(ctx.store.root)))
+        ctx = replace(ctx, store=LocalStore(os.path.abspath(ctx.store.root), hash=ctx.store.hash))
     return make_executor(options.engine, options.address, init=init_worker, context=ctx)
 
 
@@ -398,6 +401,7 @@ def run_build(
             done = driver.prepare()
             return done if done is not None else driver.run()
         finally:
+            driver.committer.close()  # commits in flight end before the lock goes
             driver.journal.close()
 
 

@@ -4,8 +4,8 @@ The driver and the workers reach the output only through a :class:`Store`:
 
 - :class:`LocalStore` (a folder): a new file is written under a hidden temporary name and
   renamed when complete (:class:`shardkit.storage.AtomicFile`, as every file shardkit
-  writes); rename is ``os.replace``; a recorded file is checked by size and
-  sha256.
+  writes); rename is ``os.replace``; a recorded file is checked by size and digest
+  (with the algorithm the digest names; by size alone when built with ``hash="none"``).
 - :class:`ObjectStore` (``s3://``, ``gs://``, any fsspec URL): a new object is one upload
   (:class:`shardkit.storage.AtomicFile`: it appears under its name only once complete; a
   failed upload is discarded); rename is a server-side copy then a delete (S3 CopyObject is
@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, Protocol
 
 from .. import config, storage
+from ..digest import DEFAULT_HASH, digest_name
 from ..errors import StorageError
 
 __all__ = [
@@ -40,12 +41,12 @@ __all__ = [
     "open_store",
 ]
 
-Matcher = Callable[[str, int, str], bool]  # (name, size, sha256) -> present and complete
+Matcher = Callable[[str, int, str], bool]  # (name, size, digest) -> present and complete
 
 
 Pending = storage.AtomicFile
 """An object being written (:class:`shardkit.storage.AtomicFile`): invisible under its
-name until ``commit()``; it counts and hashes what it writes."""
+name until ``commit()``; it counts and hashes (with the store's ``hash``) what it writes."""
 
 
 class Store(Protocol):
@@ -83,25 +84,28 @@ def endpoint_options(url: str, s3_endpoint: str | None) -> dict[str, Any]:
     return {}
 
 
-def open_store(out: str) -> LocalStore | ObjectStore:
+def open_store(out: str, hash: str = DEFAULT_HASH) -> LocalStore | ObjectStore:
     """The store of ``out``: a local path (or ``file:``) or an object-store URL."""
     if storage.is_local(out):
-        return LocalStore(storage.local_path(out))
-    return ObjectStore(out)
+        return LocalStore(storage.local_path(out), hash=hash)
+    return ObjectStore(out, hash=hash)
 
 
-def file_matches(path: str, size: int, sha256: str) -> bool:
-    """Whether ``path`` exists with exactly this size and sha256."""
+def file_matches(path: str, size: int, digest: str) -> bool:
+    """Whether ``path`` exists with exactly this size and digest (``ALGO:HEX``, hashed
+    with that algorithm; ``""``: the size alone)."""
     try:
         if os.path.getsize(path) != size:
             return False
-        tally = storage.Tally()
+        if not digest:
+            return True
+        tally = storage.Tally(digest_name(digest))
         with open(path, "rb", buffering=0) as f:
             while chunk := f.read(1 << 22):
                 tally.update(chunk)
     except OSError:
         return False
-    return tally.hexdigest() == sha256
+    return tally.digest == digest
 
 
 # --------------------------------------------------------------------------- local
@@ -110,9 +114,10 @@ def file_matches(path: str, size: int, sha256: str) -> bool:
 class LocalStore:
     """A local output folder."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, hash: str = DEFAULT_HASH) -> None:
         self.root = root
         self.url = root
+        self.hash = hash
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
@@ -129,7 +134,7 @@ class LocalStore:
 
     def create(self, name: str) -> Pending:
         """A new file, unbuffered (parts go out with one ``writev`` per sample)."""
-        return storage.open_atomic(self.join(name), sha256=True, buffering=0)
+        return storage.open_atomic(self.join(name), hash=self.hash, buffering=0)
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(self.join(src), self.join(dst))
@@ -159,7 +164,7 @@ class LocalStore:
             stream.write(data)
 
     def matcher(self) -> Matcher:
-        return lambda name, size, sha256: file_matches(self.join(name), size, sha256)
+        return lambda name, size, digest: file_matches(self.join(name), size, digest)
 
 
 # --------------------------------------------------------------------------- object stores
@@ -172,8 +177,11 @@ class PreconditionFailed(Exception):
 class ObjectStore:
     """An output prefix in an object store, through fsspec."""
 
-    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, url: str, options: dict[str, Any] | None = None, *, hash: str = DEFAULT_HASH
+    ) -> None:
         self.url = url.rstrip("/")
+        self.hash = hash
         self.protocol = self.url.split("://", 1)[0].lower()
         if options is None:
             options = endpoint_options(self.url, config.s3_endpoint())
@@ -185,7 +193,12 @@ class ObjectStore:
         return f"ObjectStore({self.url!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "protocol": self.protocol, "options": self.options}
+        return {
+            "url": self.url,
+            "protocol": self.protocol,
+            "options": self.options,
+            "hash": self.hash,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _fs=None, _root="")
@@ -236,12 +249,14 @@ class ObjectStore:
         }
 
     def create(self, name: str) -> Pending:
-        return storage.open_atomic(self.join(name), storage_options=self.options, sha256=True)
+        return storage.open_atomic(self.join(name), storage_options=self.options, hash=self.hash)
 
     def rename(self, src: str, dst: str) -> None:
-        """Server-side copy, then delete (the copy appears whole or not at all)."""
+        """Server-side copy, then delete (the copy appears whole or not at all).
+        ``cp_file``, not ``copy``: one object to one name, without the two listings
+        ``copy`` makes to expand its arguments."""
         with self._errors(src, "rename"):
-            self.fs.copy(self.path(src), self.path(dst))
+            self.fs.cp_file(self.path(src), self.path(dst))
             self.fs.rm_file(self.path(src))
 
     def remove(self, names: Iterable[str]) -> None:
@@ -291,7 +306,7 @@ class ObjectStore:
 
     def matcher(self) -> Matcher:
         sizes = self.sizes()  # one listing; uploads are atomic, so size is enough
-        return lambda name, size, sha256: sizes.get(name) == size
+        return lambda name, size, digest: sizes.get(name) == size
 
     # -- conditional writes (the lease)
     def stat(self, name: str) -> tuple[bytes, str] | None:

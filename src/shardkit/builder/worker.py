@@ -65,7 +65,7 @@ class PartInfo:
     name: str
     samples: int
     bytes: int
-    sha256: str
+    digest: str  # ALGO:HEX (shardkit.digest), "" with hash="none"
 
 
 @dataclass

@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
 
 __all__ = [
     "HelpFormatter",
+    "add_hash_option",
     "add_tool_parser",
     "check_stdin",
     "check_stdout",
     "count",
+    "digest_printer",
     "positive",
     "plain",
     "size",
@@ -95,3 +97,30 @@ def check_stdout(output: str) -> None:
     """Refuse to write binary shards to an interactive terminal."""
     if output == "-" and sys.stdout is not None and sys.stdout.isatty():
         raise ConfigError("refusing to write a binary stream to a terminal: use -o FILE or a pipe")
+
+
+def add_hash_option(parser: Any, default: str, help: str) -> None:
+    """``--hash ALGO``: the digest algorithm (:mod:`shardkit.digest`)."""
+    from ..digest import HASHES
+
+    parser.add_argument("--hash", choices=HASHES, default=default, metavar="ALGO", help=help)
+
+
+TOOL_HASH_HELP = (
+    "print each file's digest (blake3, sha256, xxh3-128), one 'HEX  FILE' line as b3sum, "
+    "sha256sum and xxh128sum write and check (-c); default none"
+)
+
+
+def digest_printer(hash: str, output: str) -> Callable[[Any], None] | None:
+    """With ``--hash ALGO``: prints a committed file's digest as ``HEX  FILE`` (``*sum -c``
+    reads it back), on stdout, or on stderr when the data itself goes to stdout."""
+    if hash == "none":
+        return None
+    stream = sys.stderr if output == "-" else sys.stdout
+
+    def show(info: Any) -> None:
+        hexdigest = info.digest.partition(":")[2]
+        print(f"{hexdigest}  {info.url}", file=stream, flush=True)
+
+    return show

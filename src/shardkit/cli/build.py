@@ -14,6 +14,7 @@ from ..builder.options import (
     OutputFormat,
     ValidateMode,
 )
+from ..digest import HASHES
 from ..engines import ENGINES
 from ..errors import EmptyBuildError
 from ..handlers import ON_ERROR
@@ -96,6 +97,12 @@ def add_parser(sub: Any) -> None:
     )
     add("--engine", "where tasks run (docs/scaling.md)", choices=ENGINES)
     add("--address", "Ray/Dask cluster (HOST:PORT)", metavar="ADDR")
+    add(
+        "--hash",
+        "each shard's digest in the manifest: blake3, sha256, xxh3-128 or none (docs/build.md)",
+        choices=HASHES,
+        metavar="ALGO",
+    )
     parser.add_argument(  # not a BuildOptions field: the CLI indexes after the build
         "--index", action="store_true", help="then write each shard's .idx (random access)"
     )

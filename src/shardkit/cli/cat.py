@@ -13,7 +13,15 @@ import sys
 from typing import Any
 
 from ..formats.names import FORMATS
-from ._toolargs import add_tool_parser, check_stdin, check_stdout, count
+from ._toolargs import (
+    TOOL_HASH_HELP,
+    add_hash_option,
+    add_tool_parser,
+    check_stdin,
+    check_stdout,
+    count,
+    digest_printer,
+)
 
 EXAMPLES = """
   shardkit cat data/shard-{000000..000009}.tar -o all.tar
@@ -35,6 +43,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--shuffle", type=count, default=0, metavar="N", help="shuffle buffer")
     parser.add_argument("--seed", type=int, default=0, help="shuffle seed")
     parser.add_argument("--format", choices=FORMATS, help="output format (default: from -o's name)")
+    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 
@@ -51,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         shuffle=args.shuffle,
         seed=args.seed,
         format=args.format,
+        hash=args.hash,
+        on_shard=digest_printer(args.hash, args.output),
     )
     if args.output != "-":
         print(f"wrote {written} samples to {args.output}", file=sys.stderr)

@@ -16,7 +16,16 @@ import sys
 from typing import Any
 
 from ..formats.names import FORMATS
-from ._toolargs import add_tool_parser, check_stdin, check_stdout, positive, size
+from ._toolargs import (
+    TOOL_HASH_HELP,
+    add_hash_option,
+    add_tool_parser,
+    check_stdin,
+    check_stdout,
+    digest_printer,
+    positive,
+    size,
+)
 
 EXAMPLES = """
   shardkit convert data/ -o tf/train-%05d.tfrecord --max-count 10000
@@ -32,6 +41,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--to", choices=FORMATS, help="output format")
     parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
     parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
+    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 
@@ -41,7 +51,13 @@ def run(args: argparse.Namespace) -> int:
     check_stdin(args.inputs)
     check_stdout(args.output)
     samples, shards = convert(
-        args.inputs, args.output, to=args.to, max_count=args.max_count, max_size=args.max_size
+        args.inputs,
+        args.output,
+        to=args.to,
+        max_count=args.max_count,
+        max_size=args.max_size,
+        hash=args.hash,
+        on_shard=digest_printer(args.hash, args.output),
     )
     where = f"{len(shards)} shards" if shards else args.output
     if args.output != "-":

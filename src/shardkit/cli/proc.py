@@ -17,7 +17,16 @@ from typing import Any
 from ..engines import ENGINES
 from ..errors import ConfigError
 from ..handlers import ON_ERROR
-from ._toolargs import add_tool_parser, check_stdin, check_stdout, positive, size
+from ._toolargs import (
+    TOOL_HASH_HELP,
+    add_hash_option,
+    add_tool_parser,
+    check_stdin,
+    check_stdout,
+    digest_printer,
+    positive,
+    size,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +65,7 @@ def add_parser(sub: Any) -> None:
         help="ray/dask: one cluster task per input shard, -o a pattern (docs/scaling.md)",
     )
     parser.add_argument("--address", help="the Ray or Dask cluster (HOST:PORT)")
+    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 
@@ -77,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         max_size=args.max_size,
         engine=args.engine,
         address=args.address,
+        hash=args.hash,
+        on_shard=digest_printer(args.hash, args.output),
     )
     skipped = f", skipped {result.skipped}" if result.skipped else ""
     print(

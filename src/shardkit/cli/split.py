@@ -12,7 +12,15 @@ import argparse
 import sys
 from typing import Any
 
-from ._toolargs import add_tool_parser, check_stdin, positive, size
+from ._toolargs import (
+    TOOL_HASH_HELP,
+    add_hash_option,
+    add_tool_parser,
+    check_stdin,
+    digest_printer,
+    positive,
+    size,
+)
 
 EXAMPLES = """
   shardkit split big.tar -o out/shard-%06d.tar --max-count 10000
@@ -32,6 +40,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--max-count", type=positive, help="samples per shard")
     parser.add_argument("--max-size", type=size, help="bytes per shard (e.g. 500MB, 1GiB)")
     parser.add_argument("--max-shards", type=positive, help="stop after K shards")
+    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 
@@ -45,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         max_count=args.max_count,
         max_size=args.max_size,
         max_shards=args.max_shards,
-        sha256=False,  # nothing here reports it
+        hash=args.hash,
+        on_shard=digest_printer(args.hash, args.output),
     )
     total = sum(info.samples for info in shards)
     print(f"wrote {total} samples into {len(shards)} shards", file=sys.stderr)

@@ -4,7 +4,7 @@
 
 Checks: tar headers, truncation and the end-of-archive marker; TFRecord CRCs and
 Examples; sample grouping (a key whose members are not adjacent, duplicate extensions,
-links); a folder's manifest.json (sizes, sha256, sample counts, shards missing or not
+links); a folder's manifest.json (sizes, digests, sample counts, shards missing or not
 listed); index files (<shard>.idx). --decode also decodes every image and every json,
 text and int field. Exit status: 0 all good, 1 problems found, 2 usage or input error.
 """

@@ -3,7 +3,8 @@
 A manifest is JSON: an object with a ``shards`` list (webdataset's ``shardlist`` is read
 too), or the list itself. An entry is a shard URL, or an object naming the shard (``url``,
 ``name`` or ``path``) with optional ``samples`` (or ``nsamples``, ``count``,
-``num_samples``), ``bytes`` and ``sha256``. The object may state the dataset's
+``num_samples``), ``bytes`` and ``digest`` (``ALGO:HEX``, :mod:`shardkit.digest`; an
+older manifest's ``sha256`` hex is read as ``sha256:HEX``). The object may state the dataset's
 ``format`` (``tar`` / ``tfrecord``) and total ``samples``; other fields (a shardkit
 build's classes, options, skipped files, ...) are kept in :attr:`ManifestContents.document`.
 This module parses bytes; opening a manifest URL and resolving its shard names is
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..digest import entry_digest
 from ..errors import ManifestError
 from .names import FORMATS, MANIFEST_NAME, Format, decode_name, encode_name
 
@@ -50,7 +52,13 @@ class ManifestShard:
     name: str
     samples: int | None = None
     bytes: int | None = None
-    sha256: str | None = None
+    digest: str | None = None  # ALGO:HEX
+
+    @property
+    def sha256(self) -> str | None:
+        """The hex sha256 the entry states, if its digest is one."""
+        name, _, hexdigest = (self.digest or "").partition(":")
+        return hexdigest if name == "sha256" else None
 
 
 @dataclass(frozen=True)
@@ -106,12 +114,15 @@ def _entry(entry: Any, index: int, url: str | None) -> ManifestShard:
     if name is None:
         raise ManifestError(f"manifest shard {index} has no 'url', 'name' or 'path'", url=url)
     count = next((entry[k] for k in _COUNT_KEYS if k in entry), None)
-    sha = entry.get("sha256")
+    try:
+        digest = entry_digest(entry)
+    except ValueError as exc:
+        raise ManifestError(f"manifest shard {index} ({name}): {exc}", url=url) from None
     return ManifestShard(
         decode_name(name),
         _count(count, f"shard {index} ({name}): bad sample count", url),
         _count(entry.get("bytes"), f"shard {index} ({name}): bad byte count", url),
-        sha if isinstance(sha, str) else None,
+        digest or None,
     )
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from ..digest import format_digest, new_hasher
 from ..errors import StorageError
 from ._filesystems import _fs
 from ._urls import is_local, local_path
@@ -18,12 +18,14 @@ __all__ = ["AtomicFile", "Tally", "open_atomic"]
 
 
 class Tally:
-    """Counts bytes as they pass, and hashes them (sha256) unless ``sha256=False``."""
+    """Counts bytes as they pass, and hashes them with ``hash`` (a name from
+    :mod:`shardkit.digest`; ``"none"`` only counts)."""
 
-    __slots__ = ("_hash", "size")
+    __slots__ = ("_hash", "hash", "size")
 
-    def __init__(self, sha256: bool = True) -> None:
-        self._hash = hashlib.sha256() if sha256 else None
+    def __init__(self, hash: str = "sha256") -> None:
+        self.hash = hash
+        self._hash = new_hasher(hash)
         self.size = 0
 
     def update(self, data: bytes | memoryview) -> None:
@@ -32,8 +34,13 @@ class Tally:
         self.size += len(data)
 
     def hexdigest(self) -> str:
-        """The sha256 of what passed (``""`` when not hashing)."""
+        """The hex digest of what passed (``""`` when not hashing)."""
         return self._hash.hexdigest() if self._hash is not None else ""
+
+    @property
+    def digest(self) -> str:
+        """``ALGO:HEX`` of what passed (``""`` when not hashing)."""
+        return format_digest(self.hash, self.hexdigest())
 
 
 class AtomicFile:
@@ -44,10 +51,12 @@ class AtomicFile:
     an object store (s3, gs) makes an upload visible only when it completes; other fsspec
     protocols write a temporary object and move it. :meth:`discard` drops what was
     written (also on an exception inside ``with``). ``-`` is stdout, committed by a flush.
-    :attr:`tally` counts (and, with ``sha256=True``, hashes) every byte written. An
+    :attr:`tally` counts (and, with ``hash``, hashes) every byte written. An
     OSError while writing or committing (a full disk) is raised as a
     :class:`~shardkit.errors.StorageError` naming ``url``.
     ``buffering=0`` writes a local file unbuffered (for :meth:`writev`).
+    ``hash`` names the digest algorithm (:mod:`shardkit.digest`); ``sha256=True`` is the
+    older spelling of ``hash="sha256"``.
     """
 
     def __init__(
@@ -55,12 +64,13 @@ class AtomicFile:
         url: str,
         *,
         storage_options: dict[str, Any] | None = None,
+        hash: str = "none",
         sha256: bool = False,
         fsync: bool = False,
         buffering: int = 1 << 20,
     ) -> None:
         self.url = url
-        self.tally = Tally(sha256)
+        self.tally = Tally("sha256" if sha256 else hash)
         self._fsync = fsync
         self._fd = -1  # an unbuffered local file's descriptor (writev)
         self._fs: Any = None
@@ -101,8 +111,14 @@ class AtomicFile:
         return not self._open
 
     @property
+    def digest(self) -> str:
+        """``ALGO:HEX`` of every byte written (``""`` with ``hash="none"``)."""
+        return self.tally.digest
+
+    @property
     def sha256(self) -> str:
-        return self.tally.hexdigest()
+        """The hex sha256 of every byte written, when hashing with sha256 (else ``""``)."""
+        return self.tally.hexdigest() if self.tally.hash == "sha256" else ""
 
     @property
     def size(self) -> int:
@@ -228,13 +244,19 @@ def open_atomic(
     url: str,
     *,
     storage_options: dict[str, Any] | None = None,
+    hash: str = "none",
     sha256: bool = False,
     fsync: bool = False,
     buffering: int = 1 << 20,
 ) -> AtomicFile:
     """An :class:`AtomicFile` for ``url`` (the one way shardkit writes a file)."""
     return AtomicFile(
-        url, storage_options=storage_options, sha256=sha256, fsync=fsync, buffering=buffering
+        url,
+        storage_options=storage_options,
+        hash=hash,
+        sha256=sha256,
+        fsync=fsync,
+        buffering=buffering,
     )
 
 

@@ -57,12 +57,18 @@ class ShardRef:
     gzip: bool
     samples: int | None = None
     bytes: int | None = None
-    sha256: str | None = None
+    digest: str | None = None  # ALGO:HEX (shardkit.digest)
     manifest: str | None = None
 
     @property
     def stdin(self) -> bool:
         return self.url == "-"
+
+    @property
+    def sha256(self) -> str | None:
+        """The manifest's hex sha256 of this shard, when it records one."""
+        name, _, hexdigest = (self.digest or "").partition(":")
+        return hexdigest if name == "sha256" else None
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ def read_manifest(url: str, *, storage_options: dict[str, Any] | None = None) ->
                 gz,
                 samples=shard.samples,
                 bytes=shard.bytes,
-                sha256=shard.sha256,
+                digest=shard.digest,
                 manifest=url,
             )
         )

@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 from .. import storage
+from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..errors import ConfigError, EncodeError
 from ..formats.names import (
     FORMATS,
@@ -74,6 +75,8 @@ class Output:
         max_size: Size | None = None,
         max_shards: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        hash: HashName = DEFAULT_HASH,
+        on_shard: Callable[[ShardInfo], None] | None = None,
     ) -> None:
         if format is not None and format not in FORMATS:
             raise ConfigError(f"format must be 'tar' or 'tfrecord', not {format!r}")
@@ -81,6 +84,7 @@ class Output:
         self.samples = 0
         self.full = False  # max_shards reached: stop writing
         self._max_shards = max_shards
+        self._on_shard_fn = on_shard
         self._writer: ShardWriter | None = None
         self._tar: TarWriter | None = None
         self._file: storage.AtomicFile | None = None
@@ -99,6 +103,7 @@ class Output:
                 encode=False,
                 storage_options=storage_options,
                 on_shard=self._on_shard,
+                hash=hash,
             )
             prepare_output(url)
             self._writer = writer
@@ -112,7 +117,9 @@ class Output:
         implied, gz = format_from_name(url) if url != "-" else ("tar", False)
         self.format = format or implied
         prepare_output(url)
-        self._file = storage.open_atomic(url, storage_options=storage_options)
+        self._file = storage.open_atomic(
+            url, storage_options=storage_options, hash=check_hash(hash)
+        )
         stream: Any = self._file
         if gz:
             stream = self._gzip = gzip.GzipFile(filename="", fileobj=stream, mode="wb", mtime=0)
@@ -126,6 +133,11 @@ class Output:
         return self._writer.shards if self._writer is not None else []
 
     @property
+    def digest(self) -> str:
+        """The digest of a one-file output (``ALGO:HEX``; ``""`` for a pattern or ``-``)."""
+        return self._file.digest if self._file is not None and self.url != "-" else ""
+
+    @property
     def raw(self) -> BinaryIO | None:
         """The tar stream itself, for copying members byte for byte (one-stream tar only)."""
         return self._stream if self._tar is not None else None
@@ -133,6 +145,8 @@ class Output:
     def _on_shard(self, info: ShardInfo) -> None:
         if self._max_shards is not None and len(self.shards) >= self._max_shards:
             self.full = True
+        if self._on_shard_fn is not None:
+            self._on_shard_fn(info)
 
     def check_key(self, key: str) -> None:
         """Refuse the same key twice in a row (readers would merge the two samples)."""
@@ -182,7 +196,10 @@ class Output:
         if self._gzip is not None:
             self._gzip.close()
         if self._file is not None:
-            self._file.commit()
+            file = self._file
+            file.commit()
+            if self._on_shard_fn is not None:
+                self._on_shard_fn(ShardInfo(self.url, self.samples, file.size, file.digest, 0))
 
     def abort(self) -> None:
         """Discard what is not committed yet."""

@@ -4,7 +4,7 @@ The rotation rules are :class:`~shardkit.writer.ShardWriter`'s (a shard is full 
 ``max_count`` samples, or when the next sample would take its file over ``max_size``
 bytes, end-of-archive blocks included; a sample larger than ``max_size`` stands alone),
 and so are the guarantees (each shard written under a temporary name and committed
-whole; its size and sha256 reported in a :class:`~shardkit.writer.ShardInfo`). What is
+whole; its size and digest reported in a :class:`~shardkit.writer.ShardInfo`). What is
 saved is re-encoding, and copying: the scanner keeps each sample in its read buffer until
 the sample is complete, then runs of whole samples go out as single slices of it.
 """
@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import storage
+from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
 from ..formats.tar import END_OF_ARCHIVE, Grouping, TarScanner, check_key_order
@@ -30,7 +31,8 @@ Write = Callable[[memoryview], object]
 class RawShards:
     """Numbered uncompressed tar shards, fed whole samples of raw member bytes.
 
-    ``sha256=False`` leaves :attr:`ShardInfo.sha256` empty and saves hashing every byte.
+    ``hash`` names the digest algorithm (``"none"`` leaves :attr:`ShardInfo.digest` empty
+    and saves hashing every byte).
     """
 
     def __init__(
@@ -40,7 +42,7 @@ class RawShards:
         max_count: int | None,
         max_size: Size | None,
         max_shards: int | None = None,
-        sha256: bool = True,
+        hash: HashName = DEFAULT_HASH,
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
     ) -> None:
@@ -48,7 +50,7 @@ class RawShards:
         self.pattern = pattern
         self.cut = Cut(max_count, max_size, trailer=len(END_OF_ARCHIVE))
         self.max_shards = max_shards
-        self.sha256 = sha256
+        self.hash = check_hash(hash)
         self.storage_options = storage_options
         self.on_shard = on_shard
         self.shards: list[ShardInfo] = []
@@ -77,7 +79,7 @@ class RawShards:
 
     def _open(self) -> Write:
         url = shard_name(self.pattern, len(self.shards))
-        file = storage.open_atomic(url, storage_options=self.storage_options, sha256=self.sha256)
+        file = storage.open_atomic(url, storage_options=self.storage_options, hash=self.hash)
         self._file, self._count, self._size = file, 0, 0
         self._write = write = file.write  # one bound method: the scanner batches by identity
         return write
@@ -91,7 +93,7 @@ class RawShards:
         file.write(END_OF_ARCHIVE)
         self._file = self._write = None
         file.commit()
-        info = ShardInfo(file.url, self._count, file.size, file.sha256, len(self.shards))
+        info = ShardInfo(file.url, self._count, file.size, file.digest, len(self.shards))
         self.shards.append(info)
         if self.on_shard is not None:
             self.on_shard(info)

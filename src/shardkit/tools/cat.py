@@ -9,15 +9,17 @@ combinations (TFRecord in or out, ``shuffle``) go sample by sample.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.names import Format
 from ..formats.tar import Grouping, TarScanner
 from ..handlers import Handler, reraise
+from ..writer import ShardInfo
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
 from ._outputs import Output
 
@@ -83,12 +85,17 @@ def cat(
     seed: int = 0,
     format: Format | None = None,
     storage_options: dict[str, Any] | None = None,
+    hash: HashName = DEFAULT_HASH,
+    on_shard: Callable[[ShardInfo], None] | None = None,
 ) -> int:
     """Write the samples of ``inputs`` to ``output`` (``-``, a file, or a shard pattern);
-    returns the number of samples written. See :func:`iter_cat` for the options."""
+    returns the number of samples written. See :func:`iter_cat` for the options.
+    ``on_shard`` gets each file written (its size and ``hash`` digest)."""
     _check_counts(count, skip, shuffle)
     refs = as_refs(inputs, storage_options=storage_options)
-    with Output(output, format=format, storage_options=storage_options) as out:
+    with Output(
+        output, format=format, storage_options=storage_options, hash=hash, on_shard=on_shard
+    ) as out:
         if out.raw is not None and not shuffle:
             window = _Window(skip, count)
             for ref in refs:

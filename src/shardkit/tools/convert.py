@@ -17,9 +17,11 @@ key (``00000012``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .. import storage
+from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE
 from ..formats.names import FORMATS, Format, shard_name_format
@@ -53,9 +55,12 @@ def convert(
     max_count: int | None = None,
     max_size: Size | None = None,
     storage_options: dict[str, Any] | None = None,
+    hash: HashName = DEFAULT_HASH,
+    on_shard: Callable[[ShardInfo], None] | None = None,
 ) -> tuple[int, list[ShardInfo]]:
     """Convert the samples of ``inputs`` to ``to`` (default: the output's extension),
-    written to a file, ``-`` or a shard pattern; returns (samples, shards written)."""
+    written to a file, ``-`` or a shard pattern; returns (samples, shards written).
+    ``on_shard`` gets each file written (its size and ``hash`` digest)."""
     target = _target(output, to) if output != "-" else (to or "tar")
     refs = as_refs(inputs, storage_options=storage_options)
     rotation: dict[str, Any] = {}
@@ -65,7 +70,14 @@ def convert(
             rotation = {"max_count": WRITER_MAX_COUNT, "max_size": WRITER_MAX_SIZE}
     elif max_count is not None or max_size is not None:
         raise ConfigError("--max-count/--max-size need an output shard pattern")
-    with Output(output, format=target, storage_options=storage_options, **rotation) as out:
+    with Output(
+        output,
+        format=target,
+        storage_options=storage_options,
+        hash=hash,
+        on_shard=on_shard,
+        **rotation,
+    ) as out:
         for ref in refs:
             to_schema = ref.format == "tar" and target == "tfrecord"
             for sample in iter_samples([ref], storage_options=storage_options):

@@ -37,11 +37,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from ..digest import DEFAULT_HASH, HashName
 from ..engines import Engine
 from ..errors import ConfigError, DataError, ShardkitError
 from ..formats.names import Format
 from ..handlers import OnError, check_on_error
 from ..units import Size
+from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
 
@@ -246,12 +248,15 @@ def proc(
     storage_options: dict[str, Any] | None = None,
     engine: Engine = "local",
     address: str | None = None,
+    hash: HashName = DEFAULT_HASH,
+    on_shard: Callable[[ShardInfo], None] | None = None,
 ) -> ProcResult:
     """Run ``command`` over every sample of ``inputs`` and write the results to ``output``.
 
     ``engine="ray"|"dask"`` runs one task per input shard on that cluster (``address``),
     writing one output shard per input (``output`` is then a pattern; see
-    :func:`shardkit.map_shards`)."""
+    :func:`shardkit.map_shards`). ``on_shard`` gets each file written (its size and
+    ``hash`` digest)."""
     if names not in ("sample", "key"):
         raise ConfigError(f"names must be 'sample' or 'key', not {names!r}")
     if engine != "local":
@@ -265,7 +270,8 @@ def proc(
             names=names,
             timeout=timeout,
         )
-        return _on_cluster(inputs, transform, output, engine, address, storage_options)
+        cluster = _Cluster(engine, address, storage_options, hash, on_shard)
+        return _on_cluster(inputs, transform, output, cluster)
     refs = as_refs(inputs, storage_options=storage_options)
     counts = [0, 0, 0]
     out = Output(
@@ -274,6 +280,8 @@ def proc(
         max_count=max_count,
         max_size=max_size,
         storage_options=storage_options,
+        hash=hash,
+        on_shard=on_shard,
     )
     with out:
         samples = iter_samples(refs, storage_options=storage_options)
@@ -290,13 +298,22 @@ def proc(
     return ProcResult(*counts)
 
 
+@dataclass(frozen=True)
+class _Cluster:
+    """Where and how :func:`_on_cluster` writes."""
+
+    engine: Engine
+    address: str | None
+    storage_options: dict[str, Any] | None
+    hash: HashName
+    on_shard: Callable[[ShardInfo], None] | None
+
+
 def _on_cluster(
     inputs: Inputs,
     transform: Callable[[Iterator[dict[str, Any]]], Iterator[dict[str, Any]]],
     output: str,
-    engine: Engine,
-    address: str | None,
-    storage_options: dict[str, Any] | None,
+    cluster: _Cluster,
 ) -> ProcResult:
     """``proc`` on a Ray or Dask cluster: one :func:`~shardkit.mapshards.map_shard_streams`
     task per input shard, ``output`` a pattern (one output shard per input). Counts only
@@ -307,9 +324,18 @@ def _on_cluster(
     if not all(isinstance(url, str) and url != "-" for url in urls):
         raise ConfigError("with a cluster engine the inputs are shard URLs (not '-' or streams)")
     results = map_shard_streams(
-        transform, urls, output, engine=engine, address=address, storage_options=storage_options
+        transform,
+        urls,
+        output,
+        engine=cluster.engine,
+        address=cluster.address,
+        storage_options=cluster.storage_options,
+        hash=cluster.hash,
     )
     done = [r for r in results if not r.resumed]
+    if cluster.on_shard is not None:
+        for i, r in enumerate(done):
+            cluster.on_shard(ShardInfo(r.output, r.samples_out or 0, r.bytes, r.digest or "", i))
     read = sum(r.samples_in or 0 for r in done)
     written = sum(r.samples_out or 0 for r in done)
     return ProcResult(read, written, read - written)

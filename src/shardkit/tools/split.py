@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.names import Format, check_pattern, format_from_name
 from ..units import Size
@@ -29,12 +30,14 @@ def write_shards(
     format: Format | None = None,
     storage_options: dict[str, Any] | None = None,
     on_shard: Callable[[ShardInfo], None] | None = None,
+    hash: HashName = DEFAULT_HASH,
 ) -> list[ShardInfo]:
     """Write ``samples`` to shards named by ``pattern``; returns the committed shards.
 
     A shard is full at ``max_count`` samples or when the next sample would take it over
     ``max_size`` bytes. With ``max_shards``, writing stops once that many shards are full;
-    the rest of the input is not read.
+    the rest of the input is not read. ``hash`` names each shard's digest algorithm
+    (:mod:`shardkit.digest`).
     """
     if not is_pattern(pattern):
         raise ConfigError(
@@ -49,6 +52,7 @@ def write_shards(
         max_size=max_size,
         max_shards=max_shards,
         storage_options=storage_options,
+        hash=hash,
     )
     reported = 0
     with out:
@@ -75,7 +79,8 @@ def split(
     max_size: Size | None = None,
     max_shards: int | None = None,
     format: Format | None = None,
-    sha256: bool = True,
+    hash: HashName = DEFAULT_HASH,
+    sha256: bool | None = None,
     storage_options: dict[str, Any] | None = None,
     on_shard: Callable[[ShardInfo], None] | None = None,
 ) -> list[ShardInfo]:
@@ -83,7 +88,11 @@ def split(
 
     Tar into uncompressed tar copies each sample's members as they are (their original
     headers kept); any other combination re-encodes samples through ShardWriter.
-    ``sha256=False`` lets the copy skip hashing (its ShardInfo.sha256 is then empty)."""
+    ``hash`` names each shard's digest algorithm (:mod:`shardkit.digest`); ``"none"``
+    skips hashing (``ShardInfo.digest`` is then empty). ``sha256=True``/``False`` is the
+    older spelling of ``hash="sha256"``/``"none"``."""
+    if sha256 is not None:
+        hash = "sha256" if sha256 else "none"
     check_pattern(pattern, option="output")
     refs = as_refs(inputs, storage_options=storage_options)
     kind, gz = format_from_name(pattern)
@@ -98,7 +107,7 @@ def split(
             max_count=max_count,
             max_size=max_size,
             max_shards=max_shards,
-            sha256=sha256,
+            hash=hash,
             storage_options=storage_options,
             on_shard=on_shard,
         )
@@ -113,4 +122,5 @@ def split(
         format=format,
         storage_options=storage_options,
         on_shard=on_shard,
+        hash=hash,
     )

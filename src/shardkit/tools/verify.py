@@ -3,13 +3,14 @@
 Per shard: tar headers (checksums, sizes), truncation, the end-of-archive marker, sample
 grouping (a key whose members are not adjacent, a duplicate extension, members readers
 reject); for TFRecord both CRCs of every record and every Example; against the manifest,
-when the shard comes from one, its size, sha256 and sample count; against its index file
+when the shard comes from one, its size, digest (recomputed with the algorithm the
+manifest names: blake3, sha256 or xxh3-128) and sample count; against its index file
 (``<shard>.idx``), when there is one, its keys and offsets. ``decode=True`` also decodes
 every image (Pillow / simplejpeg) and every json, text, int and npy field.
 
 The check goes on after a problem wherever it can: past a bad tar header (to the next
 valid one), past a record whose data CRC is wrong. Offsets are in the uncompressed stream.
-Without a manifest sha256 to compare, a local uncompressed tar shard is checked by reading
+Without a manifest digest to compare, a local uncompressed tar shard is checked by reading
 its headers and seeking over member data, as ``tar -t`` does.
 """
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
 from .. import storage
+from ..digest import digest_name
 from ..errors import FormatError, StorageError
 from ..formats.index import compare_index
 from ..formats.tar import TarScanner
@@ -76,6 +78,7 @@ class ShardCheck:
     samples: int = 0
     bytes: int | None = None
     sha256: str | None = None
+    digest: str | None = None  # ALGO:HEX, in the algorithm of the manifest's digest
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -100,24 +103,31 @@ class VerifyReport:
 
 
 class _Hashing:
-    """A read-only stream that hashes and counts every byte read through it."""
+    """A read-only stream that hashes (with each algorithm of ``hashes``) and counts
+    every byte read through it."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: BinaryIO, hashes: list[str]) -> None:
         self._raw = raw
-        self.tally = Tally()
+        self.tallies = [Tally(name) for name in hashes]
+        self.size = 0
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int = -1) -> bytes:
         data = self._raw.read(n)
-        self.tally.update(data)
+        self._update(data)
         return data
+
+    def _update(self, data: bytes | memoryview) -> None:
+        for tally in self.tallies:
+            tally.update(data)
+        self.size += len(data)
 
     def readinto(self, buffer: memoryview) -> int:
         n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
         if n:
-            self.tally.update(buffer[:n])
+            self._update(buffer[:n])
         return int(n or 0)
 
     def drain(self) -> None:
@@ -150,8 +160,8 @@ def scan_shard(
     """The shard's own checks (no manifest or index): its result and what it holds."""
     check = ShardCheck(ref.url)
     report = _reporter(check, on_problem)
-    hashing = ref.sha256 is not None if sha256 is None else sha256
-    seekable = not hashing and not ref.gzip and ref.format == "tar" and not ref.stdin
+    hashes = _hashes(ref, sha256)
+    seekable = not hashes and not ref.gzip and ref.format == "tar" and not ref.stdin
     try:
         raw, _ = open_shard(
             ref, storage_options=storage_options, buffer_size=0 if seekable else 1 << 20
@@ -160,7 +170,7 @@ def scan_shard(
         report(None, None, f"cannot open: {exc.message}")
         return check, Seen()
     try:
-        seen = _check_stream(ref, raw, check, report, decode, hashing)
+        seen = _check_stream(ref, raw, check, report, decode, hashes)
     finally:
         if not ref.stdin:
             raw.close()
@@ -176,7 +186,9 @@ def verify_shard(
     on_problem: Callable[[Problem], None] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> ShardCheck:
-    """Check one shard; ``sha256`` (default: when the manifest has one) hashes its bytes."""
+    """Check one shard. Its bytes are hashed with the algorithm of the manifest's digest
+    when there is one; ``sha256=True`` also computes its sha256 (:attr:`ShardCheck.sha256`),
+    ``sha256=False`` hashes nothing."""
     check, seen = scan_shard(
         ref, decode=decode, sha256=sha256, on_problem=on_problem, storage_options=storage_options
     )
@@ -193,13 +205,13 @@ def _check_stream(
     check: ShardCheck,
     report: Callable[[str | None, int | None, str], None],
     decode: bool,
-    sha256: bool,
+    hashes: list[str],
 ) -> Seen:
     import gzip
     import zlib
 
     zipped = ref.gzip or magic(raw) == b"\x1f\x8b"
-    hashing = _Hashing(raw) if sha256 else None
+    hashing = _Hashing(raw, hashes) if hashes else None
     source = cast(BinaryIO, hashing) if hashing is not None else raw
     stream = cast(BinaryIO, gzip.GzipFile(fileobj=source, mode="rb")) if zipped else source
     seen = Seen()
@@ -220,10 +232,26 @@ def _check_stream(
         report(None, None, f"read error: {exc}")
     if hashing is not None:
         hashing.drain()
-        check.sha256, check.bytes = hashing.tally.hexdigest(), hashing.tally.size
+        check.bytes = hashing.size
+        for tally in hashing.tallies:
+            if tally.hash == "sha256":
+                check.sha256 = tally.hexdigest()
+            if ref.digest is not None and tally.hash == digest_name(ref.digest):
+                check.digest = tally.digest
     elif storage.is_local(ref.url):
         check.bytes = os.path.getsize(storage.local_path(ref.url))
     return seen
+
+
+def _hashes(ref: ShardRef, sha256: bool | None) -> list[str]:
+    """The algorithms to hash ``ref`` with: its manifest digest's (unless ``sha256`` is
+    False), and sha256 when ``sha256`` is True."""
+    if sha256 is False:
+        return []
+    hashes = [digest_name(ref.digest)] if ref.digest else []
+    if sha256 and "sha256" not in hashes:
+        hashes.append("sha256")
+    return hashes
 
 
 def _against_manifest(
@@ -231,8 +259,8 @@ def _against_manifest(
 ) -> None:
     if ref.bytes is not None and check.bytes is not None and ref.bytes != check.bytes:
         report(None, None, f"size {check.bytes} differs from the manifest's {ref.bytes}")
-    if ref.sha256 is not None and check.sha256 is not None and ref.sha256 != check.sha256:
-        report(None, None, f"sha256 {check.sha256} differs from the manifest's {ref.sha256}")
+    if ref.digest is not None and check.digest is not None and ref.digest != check.digest:
+        report(None, None, f"digest {check.digest} differs from the manifest's {ref.digest}")
     if ref.samples is not None and ref.samples != check.samples:
         report(None, None, f"{check.samples} samples, the manifest says {ref.samples}")
 

@@ -1,0 +1,1 @@
+"""Stand-in torchvision: only the names `import streaming` needs (see ../README.md)."""

@@ -1,0 +1,97 @@
+"""Pooled commits into S3 (SeaweedFS): a pass-through build's journal records and renames
+run concurrently, each rename after its task's record, the manifest after all of them;
+the output is byte-identical to a local build, and a failure mid-commit resumes exactly."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from conftest_build import make_corpus
+from conftest_scale import s3_bucket, snapshot_local, snapshot_s3
+
+import shardkit
+from shardkit import BuildOptions
+from shardkit.builder.journal import Journal
+from shardkit.builder.store import ObjectStore
+from shardkit.errors import StorageError
+
+__all__ = ["s3_bucket"]  # the fixture, used by name
+
+OPTIONS = {"max_count": 6, "seed": 5, "workers": 2}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return make_corpus(str(tmp_path_factory.mktemp("commit") / "images"), count=60)
+
+
+@pytest.fixture(scope="module")
+def reference(corpus: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("ref") / "out"
+    shardkit.build(corpus, str(out), options=BuildOptions(**OPTIONS))  # type: ignore[arg-type]
+    return snapshot_local(str(out))
+
+
+def test_commits_overlap_in_order_and_match_a_local_build(
+    corpus: str, reference: dict[str, Any], s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    inflight, most = [0], [0]
+    rename, write = ObjectStore.rename, getattr(Journal, "write", None)
+
+    def slow_rename(self: ObjectStore, src: str, dst: str) -> None:
+        with lock:
+            inflight[0] += 1
+            most[0] = max(most[0], inflight[0])
+        time.sleep(0.05)  # a slow server: commits overlap only if they are pooled
+        rename(self, src, dst)
+        with lock:
+            inflight[0] -= 1
+            events.append(("rename", int(src.split("task")[1][:6])))
+
+    def recorded_write(self: Journal, result: Any) -> None:
+        assert write is not None
+        write(self, result)
+        with lock:
+            events.append(("journal", result.index))
+
+    monkeypatch.setattr(ObjectStore, "rename", slow_rename)
+    monkeypatch.setattr(Journal, "write", recorded_write, raising=False)
+    url = f"s3://{s3_bucket}/pooled"
+    result = shardkit.build(corpus, url, options=BuildOptions(**OPTIONS))  # type: ignore[arg-type]
+    assert snapshot_s3(url) == reference  # the same shards and manifest, byte for byte
+    assert most[0] > 1, "renames ran one at a time"
+    renamed = [task for kind, task in events if kind == "rename"]
+    assert len(renamed) == len(result.shards) > 5
+    for position, (kind, task) in enumerate(events):
+        if kind == "rename":  # its task's journal record was written before it
+            assert ("journal", task) in events[:position]
+
+
+def test_a_failure_mid_commit_leaves_a_build_that_resumes_exactly(
+    corpus: str, reference: dict[str, Any], s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rename = ObjectStore.rename
+    calls = [0]
+
+    def failing(self: ObjectStore, src: str, dst: str) -> None:
+        calls[0] += 1
+        if calls[0] == 4:
+            raise StorageError("rename failed: injected", url=self.join(src))
+        rename(self, src, dst)
+
+    monkeypatch.setattr(ObjectStore, "rename", failing)
+    url = f"s3://{s3_bucket}/failing"
+    with pytest.raises(StorageError, match="injected"):
+        shardkit.build(corpus, url, options=BuildOptions(**OPTIONS))  # type: ignore[arg-type]
+    left = snapshot_s3(url)
+    assert "manifest.json" not in left
+    assert any(name.startswith(".shardkit-build/task-") for name in left)
+    monkeypatch.setattr(ObjectStore, "rename", rename)
+    again = shardkit.build(corpus, url, options=BuildOptions(**OPTIONS))  # type: ignore[arg-type]
+    assert again.resumed_tasks > 0
+    assert snapshot_s3(url) == reference
