@@ -37,9 +37,9 @@ for the writers and the decoder). Their children run there, each reading its own
 library's copy of the same samples (written once by that library's writer, the JPEGs kept
 as raw bytes). ``import streaming`` imports torchvision, whose registry wheels do not match
 the pinned CPU torch (``operator torchvision::nms does not exist``); those children get
-``bench/_standins`` on ``PYTHONPATH``, a stand-in ``torchvision`` with only the names
-``streaming`` imports, none of which the benchmark uses. Without ``--peers`` those rows are
-left out.
+``bench/standins`` (shared with ``bench/build.py``) on ``PYTHONPATH``, a stand-in
+``torchvision`` with only the names ``streaming`` imports, none of which the benchmark
+uses. Without ``--peers`` those rows are left out.
 """
 
 from __future__ import annotations
@@ -486,7 +486,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def peer_env() -> dict[str, str]:
     """The environment of a child in the peers' venv: the torchvision stand-in first."""
-    path = [os.path.join(HERE, "_standins"), HERE, os.path.join(os.path.dirname(HERE), "src")]
+    path = [os.path.join(HERE, "standins"), HERE, os.path.join(os.path.dirname(HERE), "src")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
