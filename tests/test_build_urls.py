@@ -145,6 +145,26 @@ def test_the_cli_prints_the_download_counts(
     assert f"downloads: {MISSING} http 404, {BROKEN} invalid image, {GOOD} ok" in proc.stdout
 
 
+def test_a_parquet_url_list_builds_the_shards_of_the_same_csv_list(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    urls, _ = served
+    folder, url = http_service()  # both lists are served too: the parquet one read by ranges
+    rows = [{"path": u, "label": i % 3} for i, u in enumerate(urls)]  # as _list writes them
+    pq.write_table(pa.Table.from_pylist(rows), f"{folder}/urls.parquet", row_group_size=16)
+    write(folder, "urls.csv", Path(_list(tmp_path, urls)).read_bytes())
+    options = BuildOptions(max_count=16, seed=2, workers=2)
+    shardkit.build(f"{url}/urls.csv", tmp_path / "csv", options=options)
+    result = shardkit.build(f"{url}/urls.parquet", tmp_path / "pq", options=options)
+    assert result.fetch == {"http 404": MISSING, "invalid image": BROKEN, "ok": GOOD}
+    shards, same = snapshot(str(tmp_path / "pq")), snapshot(str(tmp_path / "csv"))
+    assert shards.pop("manifest.json")["shards"] == same.pop("manifest.json")["shards"]
+    assert shards == same and len(shards) == 4
+
+
 def test_fetch_options_do_not_change_the_dataset_identity(
     served: tuple[list[str], dict[str, bytes]], tmp_path: Path
 ) -> None:

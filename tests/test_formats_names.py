@@ -79,11 +79,11 @@ def test_one_manifest_reader_takes_every_shape() -> None:
         {
             "format": "tfrecord",
             "samples": 3,
-            "shards": [{"name": "a.tfr", "samples": 3, "bytes": 10, "sha256": "ab"}],
+            "shards": [{"name": "a.tfr", "samples": 3, "bytes": 10, "sha256": "ab" * 32}],
         }
     )
     assert ours.format == "tfrecord" and ours.samples == 3 and ours.counts == (3,)
-    assert (ours.shards[0].bytes, ours.shards[0].sha256) == (10, "ab")
+    assert (ours.shards[0].bytes, ours.shards[0].digest) == (10, "sha256:" + "ab" * 32)
     listed = parse_manifest(["a.tar", {"path": "b.tar", "count": 2}])
     assert [s.name for s in listed.shards] == ["a.tar", "b.tar"] and listed.counts is None
     with pytest.raises(ManifestError, match="bad byte count") as info:

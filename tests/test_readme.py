@@ -18,8 +18,9 @@ How a block is run:
 
 The folder holds ``images/`` (an ImageFolder of 64x64 JPEGs in three classes: one size,
 since the reading example batches decoded images as they are), ``list.csv``
-(path,label), ``old/shard-000000.tar`` .. ``old/shard-000099.tar``, ``data/`` (a
-``shardkit build`` of ``images/``) and ``a.tar`` / ``b.tar`` (two of its shards).
+(path,label), ``urls.parquet`` (the same rows, its path column named url),
+``old/shard-000000.tar`` .. ``old/shard-000099.tar``, ``data/`` (a ``shardkit build`` of
+``images/``) and ``a.tar`` / ``b.tar`` (two of its shards).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import shardkit
@@ -101,12 +104,15 @@ def _make_folder(root: Path) -> None:
     images = root / "images"
     classes = ["circle", "square", "stripes"]
     make_image_folder(str(images), count=0, classes=classes)
+    rows = []
     with open(root / "list.csv", "w") as f:
         f.write("path,label\n")
         for i in range(160):
             path = images / classes[i % 3] / f"img_{i:06d}.jpg"
             path.write_bytes(make_jpeg(rng, i % 3, min_side=64, max_side=64))
             f.write(f"{path.relative_to(root)},{i % 3}\n")
+            rows.append({"url": str(path.relative_to(root)), "label": i % 3})
+    pq.write_table(pa.Table.from_pylist(rows), root / "urls.parquet")
     (root / "old").mkdir()
     with shardkit.ShardWriter(str(root / "old/shard-%06d.tar"), max_count=1) as sink:
         for i in range(100):

@@ -114,6 +114,30 @@ def test_index_counts_and_random_access(tmp_path: object, ext: str) -> None:
     assert doc["format"] == "shardkit.index" and len(doc["offsets"]) == 9
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"sizes": [2**40] * 3, "bytes": 2**41}, "over the reader's"),
+        ({"offsets": [0, 10**9, 0]}, "outside the shard"),
+        ({"shard": "other.tar"}, "index of another shard"),
+    ],
+)
+def test_a_lying_index_is_refused_before_anything_is_read(
+    tmp_path: object, change: dict[str, object], message: str
+) -> None:
+    # Was: read_indexed_sample read (and allocated) whatever size the .idx file claimed.
+    [url] = write_shards(str(tmp_path), samples(3), per_shard=20, ext="tar")
+    write_index(url)
+    with open(url + ".idx", "rb") as f:
+        doc = json.load(f)
+    doc.update(change)
+    with open(url + ".idx", "w") as f:
+        json.dump(doc, f)
+    with pytest.raises(FormatError, match=message) as info:
+        load_index(url)
+    assert info.value.url == url + ".idx"
+
+
 def test_index_refuses_a_broken_shard(tmp_path: object) -> None:
     blob = tar_bytes(samples(4))
     url = put(os.path.join(str(tmp_path), "t.tar"), blob[:3000])

@@ -31,6 +31,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "matplotlib": ("plot", "matplotlib"),
     "blake3": ("blake3", "blake3"),  # also a core dependency (the default --hash)
     "xxhash": ("xxhash", "xxhash"),
+    "pyarrow": ("parquet", "pyarrow"),
 }
 
 

@@ -33,13 +33,12 @@ def build(
     """Pack ``source`` into shards plus ``manifest.json`` in the folder ``out`` (or the
     object-store prefix, ``s3://bucket/prefix``, into which the workers write directly).
 
-    ``source`` is an image folder (``SRC/<class>/**/<image>``), a ``.csv``/``.jsonl`` list,
-    shard URLs (``data/shard-{000000..000099}.tar``), or a Python map-style dataset
-    (``__len__`` and ``__getitem__``; pickled to the workers) or iterable (packed in this
-    process, in order). ``to_sample`` turns one dataset item into a sample dict; by default
-    a dict is used as is and an ``(image, label)`` pair becomes ``{"png": image, "cls":
-    label}``. ``progress`` receives a :class:`BuildProgress` a few times a second and
-    whenever a shard is committed.
+    ``source`` is an image folder (``SRC/<class>/**/<image>``), a ``.csv``/``.jsonl``/``.parquet``
+    list, shard URLs (``data/shard-{000000..000099}.tar``), or a Python map-style dataset
+    (``__len__`` and ``__getitem__``; pickled to the workers) or iterable (packed in this process,
+    in order). ``to_sample`` turns one dataset item into a sample dict; by default a dict is used as
+    is and an ``(image, label)`` pair becomes ``{"png": image, "cls": label}``. ``progress``
+    receives a :class:`BuildProgress` a few times a second and whenever a shard is committed.
 
     Rerunning an interrupted build with the same arguments resumes it; the output is the
     same bytes whatever the number of workers and however often it was interrupted.

@@ -18,7 +18,7 @@ from .worker import WORKER_MODULE
 
 __all__ = ["build", "list_source"]
 
-_TABLE_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".ndjson")
+_TABLE_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 
 
 def build(
@@ -119,8 +119,8 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
     if not os.path.exists(path):
         raise BuildError("no such file or folder", url=path)
     raise BuildError(
-        "not a source shardkit can build from: expected an image folder, a .csv/.jsonl list "
-        "or shards (.tar, .tfrecord)",
+        "not a source shardkit can build from: expected an image folder, "
+        "a .csv/.jsonl/.parquet list or shards (.tar, .tfrecord)",
         url=path,
     )
 

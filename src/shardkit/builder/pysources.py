@@ -109,8 +109,8 @@ def list_python(source: Any, to_sample: ToSample | None) -> Listing:
         )
     if not isinstance(source, Iterable):
         raise ConfigError(
-            f"cannot build from a {type(source).__name__}: pass a folder, a .csv/.jsonl path, "
-            "shard URLs, a map-style dataset or an iterable"
+            f"cannot build from a {type(source).__name__}: pass a folder, "
+            "a .csv/.jsonl/.parquet path, shard URLs, a map-style dataset or an iterable"
         )
     return Listing(
         "iterable",

@@ -7,7 +7,7 @@ happens in the workers, so a source object must pickle small (a root folder, a d
 * an image folder (``root/<class>/**/<image>``, torchvision's ImageFolder layout), on
   disk or under an object-store prefix (``s3://bucket/train``: one listing request per
   1,000 objects, then one GET per image in the workers);
-* a CSV/JSONL list (:mod:`.tables`);
+* a CSV/JSONL/parquet list (:mod:`.tables`, rows of parquet from :mod:`.parquet`);
 * a Python map-style dataset or one-pass iterable (:mod:`.pysources`);
 * existing shards (:mod:`.shards`).
 """

@@ -1,4 +1,4 @@
-"""CSV / TSV / JSONL lists: one row per sample, a path column and a label column.
+"""CSV / TSV / JSONL / parquet lists: one row per sample, a path column and a label column.
 
 Paths are relative to the list's folder, absolute, or URLs (read with
 :func:`shardkit.storage.open_read`); a ``pipe:`` row would run a shell command, so it is
@@ -9,6 +9,10 @@ class names (numbered in sorted order, like an image folder's classes). Every ot
 goes into the sample's ``json`` together with the path, class and label. Rows whose file
 is missing or not an image file are skipped and reported; the same path twice is an error
 of the list.
+
+A parquet list (``.parquet``, the shape img2dataset users keep their URL lists in) only
+supplies rows, read one batch at a time (:mod:`.parquet`); its columns keep their types
+(int, float, str, lists) as JSON lines do.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ __all__ = ["list_table"]
 
 
 def list_table(path: str, options: BuildOptions) -> Listing:
-    """List the rows of a .csv, .tsv, .jsonl or .ndjson file."""
+    """List the rows of a .csv, .tsv, .jsonl, .ndjson or .parquet file."""
     rows = list(_rows(path))
     if not rows:
         raise BuildError("the list has no rows", url=path)
@@ -131,6 +135,11 @@ def _rows(path: str) -> Iterator[dict[str, Any]]:
     import io
 
     lower = path.lower()
+    if lower.endswith(".parquet"):
+        from .parquet import parquet_rows
+
+        yield from parquet_rows(path)
+        return
     try:
         with io.TextIOWrapper(storage.open_read(path), encoding="utf-8-sig", newline="") as f:
             if lower.endswith((".jsonl", ".ndjson")):

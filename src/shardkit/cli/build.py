@@ -22,8 +22,8 @@ from ..units import format_size
 from ._toolargs import HelpFormatter, plain
 
 _EPILOG = """\
-SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl list with a path and a
-label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
+SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl/.parquet list with a path
+and a label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
 OUT gets {prefix}-000000.tar ... and manifest.json (written last). Rerunning the same
 command after an interruption resumes it; the output bytes do not depend on --workers.
 --index then writes each shard's .idx (as `shardkit index OUT`), for IndexedDataset.
@@ -38,7 +38,7 @@ def add_parser(sub: Any) -> None:
         epilog=_EPILOG,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("src", help="image folder, .csv/.jsonl list, or shard URL pattern")
+    parser.add_argument("src", help="image folder, .csv/.jsonl/.parquet list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
     # Every option is a BuildOptions field of the same name; its default is that field's
     # (HelpFormatter shows it).

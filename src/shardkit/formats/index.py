@@ -25,9 +25,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import FormatError
+from .limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
 from .names import Format, decode_name, encode_name
+from .tfrecord import RECORD_OVERHEAD
 
-__all__ = ["INDEX_SUFFIX", "ShardIndex", "compare_index", "index_url"]
+__all__ = ["INDEX_SUFFIX", "ShardIndex", "check_index", "compare_index", "index_url"]
 
 INDEX_SUFFIX = ".idx"
 _FORMAT = "shardkit.index"
@@ -105,3 +107,32 @@ def compare_index(
         if index.keys[i] != key or index.offsets[i] != offset:
             yield key, offset, f"index entry {i} is {index.keys[i]!r} at {index.offsets[i]}"
             return
+
+
+def check_index(index: ShardIndex, shard_name: str, *, url: str) -> None:
+    """FormatError (naming the index file) unless every entry of ``index`` lies inside
+    its shard (its uncompressed stream, for a gzipped one) and within the reader's
+    limits."""
+    size = index.shard_bytes
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise FormatError(f"bad index: shard size {size!r}", url=url)
+    if index.shard != shard_name:
+        raise FormatError(f"index of another shard ({index.shard!r})", url=url)
+    # A gzipped shard's offsets are in its uncompressed stream, which has no known end.
+    end = None if index.compressed else size
+    # A sample is read whole: at most what the reader holds of one record or member.
+    limit = MAX_MEMBER_SIZE
+    if index.shard_format == "tfrecord":
+        limit = MAX_RECORD_LENGTH + RECORD_OVERHEAD
+    for i, (offset, length) in enumerate(zip(index.offsets, index.sizes, strict=True)):
+        if offset < 0 or length <= 0 or (end is not None and offset + length > end):
+            raise FormatError(
+                f"bad index: entry {i} ({length} bytes at {offset}) is outside the "
+                f"shard's {size} bytes",
+                url=url,
+            )
+        if length > limit:
+            raise FormatError(
+                f"bad index: entry {i} is {length} bytes, over the reader's {limit}-byte limit",
+                url=url,
+            )

@@ -2,9 +2,10 @@
 them: per-shard sample counts for :class:`~shardkit.pipeline.dataset.Dataset`, and
 sample offsets for :class:`~shardkit.pipeline.indexed.IndexedDataset`.
 
-An index is untrusted input like any file read: :func:`check_index` bounds every entry
-by the shard's size and by the reader's member limit before anything is read through it,
-and an index whose recorded shard size differs from the shard's is stale and refused.
+An index is untrusted input like any file read: :func:`shardkit.reader.load_index` bounds
+every entry by the shard's size and by the reader's member limit
+(:func:`shardkit.formats.index.check_index`) before anything is read through it, and an
+index whose recorded shard size differs from the shard's is stale and refused.
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ from typing import Any
 from .. import storage
 from ..errors import ConfigError, FormatError
 from ..formats.index import ShardIndex, index_url
-from ..formats.limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
-from ..formats.tfrecord import RECORD_OVERHEAD
 from ..reader import load_index
 
-__all__ = ["check_index", "check_shard_size", "folder_counts", "index_name", "load_indexes"]
+__all__ = ["check_shard_size", "folder_counts", "index_name", "load_indexes"]
 
 _THREADS = 8  # index files fetched at once from a remote folder
 
@@ -41,7 +40,6 @@ def load_indexes(urls: Sequence[str], storage_options: dict[str, Any] | None) ->
                 f"{url} has no index ({index_name(storage.basename(url))}): "
                 "run `shardkit index` on its folder first"
             )
-        check_index(index, url)
         return index
 
     if len(urls) == 1 or all(storage.is_local(url) for url in urls):
@@ -59,36 +57,6 @@ def check_shard_size(shard_url: str, indexed: int, actual: int) -> None:
             "run `shardkit index` again",
             url=index_name(shard_url),
         )
-
-
-def check_index(index: ShardIndex, shard_url: str) -> None:
-    """FormatError (naming the index file) unless every entry of ``index`` lies inside
-    its shard (its uncompressed stream, for a gzipped one) and within the reader's
-    limits."""
-    where = index_name(shard_url)
-    size = index.shard_bytes
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise FormatError(f"bad index: shard size {size!r}", url=where)
-    if index.shard != storage.basename(shard_url):
-        raise FormatError(f"index of another shard ({index.shard!r})", url=where)
-    # A gzipped shard's offsets are in its uncompressed stream, which has no known end.
-    end = None if index.compressed else size
-    # A sample is read whole: at most what the reader holds of one record or member.
-    limit = MAX_MEMBER_SIZE
-    if index.shard_format == "tfrecord":
-        limit = MAX_RECORD_LENGTH + RECORD_OVERHEAD
-    for i, (offset, length) in enumerate(zip(index.offsets, index.sizes, strict=True)):
-        if offset < 0 or length <= 0 or (end is not None and offset + length > end):
-            raise FormatError(
-                f"bad index: entry {i} ({length} bytes at {offset}) is outside the "
-                f"shard's {size} bytes",
-                url=where,
-            )
-        if length > limit:
-            raise FormatError(
-                f"bad index: entry {i} is {length} bytes, over the reader's {limit}-byte limit",
-                url=where,
-            )
 
 
 def folder_counts(
