@@ -521,7 +521,7 @@ def report(results: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
         for label, r in rows:
             ratio = ours / r["rate"]
             workers = f"{r['worker_rss_mb']:.0f}" if "DataLoader" in group else "-"
-            jpeg = r["jpeg"] if "rgb8" in group else "-"
+            jpeg = r["jpeg"] if group.startswith("decode") else "-"
             print(
                 f"{group:<28} {label:<14} {r['samples']:>8} {r['rate']:>10.0f} "
                 f"{ratio:>6.2f}x {r['cpu_us']:>14.0f} {r['rss_mb']:>12.0f} {workers:>14} "
