@@ -25,13 +25,34 @@ must be importable on cluster workers (defined in an installed package, not in
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from .._optional import require
 from ..errors import ConfigError
-from ._connect import CONNECT_TIMEOUT_S, check_reachable
-from ._local import InlineExecutor, ProcessExecutor, check_not_bootstrapping, warm_up
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from ._connect import CONNECT_TIMEOUT_S, check_reachable
+    from ._local import InlineExecutor, ProcessExecutor, check_not_bootstrapping, warm_up
+
+# The executors (multiprocessing, sockets) load on first use, not at ``import shardkit``.
+_LAZY = {
+    "CONNECT_TIMEOUT_S": "._connect",
+    "check_reachable": "._connect",
+    "InlineExecutor": "._local",
+    "ProcessExecutor": "._local",
+    "check_not_bootstrapping": "._local",
+    "warm_up": "._local",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -99,6 +120,9 @@ def make_executor(
     ``preload`` names modules every worker imports first); for ``"ray"``/``"dask"``, the
     cluster at ``address`` (None: connect to or start a local one)."""
     check_engine(engine, address)
+    from ._connect import check_reachable
+    from ._local import InlineExecutor, ProcessExecutor
+
     if engine == "local":
         if workers <= 1:
             return InlineExecutor(init=init, context=context)
