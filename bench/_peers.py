@@ -2,7 +2,7 @@
 litdata, each reading its own copy of the benchmark's samples written by its own writer.
 
 Imported only in the peers' venv (``bench/read.py --peers PYTHON``), with
-``bench/_standins`` first on ``PYTHONPATH`` (see that folder).
+``bench/standins`` first on ``PYTHONPATH`` (see that folder).
 """
 
 from __future__ import annotations

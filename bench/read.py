@@ -1,16 +1,26 @@
-"""Reading benchmark: shardkit.Dataset against webdataset 1.0.2, a tarfile loop and tf.data.
+"""Reading benchmark: shardkit against webdataset, a tarfile loop, tf.data, MDS and litdata.
 
 Run: ``.venv/bin/python bench/read.py [--quick] [--repeat R] [--data DIR]``
 
 The data (~20,000 samples of ~60 KB JPEGs plus a ``cls`` field; ``--quick``: 3,000) is
 generated once into ``/dev/shm/shardkit-bench-read`` as tar shards and as TFRecord shards,
 both written by shardkit, and reused by later runs. Every contender runs in a fresh
-subprocess (best of R; imports happen before the clock starts), so its peak RSS is its own
-(VmHWM; DataLoader workers' from ``RUSAGE_CHILDREN``) and the page cache is warm for all.
+subprocess (best of R; imports, and the peers' dataset objects, happen before the clock
+starts), so its peak RSS is its own (VmHWM; DataLoader workers' from ``RUSAGE_CHILDREN``)
+and the page cache is warm for all.
 Groups, side by side:
 
-* raw iteration (samples as dicts of bytes): shardkit vs webdataset vs a tarfile loop;
-* ``decode("rgb8")``: shardkit vs webdataset;
+* raw iteration (samples as dicts of bytes): shardkit vs webdataset vs a tarfile loop vs
+  iterating MosaicML streaming's ``StreamingDataset`` (MDS shards) and litdata's
+  ``StreamingDataset`` (whose byte fields are memoryviews into its memory-mapped chunks,
+  not copies) in one process;
+* ``decode("rgb8")``, HxWx3 uint8: shardkit (its default decode threads, and one thread)
+  vs webdataset (Pillow) vs MDS and litdata iterated as above, each sample decoded by
+  ``shardkit.codecs.Decoder("rgb8")``, the decoder of shardkit's ``decode("rgb8")``
+  (libjpeg-turbo through simplejpeg, which the peers' venv must hold too: the ``JPEG``
+  column says which decoder each process loaded), so the rows differ in reading only; and
+  MDS and litdata decoding with Pillow (``np.asarray(Image.open(...).convert("RGB"))``), as
+  their users would;
 * TFRecord read + parse: shardkit vs ``tf.data.TFRecordDataset`` + ``tf.io.parse_single_example``
   in eager Python iteration;
 * ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``;
@@ -22,13 +32,14 @@ Groups, side by side:
 
 MDS and litdata are not in the project's environment: give ``--peers PYTHON``, an
 interpreter of a separate venv holding them (``pip install torch==2.13.0
-mosaicml-streaming litdata`` and ``-e .``). Their children run there, each reading its own
+mosaicml-streaming litdata simplejpeg``; shardkit is taken from this checkout's ``src``,
+for the writers and the decoder). Their children run there, each reading its own
 library's copy of the same samples (written once by that library's writer, the JPEGs kept
 as raw bytes). ``import streaming`` imports torchvision, whose registry wheels do not match
 the pinned CPU torch (``operator torchvision::nms does not exist``); those children get
-``bench/_standins`` on ``PYTHONPATH``, a stand-in ``torchvision`` with only the names
-``streaming`` imports, none of which the benchmark uses. Without ``--peers`` those rows are
-left out.
+``bench/standins`` (shared with ``bench/build.py``) on ``PYTHONPATH``, a stand-in
+``torchvision`` with only the names ``streaming`` imports, none of which the benchmark
+uses. Without ``--peers`` those rows are left out.
 """
 
 from __future__ import annotations
@@ -174,12 +185,17 @@ def webdataset_rgb8(root: str, samples: int, limit: int) -> Work:
     return lambda: _count(wds.WebDataset(urls, shardshuffle=False).decode("rgb8"))
 
 
-def shardkit_rgb8(root: str, samples: int, limit: int) -> Work:
+def shardkit_rgb8(root: str, samples: int, limit: int, threads: int | None = None) -> Work:
     from shardkit import Dataset
 
     _images()
     urls = shards(root, samples, "tar", limit)
-    return lambda: _count(Dataset(urls).decode("rgb8"))
+    return lambda: _count(Dataset(urls).decode("rgb8", threads=threads))
+
+
+def shardkit_rgb8_1thread(root: str, samples: int, limit: int) -> Work:
+    """As the peers decode when iterated in one process: one sample at a time."""
+    return shardkit_rgb8(root, samples, limit, threads=1)
 
 
 def tfdata_parse(root: str, samples: int, limit: int) -> Work:
@@ -260,6 +276,82 @@ def _peer_random(ds: Any, limit: int) -> Work:
     return work
 
 
+def _peer_decode(pillow: bool) -> Callable[[dict[str, Any]], Any]:
+    """How a peer's sample (``key``, ``jpg``, ``cls``) becomes an HxWx3 uint8 array and an int:
+    with ``shardkit.codecs.Decoder("rgb8")``, the decoder of shardkit's ``decode("rgb8")``
+    (litdata's memoryviews become bytes first), or with Pillow as a user would write it."""
+    _images()
+    if pillow:
+        import io
+
+        import numpy as np
+        import PIL.Image
+
+        def by_pillow(s: dict[str, Any]) -> Any:
+            with PIL.Image.open(io.BytesIO(s["jpg"])) as img:
+                return np.asarray(img.convert("RGB")), int(bytes(s["cls"]))
+
+        return by_pillow
+    from shardkit.codecs import Decoder
+
+    decoder = Decoder("rgb8")
+    return lambda s: decoder({"__key__": s["key"], "jpg": bytes(s["jpg"]), "cls": bytes(s["cls"])})
+
+
+def _peer_rgb8(ds: Any, limit: int, pillow: bool = False) -> Work:
+    """Iterate a peer's dataset, decoding its first ``limit`` samples (see _peer_decode)."""
+    import itertools
+
+    decode = _peer_decode(pillow)
+
+    def work() -> int:
+        n = 0
+        for s in itertools.islice(ds, limit):
+            decode(s)
+            n += 1
+        return n
+
+    return work
+
+
+def mds_raw(root: str, samples: int, limit: int) -> Work:
+    from _peers import mds_dataset
+
+    ds = mds_dataset(root, samples)
+    return lambda: _count(ds)
+
+
+def litdata_raw(root: str, samples: int, limit: int) -> Work:
+    from _peers import litdata_dataset
+
+    ds = litdata_dataset(root, samples)
+    return lambda: _count(ds)
+
+
+def mds_rgb8(root: str, samples: int, limit: int) -> Work:
+    from _peers import mds_dataset
+
+    return _peer_rgb8(mds_dataset(root, samples), limit)
+
+
+def litdata_rgb8(root: str, samples: int, limit: int) -> Work:
+    from _peers import litdata_dataset
+
+    return _peer_rgb8(litdata_dataset(root, samples), limit)
+
+
+def mds_pillow(root: str, samples: int, limit: int) -> Work:
+    from _peers import mds_dataset
+
+    return _peer_rgb8(mds_dataset(root, samples), limit, pillow=True)
+
+
+def litdata_pillow(root: str, samples: int, limit: int) -> Work:
+    from _peers import litdata_dataset
+
+    return _peer_rgb8(litdata_dataset(root, samples), limit, pillow=True)
+
+
 def mds_random(root: str, samples: int, limit: int) -> Work:
     from _peers import mds_dataset
 
@@ -305,8 +397,18 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
         ("shardkit", shardkit_raw),
         ("webdataset", webdataset_raw),
         ("tarfile loop", tarfile_raw),
+        ("MDS", mds_raw),
+        ("litdata", litdata_raw),
     ],
-    'decode("rgb8")': [("shardkit", shardkit_rgb8), ("webdataset", webdataset_rgb8)],
+    'decode("rgb8")': [
+        ("shardkit", shardkit_rgb8),
+        ("shardkit 1 thr", shardkit_rgb8_1thread),
+        ("webdataset", webdataset_rgb8),
+        ("MDS", mds_rgb8),
+        ("litdata", litdata_rgb8),
+        ("MDS Pillow", mds_pillow),
+        ("litdata Pillow", litdata_pillow),
+    ],
     "TFRecord read+parse": [("shardkit", shardkit_tfrecord), ("tf.data", tfdata_parse)],
     "DataLoader(workers=2) rgb8": [
         ("shardkit", shardkit_loader),
@@ -322,8 +424,8 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
         ("one source", shardkit_one_source),
     ],
 }
-PEERS = {"mds_random", "litdata_random"}
 CONTENDERS = {fn.__name__: fn for group in GROUPS.values() for _, fn in group}
+PEERS = {name for name in CONTENDERS if name.startswith(("mds_", "litdata_"))}  # --peers venv
 
 
 # --------------------------------------------------------------------------- running
@@ -351,6 +453,13 @@ def _cpu_seconds() -> float:
     return total
 
 
+def _jpeg_decoder() -> str:
+    """Which JPEG decoder this process loaded: libjpeg-turbo via simplejpeg, Pillow, none."""
+    if "simplejpeg" in sys.modules:
+        return "simplejpeg"
+    return "Pillow" if "PIL.JpegImagePlugin" in sys.modules else "-"
+
+
 def child(name: str, root: str, samples: int, limit: int) -> None:
     """Run one contender in this (fresh) process and print its figures as JSON."""
     work = CONTENDERS[name](root, samples, limit)
@@ -367,6 +476,7 @@ def child(name: str, root: str, samples: int, limit: int) -> None:
         "rss_mb": peak_rss_mb(),
         "worker_rss_mb": workers,
         "torch": "torch" in sys.modules,
+        "jpeg": _jpeg_decoder(),
     }
     print(json.dumps(result))
 
@@ -376,7 +486,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def peer_env() -> dict[str, str]:
     """The environment of a child in the peers' venv: the torchvision stand-in first."""
-    path = [os.path.join(HERE, "_standins"), HERE]
+    path = [os.path.join(HERE, "standins"), HERE, os.path.join(os.path.dirname(HERE), "src")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
@@ -403,22 +513,24 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def report(results: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
     print(
         f"{'group':<28} {'contender':<14} {'samples':>8} {'samples/s':>10} {'ratio':>7} "
-        f"{'CPU us/sample':>14} {'peak RSS MB':>12} {'worker RSS MB':>14} {'torch':>6}"
+        f"{'CPU us/sample':>14} {'peak RSS MB':>12} {'worker RSS MB':>14} {'torch':>6} "
+        f"{'JPEG':>10}"
     )
     for group, rows in results.items():
         ours = rows[0][1]["rate"]
         for label, r in rows:
             ratio = ours / r["rate"]
             workers = f"{r['worker_rss_mb']:.0f}" if "DataLoader" in group else "-"
+            jpeg = r["jpeg"] if group.startswith("decode") else "-"
             print(
                 f"{group:<28} {label:<14} {r['samples']:>8} {r['rate']:>10.0f} "
                 f"{ratio:>6.2f}x {r['cpu_us']:>14.0f} {r['rss_mb']:>12.0f} {workers:>14} "
-                f"{r['torch']!s:>6}"
+                f"{r['torch']!s:>6} {jpeg:>10}"
             )
     print(
         "ratio = shardkit's samples/s over the contender's (best of the runs); CPU us/sample: "
         "user+sys time of all threads and workers (least of the runs), which a busy machine "
-        "disturbs less than wall time; RSS: peak"
+        "disturbs less than wall time; RSS: peak; JPEG: the decoder the decoding process loaded"
     )
 
 
