@@ -13,7 +13,8 @@ from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
 from .sources import Listing, list_image_folder
-from .store import LocalStore
+from .spill import Spill
+from .store import LocalStore, ObjectStore
 from .worker import WORKER_MODULE
 
 __all__ = ["build", "list_source"]
@@ -49,19 +50,21 @@ def build(
         # A list may name http(s) URLs: its workers download with aiohttp (skipped if absent).
         fetch = ("aiohttp", f"{__package__}.fetch") if _is_table(source) else ()
         warm_up((WORKER_MODULE, *images, *fetch))
-    listing = list_source(source, out_path, options, to_sample)
-    if options.transforms and listing.kind not in ("image_folder", "table"):
-        raise ConfigError(
-            "resize, max_side and encode apply to image files (a folder or a CSV/JSONL list); "
-            f"a {listing.kind} source packs its samples as they are: transform them in "
-            "to_sample, or with shardkit proc / map_shards"
-        )
-    if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
-        from .store import ObjectStore
-
-        return run_build(ObjectStore(out_path, hash=options.hash), options, listing, progress)
-    _make_folder(out_path)
-    return run_build(LocalStore(out_path, hash=options.hash), options, listing, progress)
+    with Spill() as spill:  # a large listing is sorted and ordered here, then removed
+        listing = list_source(source, out_path, options, to_sample, spill=spill)
+        if options.transforms and listing.kind not in ("image_folder", "table"):
+            raise ConfigError(
+                "resize, max_side and encode apply to image files (a folder or a CSV/JSONL "
+                f"list); a {listing.kind} source packs its samples as they are: transform "
+                "them in to_sample, or with shardkit proc / map_shards"
+            )
+        store: LocalStore | ObjectStore
+        if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
+            store = ObjectStore(out_path, hash=options.hash)
+        else:
+            _make_folder(out_path)
+            store = LocalStore(out_path, hash=options.hash)
+        return run_build(store, options, listing, progress, spill)
 
 
 def _is_table(source: Any) -> bool:
@@ -76,8 +79,17 @@ def _is_remote(out: str) -> bool:
     return "://" in out and not out.startswith("file:")
 
 
-def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = None) -> Listing:
-    """List any supported source (checks that ``out`` is not inside a source folder)."""
+def list_source(
+    source: Any,
+    out: str,
+    options: BuildOptions,
+    to_sample: Any = None,
+    *,
+    spill: Spill | None = None,
+) -> Listing:
+    """List any supported source (checks that ``out`` is not inside a source folder).
+
+    With a ``spill``, a large listing stays on disk there (:mod:`.spill`)."""
     if not isinstance(source, (str, os.PathLike)):
         from .pysources import list_python
 
@@ -115,7 +127,7 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
         shards = _shard_folder(path)
         if shards is not None:
             return _list_shards(shards, out, options, path)
-        return list_image_folder(path)
+        return list_image_folder(path, spill)
     if not os.path.exists(path):
         raise BuildError("no such file or folder", url=path)
     raise BuildError(

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import posixpath
 import re
+import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["make_keys", "path_key", "relative_paths"]
+from .spill import Spill, bucket_count, bucketed
+
+__all__ = ["make_keys", "path_key", "relative_paths", "spilled_keys"]
 
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
@@ -71,6 +74,49 @@ def make_keys(paths: Sequence[str]) -> list[str]:
     if len(set(base)) == len(base):
         return base  # the usual case: what the rules below give when nothing collides
     return _resolve(paths, base)
+
+
+def spilled_keys(paths: Callable[[], Iterable[str]], count: int, spill: Spill) -> dict[str, str]:
+    """:func:`make_keys` for ``count`` paths too many to hold: ``paths()`` gives one pass
+    over them. Returns the paths whose key is not their :func:`path_key`, with their key.
+
+    Colliding base keys are found bucket by bucket (spilled); a second pass, only if some
+    collide, gathers every path whose key the rules could touch: those of a colliding
+    base key and those whose base key extends one (``a_jpg``, ``a_jpg_2`` for ``a``).
+    Memory grows with those paths only.
+    """
+    buckets = bucket_count(count)
+
+    def bucket_of(base: str) -> int:
+        return zlib.crc32(base.encode("utf-8", "surrogateescape")) % buckets
+
+    clashing: set[str] = set()
+    for chunk in bucketed((path_key(p) for p in paths()), buckets, bucket_of, spill):
+        seen: set[str] = set()
+        for base in chunk:
+            if base in seen:
+                clashing.add(base)
+            seen.add(base)
+    if not clashing:
+        return {}
+    involved = [p for p in paths() if _extends(path_key(p), clashing)]
+    return {
+        path: key
+        for path, key in zip(involved, make_keys(involved), strict=True)
+        if key != path_key(path)
+    }
+
+
+def _extends(base: str, clashing: set[str]) -> bool:
+    """Whether ``base`` is in ``clashing`` or is one of them plus ``_...``."""
+    if base in clashing:
+        return True
+    end = base.find("_")
+    while end > 0:
+        if base[:end] in clashing:
+            return True
+        end = base.find("_", end + 1)
+    return False
 
 
 def _resolve(paths: Sequence[str], base: list[str]) -> list[str]:

@@ -43,9 +43,10 @@ from .folder import OutputFolder
 from .journal import Journal, output_lock
 from .manifest import MANIFEST_NAME, ShardRecord, make_manifest, write_manifest
 from .options import BuildOptions
-from .plan import CHUNK, Task, chunk_items, chunk_stream, cut_tasks, estimator, order_items
+from .plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
 from .results import BuildProgress, BuildResult, ProgressFn
 from .sources import Listing
+from .spill import Spill
 from .store import LocalStore, ObjectStore
 from .worker import WORKER_MODULE, TaskResult, WorkerContext, init_worker, run_task
 
@@ -67,8 +68,10 @@ class _Driver:
         listing: Listing,
         progress: ProgressFn | None,
         guard: Callable[[], None],
+        spill: Spill | None = None,
     ) -> None:
         self.store = store
+        self.spill = spill  # where a large listing is ordered (None: in memory)
         self.guard = guard  # raises if this build may no longer write (a lost lease)
         self.options = options
         self.listing = listing
@@ -140,13 +143,13 @@ class _Driver:
             if listing.stream is None:
                 raise BuildError("a one-pass source has no items to read")
             return filter(wanted, chunk_stream(listing.stream, self.chunk)), None
-        ordered = order_items(listing.items, options)
+        # Ordered and cut as the tasks are submitted: nothing holds every item or task.
+        ordered = order_items(listing.items, options, self.spill)
         if self.assemble:
-            tasks = chunk_items(ordered, self.chunk)
+            tasks = chunk_stream(ordered, self.chunk)
         else:
             tasks = cut_tasks(ordered, options, estimator(options, listing.classes))
-        pending = [t for t in tasks if wanted(t)]
-        return iter(pending), len(pending)
+        return _counted(filter(wanted, tasks), (options.workers or config.default_workers()) + 1)
 
     def _executor(self, pending: int | None) -> Executor:
         context = WorkerContext(
@@ -325,6 +328,13 @@ class _Driver:
         )
 
 
+def _counted(tasks: Iterator[Task], limit: int) -> tuple[Iterator[Task], int | None]:
+    """``tasks`` as they were, and how many there are when fewer than ``limit`` (None:
+    at least that many; only so many are made to find out)."""
+    head = list(itertools.islice(tasks, limit))
+    return itertools.chain(head, tasks), len(head) if len(head) < limit else None
+
+
 def _fetch_by_shard(results: list[TaskResult], shards: list[ShardRecord]) -> list[dict[str, int]]:
     """Each shard's download counts by outcome. Shards hold the packed samples in plan
     order, so a download's place among them (its task's offset plus its index in the
@@ -391,12 +401,17 @@ class _NullWriter:
 
 
 def run_build(
-    store: Store, options: BuildOptions, listing: Listing, progress: ProgressFn | None
+    store: Store,
+    options: BuildOptions,
+    listing: Listing,
+    progress: ProgressFn | None,
+    spill: Spill | None = None,
 ) -> BuildResult:
     """Build ``listing`` into ``store`` (a folder that exists, or an object-store prefix);
-    holds the output's lock (or lease) throughout."""
+    holds the output's lock (or lease) throughout. A large listing is ordered through
+    ``spill`` (:mod:`.spill`), which the caller removes."""
     with _locked(store) as guard:
-        driver = _Driver(store, options, listing, progress, guard)
+        driver = _Driver(store, options, listing, progress, guard, spill)
         try:
             done = driver.prepare()
             return done if done is not None else driver.run()

@@ -1,0 +1,157 @@
+"""The driver in bounded memory: listings and orders larger than ORDER_BUDGET go through
+spill files (sorted runs, hash buckets) in a private temporary folder.
+
+The budget is forced tiny here so a small corpus takes the spilled path."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from conftest_build import make_corpus, read_samples, snapshot, write
+
+import shardkit
+from shardkit import BuildOptions
+from shardkit.builder import spill as spill_module
+from shardkit.builder.options import BuildOptions as _Options
+from shardkit.builder.plan import chunk_stream, order_items
+from shardkit.builder.pysources import list_python
+from shardkit.builder.sources import list_image_folder
+from shardkit.builder.spill import Spill
+
+BUDGET = 16
+
+
+@pytest.fixture
+def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The driver's temporary directory, where the spill folder goes."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _tiny(monkeypatch: pytest.MonkeyPatch, budget: int = BUDGET) -> None:
+    monkeypatch.setattr(spill_module, "ORDER_BUDGET", budget)
+
+
+def _corpus(tmp_path: Path) -> str:
+    """100 images plus files whose keys collide (a.jpg/a.png) and the names the key rules
+    then give or count past (a_jpg, a_jpg_2)."""
+    src = make_corpus(str(tmp_path / "src"), count=100, bad=False)
+    image = Path(src, "circle").glob("*.jpg").__next__().read_bytes()
+    for rel in ("circle/dup.jpg", "circle/dup.png", "circle/dup_jpg.jpg", "circle/x/dup_jpg_2.jpg"):
+        write(src, rel, image)
+    write(src, "square/a.b.jpg", image)
+    write(src, "square/a_b.jpg", image)
+    return src
+
+
+def _keys(out: str) -> list[str]:
+    return [sample["__key__"] for sample in read_samples(out)]
+
+
+def _spill_folders(temp_dir: Path) -> list[str]:
+    return [name for name in os.listdir(temp_dir) if name.startswith("shardkit-spill-")]
+
+
+def test_spilled_listing_gives_the_same_bytes_in_listing_order(
+    tmp_path: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = _corpus(tmp_path)
+    options = BuildOptions(max_count=10, shuffle=False, workers=1)
+    held = str(tmp_path / "held")
+    shardkit.build(src, held, options=options)
+    _tiny(monkeypatch)
+    spilled = str(tmp_path / "spilled")
+    shardkit.build(src, spilled, options=options)
+    # sorted runs + a k-way merge, keys resolved from disk: the same listing, byte for byte
+    assert snapshot(spilled) == snapshot(held)
+    assert {"circle/dup_jpg", "circle/dup_png", "circle/dup_jpg_2"} <= set(_keys(spilled))
+    assert not _spill_folders(temp_dir)
+
+
+def test_spilled_shuffle_is_a_seeded_permutation_whatever_the_workers(
+    tmp_path: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = _corpus(tmp_path)
+    listed = str(tmp_path / "listed")
+    shardkit.build(src, listed, options=BuildOptions(shuffle=False, workers=1))
+    in_memory = str(tmp_path / "in-memory")
+    shardkit.build(src, in_memory, options=BuildOptions(max_count=10, workers=1))
+    _tiny(monkeypatch)
+    outs = {}
+    for name, workers, seed in (("one", 1, 0), ("two", 2, 0), ("seed1", 2, 1)):
+        outs[name] = str(tmp_path / name)
+        options = BuildOptions(max_count=10, workers=workers, seed=seed)
+        shardkit.build(src, outs[name], options=options)
+    order = _keys(outs["one"])
+    assert sorted(order) == sorted(_keys(listed))  # every item once
+    assert snapshot(outs["two"]) == snapshot(outs["one"])
+    assert _keys(outs["seed1"]) != order
+    assert order != _keys(in_memory)  # bucketed: not the in-memory order
+    assert not _spill_folders(temp_dir)
+
+
+def test_spilled_build_resumes_to_the_same_bytes_and_leaves_no_spill(
+    tmp_path: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = _corpus(tmp_path)
+    _tiny(monkeypatch)
+    out = str(tmp_path / "out")
+    options = BuildOptions(max_count=10, workers=1)
+
+    def stop(progress: shardkit.BuildProgress) -> None:
+        if progress.shards >= 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        shardkit.build(src, out, options=options, progress=stop)
+    assert not _spill_folders(temp_dir)  # removed on error too
+    result = shardkit.build(src, out, options=options)
+    assert result.resumed_tasks >= 3
+    fresh = str(tmp_path / "fresh")
+    shardkit.build(src, fresh, options=options)
+    assert snapshot(out) == snapshot(fresh)
+    assert not _spill_folders(temp_dir)
+
+
+def _ordering_peak(items_of: object, count: int, options: _Options) -> int:
+    """Bytes tracemalloc saw at the peak while listing, ordering and cutting."""
+    tracemalloc.start()
+    try:
+        with Spill() as spill:
+            listing = items_of(spill)  # type: ignore[operator]
+            assert listing.items is not None and len(listing.items) == count
+            tasks = sum(1 for _ in chunk_stream(order_items(listing.items, options, spill), 64))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert tasks == -(-count // 64)
+    return peak
+
+
+def test_ordering_does_not_hold_the_items(temp_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    count, budget = 60_000, 2_000
+    _tiny(monkeypatch, budget)
+    peak = _ordering_peak(lambda spill: list_python(range(count), None), count, _Options())
+    # Holding the items (a list of 60,000) alone takes > 8 MB; a bucket of ~1,000 does not.
+    assert peak < 2_500_000, peak
+
+
+def test_folder_listing_does_not_hold_the_files(
+    tmp_path: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "many"
+    for cls in range(3):
+        for sub in range(20):  # the walk holds one folder's names at a time
+            folder = src / f"c{cls}" / f"{sub:02d}"
+            folder.mkdir(parents=True)
+            for i in range(200):
+                (folder / f"image-{i:05d}.jpg").write_bytes(b"")
+    _tiny(monkeypatch, 500)
+    peak = _ordering_peak(lambda spill: list_image_folder(str(src), spill), 12_000, _Options())
+    assert peak < 1_500_000, peak
