@@ -17,6 +17,21 @@ subprocess, one after the other, in one run. For each engine it measures:
   scripts/cluster-services) sampled after the runs.
 
 Every build's shards are checked to be byte-identical to the local build's.
+
+``--driver-memory`` measures the build driver alone (no cluster needed):
+
+    .venv/bin/python bench/scale.py --driver-memory [--items 1000000,10000000]
+        [--base /work/wt/base/src] [--folder 1000000] [--build 1000000]
+
+For each item count, in a child process: list a synthetic source (a map-style dataset of
+N tiny items), fix its order (seeded shuffle) and cut every task, as the driver does
+before it submits them; it prints the child's peak RSS (``wait4``), the listing and the
+ordering+cutting seconds, and the slope of the peak RSS in bytes per item between the
+smallest and the largest count. ``--base SRC`` runs the same steps with another tree's
+``src`` (the previous driver) for comparison; ``--folder N`` adds an image folder of N
+empty ``.jpg`` files on /dev/shm (a real walk, sort and key check); ``--build N`` a whole
+``shardkit.build`` of N tiny samples (TFRecord, 2 workers), whose driver RSS includes
+running, journaling and committing the tasks.
 """
 
 from __future__ import annotations
@@ -78,6 +93,115 @@ def corpus(name: str, count: int) -> str:
     return folder
 
 
+class TinyDataset:
+    """``count`` samples of a few bytes, made on demand (pickles small)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"cls": index}
+
+
+def driver_child(kind: str, count: int, out: str) -> None:
+    """List, order and cut (or build) in this process; prints seconds as JSON."""
+    import inspect
+
+    from shardkit import BuildOptions, build
+    from shardkit.builder import api, plan
+
+    source: Any = TinyDataset(count) if kind != "folder" else folder_source(count)
+    options = BuildOptions(max_count=1000, format="tfrecord", workers=2)
+    start = time.perf_counter()
+    if kind == "build":
+        shutil.rmtree(out, ignore_errors=True)
+        result = build(source, out, options=options)
+        shutil.rmtree(out, ignore_errors=True)
+        print(
+            json.dumps(
+                {"list_s": 0.0, "order_s": time.perf_counter() - start, "tasks": len(result.shards)}
+            )
+        )
+        return
+    spill_module = None
+    if "spill" in inspect.signature(api.list_source).parameters:
+        from shardkit.builder import spill as spill_module
+    with spill_module.Spill() if spill_module else contextlib.nullcontext() as spill:
+        extra = {"spill": spill} if spill_module else {}
+        listing = api.list_source(source, out, options, **extra)
+        listed = time.perf_counter()
+        ordered = plan.order_items(listing.items, options, *extra.values())
+        if listing.sizes_known:
+            tasks = plan.cut_tasks(ordered, options, plan.estimator(options, listing.classes))
+        else:
+            tasks = plan.chunk_stream(iter(ordered), plan.CHUNK)
+        number = sum(1 for _ in tasks)
+    done = time.perf_counter()
+    print(json.dumps({"list_s": listed - start, "order_s": done - listed, "tasks": number}))
+
+
+def folder_source(count: int) -> str:
+    """An image folder of ``count`` empty .jpg files (100 classes, 1,000 per folder)."""
+    folder = os.path.join(ROOT, f"empty-{count}")
+    if not os.path.isdir(folder):
+        for i in range(0, count, 1000):
+            sub = os.path.join(folder + ".tmp", f"c{i // 1000 % 100:02d}", f"{i // 100000:05d}")
+            os.makedirs(sub, exist_ok=True)
+            for j in range(i, min(i + 1000, count)):
+                open(os.path.join(sub, f"{j:09d}.jpg"), "wb").close()
+        os.rename(folder + ".tmp", folder)
+    return folder
+
+
+def run_driver(kind: str, count: int, src: str) -> dict[str, Any]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, src])}
+    code = f"import scale; scale.driver_child({kind!r}, {count}, {ROOT + '/out-driver'!r})"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+    stdout = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"driver run {kind} {count} with {src} failed")
+    data: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    data["rss_mb"] = usage.ru_maxrss / 1024
+    data["cpu_s"] = usage.ru_utime + usage.ru_stime
+    return data
+
+
+def driver_memory(args: argparse.Namespace) -> None:
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    trees = {"now": os.path.abspath(here)}
+    if args.base:
+        trees["base"] = args.base
+    runs: list[tuple[str, str, int]] = [("dataset", t, n) for t in trees for n in args.items]
+    runs += [("folder", t, args.folder) for t in trees if args.folder]
+    runs += [("build", t, args.build) for t in trees if args.build]
+    print("| source | tree | items | list s | order+cut s | tasks | driver CPU s | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    peaks: dict[str, dict[int, float]] = {}
+    for kind, tree, count in runs:
+        if tree == trees.get("base") and kind == "dataset" and count > args.base_max:
+            continue  # the old driver holds every item: too big for this machine
+        row = run_driver(kind, count, trees[tree])
+        if kind == "dataset":
+            peaks.setdefault(tree, {})[count] = row["rss_mb"]
+        print(
+            f"| {kind} | {tree} | {count:,} | {row['list_s']:.1f} | {row['order_s']:.1f} | "
+            f"{row['tasks']:,} | {row['cpu_s']:.1f} | {row['rss_mb']:.0f} |",
+            flush=True,
+        )
+    for tree, by_count in peaks.items():
+        if len(by_count) > 1:
+            low, high = min(by_count), max(by_count)
+            slope = (by_count[high] - by_count[low]) * 2**20 / (high - low)
+            print(f"\n{tree}: peak RSS slope {slope:.1f} bytes/item ({low:,} -> {high:,} items)")
+
+
 def cluster_rss_mb() -> float:
     import psutil
 
@@ -95,7 +219,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="3,000 images instead of 12,000")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--driver-memory", action="store_true", help="the driver alone")
+    parser.add_argument("--items", default="1000000,10000000", help="item counts, a,b,...")
+    parser.add_argument("--base", help="another tree's src to compare (the old driver)")
+    parser.add_argument("--base-max", type=int, default=1000000, help="largest count for it")
+    parser.add_argument("--folder", type=int, default=0, help="files in an image folder run")
+    parser.add_argument("--build", type=int, default=0, help="items in a whole-build run")
     args = parser.parse_args()
+    if args.driver_memory:
+        args.items = [int(n) for n in args.items.split(",")]
+        os.makedirs(ROOT, exist_ok=True)
+        driver_memory(args)
+        return
     if args.child:
         engine, src, out, max_count = args.child
         child(engine, src, out, int(max_count))

@@ -217,6 +217,7 @@ class WorkerAssembler:
         if result.parts:
             self._parts[result.index] = result.parts[0].name
         self._take(self.cutter.add(result))
+        result.sizes = []  # journaled, and cut: the driver holds no per-sample figure
 
     def finish(self) -> None:
         """Cut the last shard (its plan joins :attr:`ready`)."""
