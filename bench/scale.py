@@ -145,7 +145,7 @@ def driver_child(kind: str, count: int, out: str) -> None:
 
 def folder_source(count: int) -> str:
     """An image folder of ``count`` empty .jpg files (100 classes, 1,000 per folder)."""
-    folder = os.path.join(ROOT, f"empty-{count}")
+    folder = f"/tmp/shardkit-bench-empty-{count}"  # on disk: a million inodes
     if not os.path.isdir(folder):
         for i in range(0, count, 1000):
             sub = os.path.join(folder + ".tmp", f"c{i // 1000 % 100:02d}", f"{i // 100000:05d}")
