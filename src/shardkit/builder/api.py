@@ -110,7 +110,7 @@ def list_source(
             raise BuildError(_not_a_file(path), url=path)
         from .tables import list_table
 
-        return list_table(path, options)
+        return list_table(path, options, spill)
     if "{" in path or is_shard_name(os.path.basename(path)):
         return _list_shards(path, out, options)
     if remote:  # an image folder under an object-store prefix

@@ -23,7 +23,15 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["ORDER_BUDGET", "RecordFile", "Sorter", "Spill", "bucket_count", "bucketed"]
+__all__ = [
+    "ORDER_BUDGET",
+    "RecordFile",
+    "Sorter",
+    "Spill",
+    "bucket_count",
+    "bucketed",
+    "held",
+]
 
 ORDER_BUDGET = 1 << 19
 """Most records (listed items, listing entries) the driver holds in memory at once while
@@ -162,15 +170,34 @@ class Sorter:
 
 
 def bucket_count(count: int) -> int:
-    """Hash buckets for ``count`` records: about half the budget each (at least 2)."""
-    return max(2, -(-2 * count // ORDER_BUDGET))
+    """Hash buckets for ``count`` records: 1 within the budget, else about half the budget
+    each."""
+    return 1 if count <= ORDER_BUDGET else max(2, -(-2 * count // ORDER_BUDGET))
+
+
+def held(records: Iterable[Any], spill: Spill) -> list[Any] | RecordFile:
+    """``records`` kept for more passes: in a list up to the budget, else in a spill file."""
+    kept: list[Any] = []
+    for record in records:
+        kept.append(record)
+        if len(kept) > ORDER_BUDGET:
+            file = spill.new_file()
+            file.extend(kept)
+            kept = []
+            file.extend(records)
+            return file
+    return kept
 
 
 def bucketed(
     records: Iterable[Any], buckets: int, bucket_of: Callable[[Any], int], spill: Spill
 ) -> Iterator[list[Any]]:
     """The records of each bucket in turn, in the order they came (``bucket_of(record)``
-    in ``range(buckets)``); one bucket is held at a time and each file goes once read."""
+    in ``range(buckets)``); one bucket is held at a time and each file goes once read.
+    One bucket is all the records, in memory."""
+    if buckets == 1:
+        yield list(records)
+        return
     # what all buffers hold together stays within the budget
     batch = max(64, min(_FLUSH, ORDER_BUDGET) // buckets)
     files = [spill.new_file(batch) for _ in range(buckets)]
