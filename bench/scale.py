@@ -29,7 +29,7 @@ before it submits them; it prints the child's peak RSS (``wait4``), the listing 
 ordering+cutting seconds, and the slope of the peak RSS in bytes per item between the
 smallest and the largest count. ``--base SRC`` runs the same steps with another tree's
 ``src`` (the previous driver) for comparison; ``--folder N`` adds an image folder of N
-empty ``.jpg`` files on /dev/shm (a real walk, sort and key check); ``--build N`` a whole
+empty ``.jpg`` files under /tmp (a real walk, sort and key check); ``--build N[,M]`` a whole
 ``shardkit.build`` of N tiny samples (TFRecord, 2 workers), whose driver RSS includes
 running, journaling and committing the tasks.
 """
@@ -180,7 +180,8 @@ def driver_memory(args: argparse.Namespace) -> None:
         trees["base"] = args.base
     runs: list[tuple[str, str, int]] = [("dataset", t, n) for t in trees for n in args.items]
     runs += [("folder", t, args.folder) for t in trees if args.folder]
-    runs += [("build", t, args.build) for t in trees if args.build]
+    builds = [int(n) for n in args.build.split(",") if n]
+    runs += [("build", t, n) for t in trees for n in builds if t == "now" or n <= args.base_max]
     print("| source | tree | items | list s | order+cut s | tasks | driver CPU s | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|")
     peaks: dict[str, dict[int, float]] = {}
@@ -188,8 +189,8 @@ def driver_memory(args: argparse.Namespace) -> None:
         if tree == trees.get("base") and kind == "dataset" and count > args.base_max:
             continue  # the old driver holds every item: too big for this machine
         row = run_driver(kind, count, trees[tree])
-        if kind == "dataset":
-            peaks.setdefault(tree, {})[count] = row["rss_mb"]
+        if kind != "folder":
+            peaks.setdefault(f"{kind}, {tree}", {})[count] = row["rss_mb"]
         print(
             f"| {kind} | {tree} | {count:,} | {row['list_s']:.1f} | {row['order_s']:.1f} | "
             f"{row['tasks']:,} | {row['cpu_s']:.1f} | {row['rss_mb']:.0f} |",
@@ -224,7 +225,7 @@ def main() -> None:
     parser.add_argument("--base", help="another tree's src to compare (the old driver)")
     parser.add_argument("--base-max", type=int, default=1000000, help="largest count for it")
     parser.add_argument("--folder", type=int, default=0, help="files in an image folder run")
-    parser.add_argument("--build", type=int, default=0, help="items in a whole-build run")
+    parser.add_argument("--build", default="", help="items in whole-build runs, a,b,...")
     args = parser.parse_args()
     if args.driver_memory:
         args.items = [int(n) for n in args.items.split(",")]

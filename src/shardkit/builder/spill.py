@@ -3,8 +3,9 @@
 A listing or an order that holds more than :data:`ORDER_BUDGET` records at once goes
 through a :class:`Spill`: a private temporary folder (``mkdtemp``, mode 0700, under the
 driver's temporary directory, ``TMPDIR``; never the output) that is removed when the
-build ends, whether it succeeded or failed. Records are tuples of strings and integers,
-written in ``marshal`` batches and read back only by the process that wrote them.
+build ends, whether it succeeded or failed. Records are tuples of strings and integers
+(and a list's rows: dicts of JSON values), written in length-prefixed ``marshal``
+batches and read back only by the process that wrote them.
 
 * :class:`Sorter` sorts any number of records: runs of ``ORDER_BUDGET`` sorted in memory
   and spilled, then a k-way merge, in rounds of at most 64 runs (nothing spills when
@@ -99,8 +100,9 @@ class RecordFile:
 
     def flush(self) -> None:
         if self._buffer:
+            data = marshal.dumps(self._buffer)
             with open(self.path, "ab") as f:
-                marshal.dump(self._buffer, f)
+                f.write(len(data).to_bytes(8, "little") + data)
             self._buffer = []
 
     def __iter__(self) -> Iterator[Any]:
@@ -108,12 +110,8 @@ class RecordFile:
         if not os.path.exists(self.path):
             return
         with open(self.path, "rb") as f:
-            while True:
-                try:
-                    batch = marshal.load(f)
-                except EOFError:
-                    return
-                yield from batch
+            while size := int.from_bytes(f.read(8), "little"):
+                yield from marshal.loads(f.read(size))
 
     def remove(self) -> None:
         self._buffer = []
