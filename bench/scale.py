@@ -78,7 +78,8 @@ def run_child(engine: str, src: str, max_count: int) -> dict[str, Any]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{engine} build failed ({proc.returncode})")
-    data: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    lines = stdout.strip().splitlines()
+    data: dict[str, Any] = {**json.loads(lines[-2]), **json.loads(lines[-1])}
     data["rss_mb"] = usage.ru_maxrss / 1024
     return data
 
@@ -120,11 +121,8 @@ def driver_child(kind: str, count: int, out: str) -> None:
         shutil.rmtree(out, ignore_errors=True)
         result = build(source, out, options=options)
         shutil.rmtree(out, ignore_errors=True)
-        print(
-            json.dumps(
-                {"list_s": 0.0, "order_s": time.perf_counter() - start, "tasks": len(result.shards)}
-            )
-        )
+        seconds = time.perf_counter() - start
+        print(json.dumps({"list_s": 0.0, "order_s": seconds, "tasks": len(result.shards)}))
         return
     spill_module = None
     if "spill" in inspect.signature(api.list_source).parameters:
@@ -143,6 +141,13 @@ def driver_child(kind: str, count: int, out: str) -> None:
     print(json.dumps({"list_s": listed - start, "order_s": done - listed, "tasks": number}))
 
 
+def _report_self() -> None:
+    """The driver process's own peak RSS (wait4 also counts its workers, the largest)."""
+    import resource
+
+    print(json.dumps({"self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
 def folder_source(count: int) -> str:
     """An image folder of ``count`` empty .jpg files (100 classes, 1,000 per folder)."""
     folder = f"/tmp/shardkit-bench-empty-{count}"  # on disk: a million inodes
@@ -159,7 +164,8 @@ def folder_source(count: int) -> str:
 def run_driver(kind: str, count: int, src: str) -> dict[str, Any]:
     here = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, src])}
-    code = f"import scale; scale.driver_child({kind!r}, {count}, {ROOT + '/out-driver'!r})"
+    out = ROOT + "/out-driver"
+    code = f"import scale; scale.driver_child({kind!r}, {count}, {out!r}); scale._report_self()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
     )
@@ -167,7 +173,8 @@ def run_driver(kind: str, count: int, src: str) -> dict[str, Any]:
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"driver run {kind} {count} with {src} failed")
-    data: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    lines = stdout.strip().splitlines()
+    data: dict[str, Any] = {**json.loads(lines[-2]), **json.loads(lines[-1])}
     data["rss_mb"] = usage.ru_maxrss / 1024
     data["cpu_s"] = usage.ru_utime + usage.ru_stime
     return data
@@ -182,18 +189,22 @@ def driver_memory(args: argparse.Namespace) -> None:
     runs += [("folder", t, args.folder) for t in trees if args.folder]
     builds = [int(n) for n in args.build.split(",") if n]
     runs += [("build", t, n) for t in trees for n in builds if t == "now" or n <= args.base_max]
-    print("| source | tree | items | list s | order+cut s | tasks | driver CPU s | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| source | tree | items | list s | order+cut s (build: all) | tasks | CPU s "
+        "(with workers) | driver peak RSS MB | with workers (wait4) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     peaks: dict[str, dict[int, float]] = {}
     for kind, tree, count in runs:
         if tree == trees.get("base") and kind == "dataset" and count > args.base_max:
             continue  # the old driver holds every item: too big for this machine
         row = run_driver(kind, count, trees[tree])
         if kind != "folder":
-            peaks.setdefault(f"{kind}, {tree}", {})[count] = row["rss_mb"]
+            peaks.setdefault(f"{kind}, {tree}", {})[count] = row["self_mb"]
         print(
             f"| {kind} | {tree} | {count:,} | {row['list_s']:.1f} | {row['order_s']:.1f} | "
-            f"{row['tasks']:,} | {row['cpu_s']:.1f} | {row['rss_mb']:.0f} |",
+            f"{row['tasks']:,} | {row['cpu_s']:.1f} | {row['self_mb']:.0f} | "
+            f"{row['rss_mb']:.0f} |",
             flush=True,
         )
     for tree, by_count in peaks.items():

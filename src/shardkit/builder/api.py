@@ -120,7 +120,7 @@ def list_source(
             raise BuildError(
                 f"the output {out!r} is inside the source folder: pick one outside it", url=path
             )
-        return list_remote_folder(path)
+        return list_remote_folder(path, spill)
     if os.path.isdir(path):
         if not _is_remote(out):
             _check_not_inside(out, path)

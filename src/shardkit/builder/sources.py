@@ -296,66 +296,96 @@ def not_an_image(name: str) -> str:
     return "" if ext in FOLDER_EXTENSIONS else f"not an image file (extension {ext or 'none'!r})"
 
 
-def list_remote_folder(url: str) -> Listing:
-    """List ``url/<class>/**/<image>`` in an object store (same rules as on disk)."""
+def list_remote_folder(url: str, spill: Spill | None = None) -> Listing:
+    """List ``url/<class>/**/<image>`` in an object store (same rules as on disk).
+
+    Folder by folder (one paginated listing per folder, dropped from the filesystem's
+    listing cache once read), so the driver holds one folder's listing at a time; the
+    files go through the same sorted runs as a local folder's."""
     from .. import storage
 
     root = url.rstrip("/")
+    if spill is None:
+        with Spill() as own:  # everything is held in the end anyway
+            return list_remote_folder(url, own)._held()
+    sorter = Sorter(spill)
+    skipped: list[tuple[str, str]] = []
     try:
         fs, base = storage.filesystem(root)
-        found_objects = fs.find(base, detail=True)
+        classes = _walk_remote(fs, base.rstrip("/"), sorter, skipped)
+    except FileNotFoundError:
+        classes = None
     except OSError as exc:
         raise BuildError(f"cannot list the source: {exc}", url=root) from exc
-    base = base.rstrip("/")
-    if not found_objects:
+    if classes is None:
         raise BuildError("no such folder, or it holds no objects", url=root)
-    objects = _relative(found_objects, base)
-    classes = sorted(
-        {rel.split("/", 1)[0] for rel in objects if "/" in rel and not rel.startswith(".")}
-    )
     if not classes:
         raise BuildError(
             "no class subfolders: expected SRC/<class>/<image> (ImageFolder layout)", url=root
         )
-    label_of = {name: label for label, name in enumerate(classes)}
-    skipped: list[tuple[str, str]] = []
-    found: list[tuple[int, str, int, Any]] = []
-    for rel, info in sorted(objects.items()):
-        parts = rel.split("/")
-        if any(part.startswith(".") for part in parts):
-            continue
-        if len(parts) == 1:
-            skipped.append((rel, "not inside a class folder"))
-            continue
-        problem = not_an_image(parts[-1])
-        if problem:
-            skipped.append((rel, problem))
-            continue
-        version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
-        found.append((label_of[parts[0]], rel, int(info.get("size") or 0), version))
-    if not found:
+    skipped.sort()
+    if not sorter.count:
         nothing_found("no images found in the class folders", skipped, root)
-    found.sort()  # by (label, path), as on disk
-    fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
+    label_of = {name: label for label, name in enumerate(classes)}
+    spilled = sorter.spilled
+    entries = ((label_of[c], rel, size, v) for c, rel, size, v in sorter.sorted())
+    items: Items
+    if spilled:
+        items, fingerprint = _spilled_folder_items(entries, classes, spill)
+    else:
+        found = list(entries)
+        fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
+        items = _folder_items(found, classes)
     return Listing(
         kind="image_folder",
         path=root,
         source=FileSource(root),
-        items=_folder_items(found, classes),
+        items=items,
         classes=classes,
         skipped=skipped,
         fingerprint=fingerprint,
     )
 
 
-def _relative(objects: dict[str, Any], base: str) -> dict[str, Any]:
-    """Object infos by path relative to ``base`` (directory markers left out)."""
-    prefix = base + "/"
-    return {
-        name[len(prefix) :]: info
-        for name, info in objects.items()
-        if name.startswith(prefix) and info.get("type") != "directory" and not name.endswith("/")
-    }
+def _walk_remote(
+    fs: Any, base: str, sorter: Sorter, skipped: list[tuple[str, str]]
+) -> list[str] | None:
+    """Walk ``base`` folder by folder into ``sorter`` (class, path, size, version) and
+    ``skipped``; returns the class names, sorted (None: ``base`` holds no object).
+
+    A class is a top-level folder that holds any object (hidden ones too); names starting
+    with ``.`` are left out, as on disk."""
+    classes: set[str] = set()
+    stack: list[tuple[str, str]] = [(base, "")]  # (folder, its path relative to base)
+    anything = False
+    while stack:
+        folder, rel = stack.pop()
+        listed = fs.ls(folder, detail=True)
+        fs.invalidate_cache(folder)
+        folders = []
+        for info in sorted(listed, key=lambda i: str(i["name"])):
+            name, is_dir = str(info["name"]), info.get("type") == "directory"
+            if (name.endswith("/") and not is_dir) or name.rstrip("/") == folder:
+                continue  # a directory marker, or the folder itself
+            anything = True
+            leaf = name.rstrip("/").rpartition("/")[2]
+            path = f"{rel}/{leaf}" if rel else leaf
+            if rel:
+                classes.add(rel.split("/", 1)[0])
+            if leaf.startswith("."):
+                continue
+            if is_dir:
+                folders.append((name.rstrip("/"), path))
+            elif not rel:
+                skipped.append((path, "not inside a class folder"))
+            elif problem := not_an_image(leaf):
+                skipped.append((path, problem))
+            else:
+                version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
+                size = int(info.get("size") or 0)
+                sorter.add((path.split("/", 1)[0], path, size, str(version)))
+        stack.extend(reversed(folders))
+    return sorted(classes) if anything else None
 
 
 def _spilled_folder_items(
