@@ -29,9 +29,10 @@ before it submits them; it prints the child's peak RSS (``wait4``), the listing 
 ordering+cutting seconds, and the slope of the peak RSS in bytes per item between the
 smallest and the largest count. ``--base SRC`` runs the same steps with another tree's
 ``src`` (the previous driver) for comparison; ``--folder N`` adds an image folder of N
-empty ``.jpg`` files under /tmp (a real walk, sort and key check); ``--build N[,M]`` a whole
-``shardkit.build`` of N tiny samples (TFRecord, 2 workers), whose driver RSS includes
-running, journaling and committing the tasks.
+empty ``.jpg`` files under /tmp (a real walk, sort and key check), ``--table N`` a CSV
+list of N http URLs (read, checked for repeats, keyed; nothing is fetched); ``--build
+N[,M]`` a whole ``shardkit.build`` of N tiny samples (TFRecord, 2 workers), whose driver
+RSS includes running, journaling and committing the tasks.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class TinyDataset:
         return self.count
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return {"cls": index}
+        return {"cls": index % 100}  # 100 classes: class counts stay small
 
 
 def driver_child(kind: str, count: int, out: str) -> None:
@@ -114,7 +115,8 @@ def driver_child(kind: str, count: int, out: str) -> None:
     from shardkit import BuildOptions, build
     from shardkit.builder import api, plan
 
-    source: Any = TinyDataset(count) if kind != "folder" else folder_source(count)
+    makers = {"folder": folder_source, "table": table_source}
+    source: Any = makers[kind](count) if kind in makers else TinyDataset(count)
     options = BuildOptions(max_count=1000, format="tfrecord", workers=2)
     start = time.perf_counter()
     if kind == "build":
@@ -161,6 +163,18 @@ def folder_source(count: int) -> str:
     return folder
 
 
+def table_source(count: int) -> str:
+    """A CSV list of ``count`` http(s) URLs with an int label (nothing is fetched)."""
+    path = f"/tmp/shardkit-bench-list-{count}.csv"
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as f:
+            f.write("path,label\n")
+            for i in range(count):
+                f.write(f"http://127.0.0.1:9/images/{i // 1000:06d}/{i:09d}.jpg,{i % 1000}\n")
+        os.rename(path + ".tmp", path)
+    return path
+
+
 def run_driver(kind: str, count: int, src: str) -> dict[str, Any]:
     here = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, src])}
@@ -187,6 +201,7 @@ def driver_memory(args: argparse.Namespace) -> None:
         trees["base"] = args.base
     runs: list[tuple[str, str, int]] = [("dataset", t, n) for t in trees for n in args.items]
     runs += [("folder", t, args.folder) for t in trees if args.folder]
+    runs += [("table", t, args.table) for t in trees if args.table]
     builds = [int(n) for n in args.build.split(",") if n]
     runs += [("build", t, n) for t in trees for n in builds if t == "now" or n <= args.base_max]
     print(
@@ -236,6 +251,7 @@ def main() -> None:
     parser.add_argument("--base", help="another tree's src to compare (the old driver)")
     parser.add_argument("--base-max", type=int, default=1000000, help="largest count for it")
     parser.add_argument("--folder", type=int, default=0, help="files in an image folder run")
+    parser.add_argument("--table", type=int, default=0, help="rows of a CSV list of URLs")
     parser.add_argument("--build", default="", help="items in whole-build runs, a,b,...")
     args = parser.parse_args()
     if args.driver_memory:

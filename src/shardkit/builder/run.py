@@ -99,6 +99,7 @@ class _Driver:
         self.counts = [0, 0, len(listing.skipped)]  # samples, bytes, skipped
         self.last_report = 0.0
         self.resumed = 0
+        self.class_counts: dict[int, int] = {}  # of chunks handed to the assembler
 
     # -- start
     def prepare(self) -> BuildResult | None:
@@ -230,7 +231,12 @@ class _Driver:
         """Hand finished tasks to the committer in plan order (reports new shards)."""
         shards = len(self.committer.shards)
         while self.next_task in self.journal.done:
-            self.committer.add(self.journal.done[self.next_task])
+            result = self.journal.done[self.next_task]
+            self.committer.add(result)
+            if isinstance(self.committer, WorkerAssembler):  # journaled already: fold in
+                for label, n in result.class_counts.items():  # (chunks: many, per item)
+                    self.class_counts[label] = self.class_counts.get(label, 0) + n
+                result.class_counts = {}
             self.next_task += 1
             if len(self.committer.shards) != shards:
                 shards = len(self.committer.shards)
@@ -271,7 +277,7 @@ class _Driver:
             self._count(result)
         self._report(force=True)
         skipped = sorted([*self.listing.skipped, *(s for r in results for s in r.skipped)])
-        counts: dict[int, int] = {}
+        counts = dict(self.class_counts)
         for result in results:
             for label, n in result.class_counts.items():
                 counts[label] = counts.get(label, 0) + n

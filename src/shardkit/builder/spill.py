@@ -164,7 +164,14 @@ class Sorter:
                 run.remove()
             runs = [*runs[_FAN_IN:], merged]
         self._runs = []
-        return heapq.merge(*runs)
+        return _merged(runs)
+
+
+def _merged(runs: list[RecordFile]) -> Iterator[Any]:
+    """The runs merged; each file goes once read through."""
+    yield from heapq.merge(*runs)
+    for run in runs:
+        run.remove()
 
 
 def bucket_count(count: int) -> int:
