@@ -6,7 +6,6 @@ The budget is forced tiny here so a small corpus takes the spilled path."""
 from __future__ import annotations
 
 import os
-import tempfile
 import tracemalloc
 from pathlib import Path
 
@@ -23,15 +22,6 @@ from shardkit.builder.sources import list_image_folder
 from shardkit.builder.spill import Spill
 
 BUDGET = 16
-
-
-@pytest.fixture
-def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The driver's temporary directory, where the spill folder goes."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 def _tiny(monkeypatch: pytest.MonkeyPatch, budget: int = BUDGET) -> list[str]:
@@ -65,12 +55,13 @@ def _keys(out: str) -> list[str]:
     return [sample["__key__"] for sample in read_samples(out)]
 
 
-def _spill_folders(temp_dir: Path) -> list[str]:
-    return [name for name in os.listdir(temp_dir) if name.startswith("shardkit-spill-")]
+def _left(made: list[str]) -> list[str]:
+    """The spill folders of the files in ``made`` that still exist."""
+    return [folder for folder in {os.path.dirname(path) for path in made} if os.path.exists(folder)]
 
 
 def test_spilled_listing_gives_the_same_bytes_in_listing_order(
-    tmp_path: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = _corpus(tmp_path)
     options = BuildOptions(max_count=10, shuffle=False, workers=1)
@@ -83,11 +74,11 @@ def test_spilled_listing_gives_the_same_bytes_in_listing_order(
     # sorted runs + a k-way merge, keys resolved from disk: the same listing, byte for byte
     assert snapshot(spilled) == snapshot(held)
     assert {"circle/dup_jpg", "circle/dup_png", "circle/dup_jpg_2"} <= set(_keys(spilled))
-    assert not _spill_folders(temp_dir)
+    assert not _left(made)
 
 
 def test_spilled_shuffle_is_a_seeded_permutation_whatever_the_workers(
-    tmp_path: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = _corpus(tmp_path)
     listed = str(tmp_path / "listed")
@@ -106,14 +97,14 @@ def test_spilled_shuffle_is_a_seeded_permutation_whatever_the_workers(
     assert _keys(outs["seed1"]) != order
     assert order != _keys(in_memory)  # bucketed: not the in-memory order
     assert made
-    assert not _spill_folders(temp_dir)
+    assert not _left(made)
 
 
 def test_spilled_build_resumes_to_the_same_bytes_and_leaves_no_spill(
-    tmp_path: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = _corpus(tmp_path)
-    _tiny(monkeypatch)
+    made = _tiny(monkeypatch)
     out = str(tmp_path / "out")
     options = BuildOptions(max_count=10, workers=1)
 
@@ -123,13 +114,13 @@ def test_spilled_build_resumes_to_the_same_bytes_and_leaves_no_spill(
 
     with pytest.raises(KeyboardInterrupt):
         shardkit.build(src, out, options=options, progress=stop)
-    assert not _spill_folders(temp_dir)  # removed on error too
+    assert made and not _left(made)  # removed on error too
     result = shardkit.build(src, out, options=options)
     assert result.resumed_tasks >= 3
     fresh = str(tmp_path / "fresh")
     shardkit.build(src, fresh, options=options)
     assert snapshot(out) == snapshot(fresh)
-    assert not _spill_folders(temp_dir)
+    assert not _left(made)
 
 
 def _ordering_peak(items_of: object, count: int, options: _Options) -> int:
@@ -147,7 +138,7 @@ def _ordering_peak(items_of: object, count: int, options: _Options) -> int:
     return peak
 
 
-def test_ordering_does_not_hold_the_items(temp_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ordering_does_not_hold_the_items(monkeypatch: pytest.MonkeyPatch) -> None:
     count, budget = 60_000, 2_000
     _tiny(monkeypatch, budget)
     peak = _ordering_peak(lambda spill: list_python(range(count), None), count, _Options())
@@ -156,7 +147,7 @@ def test_ordering_does_not_hold_the_items(temp_dir: Path, monkeypatch: pytest.Mo
 
 
 def test_folder_listing_does_not_hold_the_files(
-    tmp_path: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = tmp_path / "many"
     for cls in range(3):
@@ -187,7 +178,7 @@ def _rows(src: str) -> list[str]:
 
 @pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
 def test_spilled_list_gives_the_same_bytes(
-    tmp_path: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
 ) -> None:
     src = _corpus(tmp_path)
     listing = _list(tmp_path, src, _rows(src))
@@ -205,7 +196,7 @@ def test_spilled_list_gives_the_same_bytes(
     assert made
     assert snapshot(outs["spilled", False]) == snapshot(outs["held", False])
     assert sorted(_keys_of(outs["spilled", True])) == sorted(_keys_of(outs["held", True]))
-    assert not _spill_folders(temp_dir)
+    assert not _left(made)
 
 
 def _keys_of(out: str) -> list[str]:
@@ -239,3 +230,27 @@ def test_spilled_list_finds_the_first_row_listed_twice(
     listing = _list(tmp_path, src, rows)
     with pytest.raises(shardkit.errors.BuildError, match="row 31 has an empty 'path'"):
         shardkit.build(listing, str(tmp_path / "out"), options=BuildOptions(workers=1))
+
+
+def test_spilled_shards_reshard_to_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = make_corpus(str(tmp_path / "src"), count=40, bad=False)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for prefix, seed in (("a", 0), ("b", 3)):  # the same keys twice: shard numbers added
+        options = BuildOptions(max_count=15, seed=seed, prefix=prefix)
+        for shard in shardkit.build(src, str(tmp_path / prefix), options=options).shards:
+            (shards / shard.name).write_bytes((tmp_path / prefix / shard.name).read_bytes())
+    outs = {}
+    made: list[str] = []
+    for name in ("held", "spilled"):
+        if name == "spilled":
+            made = _tiny(monkeypatch)
+        outs[name] = str(tmp_path / name)
+        options = BuildOptions(max_count=25, shuffle=False, workers=1)
+        shardkit.build(str(shards), outs[name], options=options)
+    assert made
+    assert snapshot(outs["spilled"]) == snapshot(outs["held"])
+    assert _keys(outs["spilled"])[0].startswith("000000/")
+    assert not _left(made)

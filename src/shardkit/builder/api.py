@@ -112,7 +112,7 @@ def list_source(
 
         return list_table(path, options, spill)
     if "{" in path or is_shard_name(os.path.basename(path)):
-        return _list_shards(path, out, options)
+        return _list_shards(path, out, options, spill=spill)
     if remote:  # an image folder under an object-store prefix
         from .sources import list_remote_folder
 
@@ -126,7 +126,7 @@ def list_source(
             _check_not_inside(out, path)
         shards = _shard_folder(path)
         if shards is not None:
-            return _list_shards(shards, out, options, path)
+            return _list_shards(shards, out, options, path, spill)
         return list_image_folder(path, spill)
     if not os.path.exists(path):
         raise BuildError("no such file or folder", url=path)
@@ -138,7 +138,11 @@ def list_source(
 
 
 def _list_shards(
-    spec: str | list[str], out: str, options: BuildOptions, path: str | None = None
+    spec: str | list[str],
+    out: str,
+    options: BuildOptions,
+    path: str | None = None,
+    spill: Spill | None = None,
 ) -> Listing:
     from .. import storage
     from .shards import list_shards
@@ -148,7 +152,7 @@ def _list_shards(
             folder = os.path.dirname(os.path.abspath(storage.local_path(url)))
             if os.path.realpath(folder) == os.path.realpath(out):
                 raise BuildError("the output folder holds the input shards", url=url)
-    return list_shards(spec, options.format, path=path)
+    return list_shards(spec, options.format, path=path, spill=spill)
 
 
 def _shard_folder(path: str) -> list[str] | None:

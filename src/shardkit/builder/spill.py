@@ -181,11 +181,12 @@ def bucket_count(count: int) -> int:
 
 
 def held(records: Iterable[Any], spill: Spill) -> list[Any] | RecordFile:
-    """``records`` kept for more passes: in a list up to the budget, else in a spill file."""
+    """``records`` kept for more passes: in a list up to a quarter of the budget (a list's
+    rows are dicts, heavier than items), else in a spill file."""
     kept: list[Any] = []
     for record in records:
         kept.append(record)
-        if len(kept) > ORDER_BUDGET:
+        if len(kept) > ORDER_BUDGET // 4:
             file = spill.new_file()
             file.extend(kept)
             kept = []
