@@ -28,8 +28,8 @@ N tiny items), fix its order (seeded shuffle) and cut every task, as the driver 
 before it submits them; it prints the child's peak RSS (``wait4``), the listing and the
 ordering+cutting seconds, and the slope of the peak RSS in bytes per item between the
 smallest and the largest count. ``--base SRC`` runs the same steps with another tree's
-``src`` (the previous driver) for comparison; ``--folder N`` adds an image folder of N
-empty ``.jpg`` files under /tmp (a real walk, sort and key check), ``--table N`` a CSV
+``src`` (the previous driver) for comparison; ``--folder N[,M]`` adds an image folder of N
+empty ``.jpg`` files under /tmp (a real walk, sort and key check), ``--table N[,M]`` a CSV
 list of N http URLs (read, checked for repeats, keyed; nothing is fetched); ``--build
 N[,M]`` a whole ``shardkit.build`` of N tiny samples (TFRecord, 2 workers), whose driver
 RSS includes running, journaling and committing the tasks.
@@ -200,10 +200,9 @@ def driver_memory(args: argparse.Namespace) -> None:
     if args.base:
         trees["base"] = args.base
     runs: list[tuple[str, str, int]] = [("dataset", t, n) for t in trees for n in args.items]
-    runs += [("folder", t, args.folder) for t in trees if args.folder]
-    runs += [("table", t, args.table) for t in trees if args.table]
-    builds = [int(n) for n in args.build.split(",") if n]
-    runs += [("build", t, n) for t in trees for n in builds if t == "now" or n <= args.base_max]
+    for kind in ("folder", "table", "build"):
+        counts = [int(n) for n in getattr(args, kind).split(",") if n]
+        runs += [(kind, t, n) for t in trees for n in counts if t == "now" or n <= args.base_max]
     print(
         "| source | tree | items | list s | order+cut s (build: all) | tasks | CPU s "
         "(with workers) | driver peak RSS MB | with workers (wait4) |"
@@ -211,11 +210,10 @@ def driver_memory(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     peaks: dict[str, dict[int, float]] = {}
     for kind, tree, count in runs:
-        if tree == trees.get("base") and kind == "dataset" and count > args.base_max:
+        if tree == "base" and count > args.base_max:
             continue  # the old driver holds every item: too big for this machine
         row = run_driver(kind, count, trees[tree])
-        if kind != "folder":
-            peaks.setdefault(f"{kind}, {tree}", {})[count] = row["self_mb"]
+        peaks.setdefault(f"{kind}, {tree}", {})[count] = row["self_mb"]
         print(
             f"| {kind} | {tree} | {count:,} | {row['list_s']:.1f} | {row['order_s']:.1f} | "
             f"{row['tasks']:,} | {row['cpu_s']:.1f} | {row['self_mb']:.0f} | "
@@ -250,8 +248,8 @@ def main() -> None:
     parser.add_argument("--items", default="1000000,10000000", help="item counts, a,b,...")
     parser.add_argument("--base", help="another tree's src to compare (the old driver)")
     parser.add_argument("--base-max", type=int, default=1000000, help="largest count for it")
-    parser.add_argument("--folder", type=int, default=0, help="files in an image folder run")
-    parser.add_argument("--table", type=int, default=0, help="rows of a CSV list of URLs")
+    parser.add_argument("--folder", default="", help="files in image folder runs, a,b,...")
+    parser.add_argument("--table", default="", help="rows of CSV lists of URLs, a,b,...")
     parser.add_argument("--build", default="", help="items in whole-build runs, a,b,...")
     args = parser.parse_args()
     if args.driver_memory:

@@ -254,3 +254,39 @@ def test_spilled_shards_reshard_to_the_same_bytes(
     assert snapshot(outs["spilled"]) == snapshot(outs["held"])
     assert _keys(outs["spilled"])[0].startswith("000000/")
     assert not _left(made)
+
+
+class _Tiny:
+    """A map-style dataset of ``count`` samples of a few bytes, in 10 classes."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, int]:
+        return {"cls": index % 10}
+
+
+def _build_peak(out: Path, count: int) -> int:
+    options = BuildOptions(workers=1, format="tfrecord", max_count=5000)
+    tracemalloc.start()
+    try:
+        shardkit.build(_Tiny(count), out, options=options)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_whole_build_does_not_hold_per_sample_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chunks of 256 samples are assembled into shards: their per-sample sizes and class
+    # counts are folded in as they are cut, so the driver's peak grows by a few bytes per
+    # sample (one small record per chunk), not by every sample's figures.
+    _tiny(monkeypatch, 2000)
+    _build_peak(tmp_path / "warm", 3000)  # imports, caches
+    small = _build_peak(tmp_path / "small", 10_000)
+    large = _build_peak(tmp_path / "large", 40_000)
+    assert large - small < 30_000 * 10, (small, large)  # holding them: ~15 bytes/sample

@@ -29,6 +29,7 @@ import itertools
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -100,6 +101,7 @@ class _Driver:
         self.last_report = 0.0
         self.resumed = 0
         self.class_counts: dict[int, int] = {}  # of chunks handed to the assembler
+        self.fetch = _FetchTally()
 
     # -- start
     def prepare(self) -> BuildResult | None:
@@ -233,10 +235,11 @@ class _Driver:
         while self.next_task in self.journal.done:
             result = self.journal.done[self.next_task]
             self.committer.add(result)
+            self.fetch.add(result, self.committer.cut)
             if isinstance(self.committer, WorkerAssembler):  # journaled already: fold in
                 for label, n in result.class_counts.items():  # (chunks: many, per item)
                     self.class_counts[label] = self.class_counts.get(label, 0) + n
-                result.class_counts = {}
+                result.class_counts, result.fetch = {}, []
             self.next_task += 1
             if len(self.committer.shards) != shards:
                 shards = len(self.committer.shards)
@@ -296,7 +299,7 @@ class _Driver:
             class_counts=counts,
             skipped=skipped,
             timing=timing,
-            fetch=_fetch_by_shard(results, shards),
+            fetch=self.fetch.by_shard(self.committer.cut),
         )
         manifest["source"] = {**manifest["source"], "path": self.listing.path}
         self.guard()
@@ -341,19 +344,43 @@ def _counted(tasks: Iterator[Task], limit: int) -> tuple[Iterator[Task], int | N
     return itertools.chain(head, tasks), len(head) if len(head) < limit else None
 
 
-def _fetch_by_shard(results: list[TaskResult], shards: list[ShardRecord]) -> list[dict[str, int]]:
-    """Each shard's download counts by outcome. Shards hold the packed samples in plan
-    order, so a download's place among them (its task's offset plus its index in the
-    task) names its shard; one skipped after the last sample counts in the last shard."""
-    ends = list(itertools.accumulate(shard.samples for shard in shards))
-    counts: list[dict[str, int]] = [{} for _ in shards]
-    offset = 0
-    for result in results:
-        for index, category in result.fetch:
-            shard = min(bisect.bisect_right(ends, offset + index), len(shards) - 1)
-            counts[shard][category] = counts[shard].get(category, 0) + 1
-        offset += sum(part.samples for part in result.parts)
-    return [dict(sorted(c.items())) for c in counts]
+class _FetchTally:
+    """Each shard's downloads by outcome, counted as results are cut in plan order.
+
+    Shards hold the packed samples in plan order, so a download's place among them (its
+    task's offset plus its index in the task) names its shard; one skipped after the last
+    sample counts in the last shard. A download waits only until a cut passes its place,
+    so what is held grows with one shard, not with the items."""
+
+    def __init__(self) -> None:
+        self.ends: list[int] = []  # samples up to the end of each shard cut so far
+        self.counts: list[dict[str, int]] = []
+        self.offset = 0  # samples packed by the results added
+        self.waiting: deque[tuple[int, str]] = deque()
+
+    def add(self, result: TaskResult, cut: list[int]) -> None:
+        """Count ``result`` (the next in plan order); ``cut``: samples of each shard cut."""
+        self._extend(cut)
+        self.waiting.extend((self.offset + index, category) for index, category in result.fetch)
+        self.offset += sum(part.samples for part in result.parts)
+        while self.waiting and self.ends and self.waiting[0][0] < self.ends[-1]:
+            self._count(*self.waiting.popleft())
+
+    def by_shard(self, cut: list[int]) -> list[dict[str, int]]:
+        """The counts, once every shard is cut."""
+        self._extend(cut)
+        while self.waiting:
+            self._count(*self.waiting.popleft())
+        return [dict(sorted(c.items())) for c in self.counts]
+
+    def _extend(self, cut: list[int]) -> None:
+        for samples in cut[len(self.ends) :]:
+            self.ends.append((self.ends[-1] if self.ends else 0) + samples)
+            self.counts.append({})
+
+    def _count(self, place: int, category: str) -> None:
+        counts = self.counts[min(bisect.bisect_right(self.ends, place), len(self.ends) - 1)]
+        counts[category] = counts.get(category, 0) + 1
 
 
 def _fetched(manifest: dict[str, Any]) -> dict[str, int]:
