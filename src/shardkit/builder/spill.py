@@ -34,7 +34,7 @@ __all__ = [
     "held",
 ]
 
-ORDER_BUDGET = 1 << 19
+ORDER_BUDGET = 1 << 18
 """Most records (listed items, listing entries) the driver holds in memory at once while
 listing and ordering. A build of at most this many items is ordered in memory, exactly
 as before spilling existed; a larger one is ordered through spill files. Part of the
