@@ -6,6 +6,8 @@ The budget is forced tiny here so a small corpus takes the spilled path."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import tracemalloc
 from pathlib import Path
 
@@ -290,3 +292,29 @@ def test_a_whole_build_does_not_hold_per_sample_results(
     small = _build_peak(tmp_path / "small", 10_000)
     large = _build_peak(tmp_path / "large", 40_000)
     assert large - small < 30_000 * 10, (small, large)  # holding them: ~15 bytes/sample
+
+
+def test_a_spilled_build_removes_what_a_killed_build_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead = Path(tempfile.gettempdir(), f"shardkit-spill-{int(gone.stdout)}-test")
+    alive = Path(tempfile.gettempdir(), f"shardkit-spill-{os.getpid()}-test")
+    for folder in (dead, alive):
+        folder.mkdir()
+        (folder / "000001.bin").write_bytes(b"x")
+    try:
+        made = _tiny(monkeypatch)
+        shardkit.build(_corpus(tmp_path), str(tmp_path / "out"), options=BuildOptions(workers=1))
+        assert made and not dead.exists() and alive.exists()
+    finally:
+        for folder in (dead, alive):
+            shutil.rmtree(folder, ignore_errors=True)

@@ -3,7 +3,8 @@
 A listing or an order that holds more than :data:`ORDER_BUDGET` records at once goes
 through a :class:`Spill`: a private temporary folder (``mkdtemp``, mode 0700, under the
 driver's temporary directory, ``TMPDIR``; never the output) that is removed when the
-build ends, whether it succeeded or failed. Records are tuples of strings and integers
+build ends, whether it succeeded or failed (a folder a killed build left behind is
+removed by the next build that spills on the same host). Records are tuples of strings and integers
 (and a list's rows: dicts of JSON values), written in length-prefixed ``marshal``
 batches and read back only by the process that wrote them.
 
@@ -32,6 +33,7 @@ __all__ = [
     "bucket_count",
     "bucketed",
     "held",
+    "remove_stale",
 ]
 
 ORDER_BUDGET = 1 << 18
@@ -40,6 +42,7 @@ listing and ordering. A build of at most this many items is ordered in memory, e
 as before spilling existed; a larger one is ordered through spill files. Part of the
 shuffle order: changing it changes the order of builds larger than it."""
 
+_PREFIX = "shardkit-spill-"  # then the driver's pid: shardkit-spill-1234-xxxxxx
 _BATCH = 4096  # records per marshal batch
 _FAN_IN = 64  # sorted runs merged at once (each holds one open file and one batch)
 _FLUSH = 1 << 17  # records buffered across all open record files before they are written
@@ -65,7 +68,8 @@ class Spill:
 
     def new_file(self, batch: int = _BATCH) -> RecordFile:
         if self._path is None:
-            self._path = tempfile.mkdtemp(prefix="shardkit-spill-")
+            remove_stale()
+            self._path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
         self._files += 1
         return RecordFile(os.path.join(self._path, f"{self._files:06d}.bin"), batch)
 
@@ -73,6 +77,34 @@ class Spill:
         path, self._path = self._path, None
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_stale(folder: str | None = None) -> list[str]:
+    """Remove the spill folders a killed build left in ``folder`` (default: the temporary
+    directory): those named for a process of this host that no longer exists."""
+    folder = folder or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        pid = name[len(_PREFIX) :].partition("-")[0]
+        if not name.startswith(_PREFIX) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
 
 
 class RecordFile:
