@@ -26,6 +26,9 @@ Groups, side by side:
   gave that decoder during the run: on a shared machine, often far from cores x one
   thread). The ``cores`` column (CPU time over wall time) says how many cores each kept
   busy;
+* image specs, the decoder alone in one thread as above: ``rgb8`` (HxWx3 uint8) against
+  ``torchrgb8`` (CxHxW uint8 tensor) and ``torchrgb`` (CxHxW float32), what putting the
+  channels first and converting to float add;
 * TFRecord read + parse: shardkit vs ``tf.data.TFRecordDataset`` + ``tf.io.parse_single_example``
   in eager Python iteration;
 * ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``;
@@ -203,7 +206,7 @@ def shardkit_rgb8_1thread(root: str, samples: int, limit: int) -> Work:
     return shardkit_rgb8(root, samples, limit, threads=1)
 
 
-def _decoder_alone(root: str, samples: int, limit: int, threads: int) -> Work:
+def _decoder_alone(root: str, samples: int, limit: int, threads: int, spec: str = "rgb8") -> Work:
     """A ceiling, not a contender: ``Decoder("rgb8")`` on samples already in memory (the
     first 400 distinct ones, cycled to ``limit``), in ``threads`` threads, nothing read. A
     reader that decodes in one thread stays under the one-thread figure; the many-thread
@@ -216,7 +219,7 @@ def _decoder_alone(root: str, samples: int, limit: int, threads: int) -> Work:
 
     _images()
     pool = list(itertools.islice(Dataset(shards(root, samples, "tar", 400)), 400))
-    decoder = Decoder("rgb8")
+    decoder = Decoder(spec)
     decoder(pool[0])  # load the decoder's modules before the clock
 
     def decode(count: int) -> None:
@@ -239,11 +242,22 @@ def decoder_alone_1(root: str, samples: int, limit: int) -> Work:
     return _decoder_alone(root, samples, limit, 1)
 
 
+def spec_torchrgb8(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, 1, "torchrgb8")
+
+
+def spec_torchrgb(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, 1, "torchrgb")
+
+
 def _core_threads() -> int:
     """The decode threads shardkit's ``decode()`` picks in one process here (at least 2)."""
     from shardkit.pipeline.context import Context
-    from shardkit.pipeline.decode import default_threads
 
+    try:
+        from shardkit.pipeline.decode import default_threads
+    except ImportError:  # an older shardkit, for before/after runs: min(4, cores) then
+        return max(2, min(4, len(os.sched_getaffinity(0))))
     return max(2, default_threads(Context(seed=0, epoch=0)))
 
 
@@ -463,6 +477,11 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
         ("litdata Pillow", litdata_pillow),
         ("decoder alone", decoder_alone_1),
         (f"decoder x{_core_threads()}", decoder_alone_cores),
+    ],
+    "image specs, decoder alone": [
+        ("rgb8", decoder_alone_1),
+        ("torchrgb8", spec_torchrgb8),
+        ("torchrgb", spec_torchrgb),
     ],
     "TFRecord read+parse": [("shardkit", shardkit_tfrecord), ("tf.data", tfdata_parse)],
     "DataLoader(workers=2) rgb8": [
