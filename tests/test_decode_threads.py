@@ -15,7 +15,7 @@ import pytest
 from conftest_pipeline import keys, tiny_jpeg, write_shards
 
 from shardkit import Dataset, DecodeError, TarWriter
-from shardkit.pipeline.context import usable_cores
+from shardkit.pipeline.context import cpu_quota, usable_cores
 from shardkit.pipeline.decode import MAX_DEFAULT_THREADS
 
 
@@ -158,3 +158,28 @@ def test_default_threads_one_per_core_in_one_process_none_in_workers(
         num_workers=2,
     )
     assert list(loader) == [0] * 24
+
+
+def _cgroup(root: str, files: dict[str, str]) -> str:
+    for name, text in files.items():
+        os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    return root
+
+
+def test_a_cgroup_cpu_limit_caps_the_cores(tmp_path: os.PathLike[str]) -> None:
+    """A container limited to 1.5 CPUs on a many-core host gets 2 decode threads, not one
+    per host core."""
+    base = str(tmp_path)
+    cases = {
+        "v2-limit": ({"cpu.max": "150000 100000\n"}, 2),
+        "v2-none": ({"cpu.max": "max 100000\n"}, None),
+        "v1-limit": ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),
+        "v1-none": ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        "no-files": ({}, None),
+        "garbage": ({"cpu.max": "\n"}, None),
+    }
+    for name, (files, cpus) in cases.items():
+        assert cpu_quota(_cgroup(os.path.join(base, name), files)) == cpus, name
+    assert 1 <= usable_cores() <= len(os.sched_getaffinity(0))
