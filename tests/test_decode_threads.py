@@ -15,6 +15,7 @@ import pytest
 from conftest_pipeline import keys, tiny_jpeg, write_shards
 
 from shardkit import Dataset, DecodeError, TarWriter
+from shardkit.errors import TruncatedShardError
 from shardkit.pipeline.context import cpu_quota, usable_cores
 from shardkit.pipeline.decode import MAX_DEFAULT_THREADS
 
@@ -183,3 +184,20 @@ def test_a_cgroup_cpu_limit_caps_the_cores(tmp_path: os.PathLike[str]) -> None:
     for name, (files, cpus) in cases.items():
         assert cpu_quota(_cgroup(os.path.join(base, name), files)) == cpus, name
     assert 1 <= usable_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_a_cut_shard_raises_after_the_same_items_as_one_thread(tmp_path: os.PathLike[str]) -> None:
+    """The reader's error comes after every sample read before it, as with one thread,
+    not as soon as the threads' read-ahead meets it."""
+    [url] = write_shards(str(tmp_path), [12], jpeg=True, manifest=False)
+    with open(url, "r+b") as f:
+        f.truncate(os.path.getsize(url) * 2 // 3)
+    runs = []
+    for threads in (1, 3):
+        seen = []
+        with pytest.raises(TruncatedShardError):
+            for sample in Dataset(url).decode("rgb8", threads=threads):
+                seen.append(sample["__key__"])
+        runs.append(seen)
+    assert runs[0] == runs[1] and len(runs[0]) == 8
+    assert decode_threads() == []

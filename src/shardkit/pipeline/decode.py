@@ -5,7 +5,8 @@ Only the decoding runs in the threads. Reading, shuffling and every other stage 
 the thread that iterates, pulling one item whenever the decoders have room for it (at
 most ``2 x threads`` in flight), so they behave exactly as without threads and the resume
 position stays where it is kept. Items come out in the order they went in; a data error
-goes to ``handler`` at that item's turn, any other error is raised there.
+goes to ``handler`` at that item's turn, any other error is raised there, and an error
+from the reader (a cut shard) once the items read before it are out.
 
 The threads belong to one iteration: they start with its first item and end when it
 ends, when an error leaves it, or when the iterator is dropped (a ``break``), at most one
@@ -117,6 +118,7 @@ class _ParallelDecode:
         self, items: Iterator[Any], decode: _Decode, handler: Handler, threads: int
     ) -> None:
         self._started = self._closed = False
+        self._failure: Exception | None = None
         self._items = items
         self._handler = handler
         self._depth = 2 * threads
@@ -146,6 +148,8 @@ class _ParallelDecode:
                 self._fill()
                 if not self._pending:
                     self.close()
+                    if self._failure is not None:  # after the items read before it
+                        raise self._failure
                     raise StopIteration
                 sample = self._pending.popleft()
                 self.lookahead.count = len(self._pending)
@@ -164,10 +168,14 @@ class _ParallelDecode:
             self._started = True
             for thread in self._threads:
                 thread.start()
-        while not self._closed and len(self._pending) < self._depth:
+        while not self._closed and self._failure is None and len(self._pending) < self._depth:
             try:
                 sample = next(self._items)
             except StopIteration:
+                self._items = iter(())
+                return
+            except Exception as exc:  # the reader's error (a cut shard): raised in its turn
+                self._failure = exc
                 self._items = iter(())
                 return
             self._jobs.put((self._next + len(self._pending), sample))
