@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -148,8 +149,9 @@ class _ParallelDecode:
                 self._fill()
                 if not self._pending:
                     self.close()
-                    if self._failure is not None:  # after the items read before it
-                        raise self._failure
+                    failure, self._failure = self._failure, None
+                    if failure is not None:  # after the items read before it
+                        raise failure
                     raise StopIteration
                 sample = self._pending.popleft()
                 self.lookahead.count = len(self._pending)
@@ -209,4 +211,5 @@ class _ParallelDecode:
                 thread.join()
 
     def __del__(self) -> None:
-        self.close()
+        if not sys.is_finalizing():  # at exit the daemon threads are stopped already
+            self.close()
