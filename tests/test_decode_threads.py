@@ -15,8 +15,8 @@ import pytest
 from conftest_pipeline import keys, tiny_jpeg, write_shards
 
 from shardkit import Dataset, DecodeError, TarWriter
+from shardkit.config import cpu_quota, usable_cores
 from shardkit.errors import TruncatedShardError
-from shardkit.pipeline.context import cpu_quota, usable_cores
 from shardkit.pipeline.decode import MAX_DEFAULT_THREADS
 
 
@@ -201,3 +201,16 @@ def test_a_cut_shard_raises_after_the_same_items_as_one_thread(tmp_path: os.Path
         runs.append(seen)
     assert runs[0] == runs[1] and len(runs[0]) == 8
     assert decode_threads() == []
+
+
+def test_build_workers_and_decode_threads_count_cores_the_same_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One rule for "how many cores": a cgroup CPU limit caps the build's default worker
+    count as it caps the decode threads."""
+    from shardkit import config
+
+    monkeypatch.delenv("SHARDKIT_WORKERS", raising=False)
+    monkeypatch.setattr(config, "cpu_quota", lambda root="/sys/fs/cgroup": 1)
+    assert config.usable_cores() == 1
+    assert config.default_workers() == 1

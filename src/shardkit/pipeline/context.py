@@ -10,7 +10,6 @@ cannot be a DataLoader worker or in a ``torch.distributed`` group.
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 from dataclasses import dataclass
@@ -20,11 +19,9 @@ from ..errors import ConfigError
 
 __all__ = [
     "Context",
-    "cpu_quota",
     "current_node",
     "current_worker",
     "in_worker_process",
-    "usable_cores",
 ]
 
 
@@ -73,39 +70,3 @@ def in_worker_process() -> bool:
     """Whether this process is a DataLoader worker (even the only one)."""
     data = sys.modules.get("torch.utils.data")
     return data is not None and data.get_worker_info() is not None
-
-
-def usable_cores() -> int:
-    """CPU cores this process may keep busy: those it may run on (its affinity), or
-    fewer under a cgroup CPU limit (:func:`cpu_quota`)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    quota = cpu_quota()
-    return max(1, cores if quota is None else min(cores, quota))
-
-
-def cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
-    """The CPUs a cgroup CPU limit allows (a container's ``--cpus``, a Kubernetes CPU
-    limit), rounded up; None when there is none or it cannot be read. Reads cgroup v2's
-    ``cpu.max``, else v1's ``cpu/cpu.cfs_quota_us`` and ``cpu/cpu.cfs_period_us``, under
-    ``root``: a container's own cgroup, which its cgroup namespace puts there."""
-    try:
-        with open(os.path.join(root, "cpu.max")) as f:
-            fields = f.read().split()
-    except OSError:
-        try:
-            with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
-                quota = f.read()
-            with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
-                fields = [quota.strip(), f.read().strip()]
-        except OSError:
-            return None
-    try:
-        quota_us, period_us = int(fields[0]), int(fields[1])
-    except (ValueError, IndexError):  # "max": no limit
-        return None
-    if quota_us <= 0 or period_us <= 0:  # v1's -1: no limit
-        return None
-    return max(1, -(-quota_us // period_us))

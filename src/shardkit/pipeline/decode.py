@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import config
 from ..errors import DataError
 from ..handlers import Handler, reraise
-from .context import Context, usable_cores
+from .context import Context
 from .stages import Stage, report_bad_data
 
 __all__ = ["MAX_DEFAULT_THREADS", "Decode", "default_threads"]
@@ -45,7 +46,7 @@ def default_threads(ctx: Context) -> int:
     DataLoader worker or a DDP rank shares the cores with the others, which decode too."""
     if ctx.world * ctx.workers > 1:
         return 1
-    return min(MAX_DEFAULT_THREADS, usable_cores())
+    return min(MAX_DEFAULT_THREADS, config.usable_cores())
 
 
 @dataclass(eq=False)
