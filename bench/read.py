@@ -251,10 +251,13 @@ def _random_order(total: int, limit: int) -> list[int]:
     return random.Random(0).sample(range(total), min(limit, total))
 
 
-def shardkit_random(root: str, samples: int, limit: int) -> Work:
+def shardkit_random(
+    root: str, samples: int, limit: int, copy: bool = True, mapped: bool = True
+) -> Work:
     from shardkit import IndexedDataset
 
-    ds = IndexedDataset(os.path.join(root, str(samples), "tar"))
+    ds = IndexedDataset(os.path.join(root, str(samples), "tar"), copy=copy)
+    ds._map_local = mapped  # the benchmark's switch between mmap slices and pread
     order = _random_order(len(ds), limit)
 
     def work() -> int:
@@ -263,6 +266,16 @@ def shardkit_random(root: str, samples: int, limit: int) -> Work:
         return len(order)
 
     return work
+
+
+def shardkit_random_pread(root: str, samples: int, limit: int) -> Work:
+    """``ds[i]`` reading each span with one ``os.pread`` instead of slicing the shard's map."""
+    return shardkit_random(root, samples, limit, mapped=False)
+
+
+def shardkit_random_views(root: str, samples: int, limit: int) -> Work:
+    """``IndexedDataset(copy=False)``: fields are memoryviews of the shard's map."""
+    return shardkit_random(root, samples, limit, copy=False)
 
 
 def _peer_random(ds: Any, limit: int) -> Work:
@@ -416,6 +429,8 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
     ],
     "random ds[i], raw": [
         ("shardkit", shardkit_random),
+        ("shardkit pread", shardkit_random_pread),
+        ("shardkit views", shardkit_random_views),
         ("MDS", mds_random),
         ("litdata", litdata_random),
     ],

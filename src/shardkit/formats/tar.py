@@ -36,7 +36,7 @@ calls).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, NamedTuple
 
 from ..errors import EncodeError, FormatError, TruncatedShardError
@@ -46,6 +46,7 @@ from ._tarparse import (
     BLOCK,
     DIRECTORY,
     REGULAR_TYPES,
+    Buffer,
     RawMember,
     TarScanner,
     member_kind,
@@ -55,6 +56,7 @@ from .limits import MAX_MEMBER_SIZE, MAX_NAME_BYTES
 __all__ = [
     "tar_chunks",
     "BLOCK",
+    "Buffer",
     "END_OF_ARCHIVE",
     "MAX_MEMBER_SIZE",
     "Grouping",
@@ -62,6 +64,7 @@ __all__ = [
     "TarMember",
     "TarScanner",
     "TarWriter",
+    "buffer_samples",
     "check_key_order",
     "encode_sample",
     "iter_members",
@@ -69,6 +72,7 @@ __all__ = [
     "read_exact",
     "safe_member_path",
     "sample_size",
+    "span_sample",
     "split_name",
 ]
 
@@ -211,7 +215,88 @@ def iter_samples(
     member of the next one.
     """
     members = TarScanner(stream, url=url, max_member_size=max_member_size, readahead=False)
-    read = members.read_data
+    yield from _samples(members, members.read_data, url, handler)
+
+
+def buffer_samples(
+    buffer: Buffer,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    base: int = 0,
+    url: str | None = None,
+    handler: Handler = reraise,
+    max_member_size: int = MAX_MEMBER_SIZE,
+    copy: bool = True,
+) -> Iterator[dict[str, Any]]:
+    """:func:`iter_samples` over tar bytes in memory: ``buffer[start:end]`` (an ``mmap``
+    of a local shard, say), through :meth:`TarScanner.over_buffer`, with the same rules,
+    limits and errors. ``base`` is the shard offset of ``buffer[0]``. With ``copy=False``
+    the fields are memoryviews of ``buffer`` (no copy; they keep it alive) instead of
+    ``bytes``."""
+    members = TarScanner.over_buffer(
+        buffer, start=start, end=end, base=base, url=url, max_member_size=max_member_size
+    )
+    return _samples(members, members.read_data if copy else members.read_view, url, handler)
+
+
+def span_sample(
+    buffer: Buffer,
+    start: int,
+    end: int,
+    *,
+    base: int = 0,
+    url: str | None = None,
+    max_member_size: int = MAX_MEMBER_SIZE,
+    copy: bool = True,
+) -> dict[str, Any]:
+    """The one sample whose members fill ``buffer[start:end]``: an index entry's span
+    (:mod:`shardkit.formats.index`), read on its own. ``base`` is the shard offset of
+    ``buffer[0]``; ``copy`` is as for :func:`buffer_samples`.
+
+    A :class:`FormatError` naming the shard offset (bad data, but nothing here goes to a
+    handler: the span is one sample, whole or not at all) when the span runs past the
+    end of the buffer (the shard), holds no sample, members of a second sample, a
+    member cut at its end (:class:`TruncatedShardError`), bad data within the sample,
+    or anything after its last member."""
+    where = base + start
+    if end > len(buffer):
+        raise TruncatedShardError(
+            f"the indexed span ({end - start} bytes) runs past the end of the shard "
+            f"({base + len(buffer)} bytes)",
+            url=url,
+            offset=where,
+        )
+    members = TarScanner.over_buffer(
+        buffer, start=start, end=end, base=base, url=url, max_member_size=max_member_size
+    )
+    samples = _samples(members, members.read_data if copy else members.read_view, url, reraise)
+    sample = next(samples, None)
+    if sample is None:
+        raise FormatError("no sample at the indexed offset", url=url, offset=where)
+    other = next(samples, None)
+    if other is not None:
+        raise FormatError(
+            f"the indexed span holds members of another sample too ({other['__key__']!r} "
+            f"at offset {other['__offset__']})",
+            url=url,
+            offset=where,
+            key=sample["__key__"],
+        )
+    if members.end_blocks or members.offset != base + end:
+        raise FormatError(
+            f"the indexed span goes on after the sample's last member (to {base + end})",
+            url=url,
+            offset=where,
+            key=sample["__key__"],
+        )
+    return sample
+
+
+def _samples(
+    members: TarScanner, read: Callable[[], Any], url: str | None, handler: Handler
+) -> Iterator[dict[str, Any]]:
+    """The grouping of :func:`iter_samples`, over any scanner, fields from ``read``."""
     current: dict[str, Any] | None = None
     try:
         for member, key, ext, new in Grouping(url, handler)(members):

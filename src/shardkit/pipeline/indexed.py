@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 
 from .. import reader
 from ..errors import DataError, FormatError
+from ..formats.tar import span_sample
 from ..handlers import Handler, HandlerName
 from ..ranges import RangeReader
 from ..writer import Format
@@ -80,6 +81,7 @@ class IndexedDataset(MapBase[Any]):
         cache_limit: int | str | None = None,
         verify: bool = True,
         max_open: int = 16,
+        copy: bool = True,
     ) -> None:
         self._pipe = Dataset(
             source,
@@ -101,6 +103,10 @@ class IndexedDataset(MapBase[Any]):
         self._ends: list[int] = []
         self._checked: set[str] = set()
         self._stages: tuple[Stage, ...] = ()
+        if not isinstance(copy, bool):
+            raise TypeError(f"copy must be True or False, not {copy!r}")
+        self._copy = copy
+        self._map_local = True
 
     # ------------------------------------------------------------------ stages
 
@@ -209,13 +215,22 @@ class IndexedDataset(MapBase[Any]):
         return shard.url, k
 
     def __getitem__(self, i: int) -> Any:
-        n = len(self)
-        first = operator.index(i)
+        try:
+            out = self._run_stages(self.raw(i))
+        except DataError as exc:
+            return self._next_readable(i, exc)
+        return self._next_readable(i, None) if out is _DROPPED else out
+
+    def _next_readable(self, first: int, error: DataError | None) -> Any:
+        """After sample ``first`` was bad (``error``) or dropped by a stage: the handler
+        hears of it, and the next readable sample (at most 16 tries) stands in."""
         handler = self._pipe._recipe.read.handler
-        for step in range(min(_TRIES, n)):
-            j = (first + step) % n if step else first
+        if error is not None:
+            handler(error)
+        n = len(self)
+        for step in range(1, min(_TRIES, n)):
             try:
-                out = self._run_stages(self.raw(j))
+                out = self._run_stages(self.raw((first + step) % n))
             except DataError as exc:
                 handler(exc)
                 continue
@@ -225,35 +240,54 @@ class IndexedDataset(MapBase[Any]):
 
     def raw(self, i: int) -> dict[str, Any]:
         """Sample ``i`` as read, before any stage: ``__key__``, ``__url__``,
-        ``__offset__`` and the raw bytes of each field."""
+        ``__offset__`` and the raw bytes (or views, with ``copy=False``) of each field."""
         shard, k = self._find(i)
         url = shard.url
         if url not in self._checked:  # the shard on disk is the one that was indexed
             check_shard_size(url, shard.size, self._ranges.size(url))
             self._checked.add(url)
-        offset, size = shard.offsets[k], shard.sizes[k]
-        data = self._ranges.read(url, offset, size)
-        read = self._pipe._recipe.read
-        samples = reader.iter_stream_samples(
-            io.BytesIO(data), url=url, format=shard.format, verify=read.verify
-        )
-        sample = next(samples, None)
-        key = shard.keys[k]
-        if sample is None:
-            raise FormatError("no sample at the indexed offset", url=url, offset=offset, key=key)
-        if shard.format == "tar" and sample["__key__"] != key:
-            raise FormatError(
-                f"the index says sample {key!r}, the shard has {sample['__key__']!r} here "
-                "(stale index?)",
-                url=url,
-                offset=offset,
-            )
-        sample["__key__"] = key
+        offset, key = shard.offsets[k], shard.keys[k]
+        if shard.format == "tar":
+            sample = self._tar_sample(url, offset, shard.sizes[k])
+            if sample["__key__"] != key:
+                raise FormatError(
+                    f"the index says sample {key!r}, the shard has {sample['__key__']!r} "
+                    "here (stale index?)",
+                    url=url,
+                    offset=offset,
+                )
+        else:
+            sample = self._record_sample(url, offset, shard.sizes[k], shard.format, key)
+            sample["__key__"] = key
         sample["__url__"] = url
         sample["__offset__"] = offset
         return sample
 
+    def _tar_sample(self, url: str, offset: int, size: int) -> dict[str, Any]:
+        """The sample of a tar shard's span: a slice of its memory map where it is a
+        local file (or cache copy), else one read (:meth:`RangeReader.span`); the span
+        must hold exactly one sample (:func:`~shardkit.formats.tar.span_sample`)."""
+        buffer, start = self._ranges.span(url, offset, size, mapped=self._map_local)
+        return span_sample(
+            buffer, start, start + size, base=offset - start, url=url, copy=self._copy
+        )
+
+    def _record_sample(
+        self, url: str, offset: int, size: int, format: Format, key: str
+    ) -> dict[str, Any]:
+        """The sample of a TFRecord shard's record at ``offset``."""
+        data = self._ranges.read(url, offset, size)
+        samples = reader.iter_stream_samples(
+            io.BytesIO(data), url=url, format=format, verify=self._pipe._recipe.read.verify
+        )
+        sample = next(samples, None)
+        if sample is None:
+            raise FormatError("no sample at the indexed offset", url=url, offset=offset, key=key)
+        return sample
+
     def _run_stages(self, sample: dict[str, Any]) -> Any:
+        if not self._stages:
+            return sample
         items: Any = iter((sample,))
         for stage in self._stages:
             items = stage(items, _CTX)
