@@ -10,8 +10,9 @@ starts), so its peak RSS is its own (VmHWM; DataLoader workers' from ``RUSAGE_CH
 and the page cache is warm for all.
 Groups, side by side:
 
-* raw iteration (samples as dicts of bytes): shardkit vs webdataset vs a tarfile loop vs
-  iterating MosaicML streaming's ``StreamingDataset`` (MDS shards) and litdata's
+* raw iteration (samples as dicts of bytes): shardkit (``bytes`` fields, and
+  ``copy=False``: memoryviews of the memory-mapped shard) vs webdataset vs a tarfile loop
+  vs iterating MosaicML streaming's ``StreamingDataset`` (MDS shards) and litdata's
   ``StreamingDataset`` (whose byte fields are memoryviews into its memory-mapped chunks,
   not copies) in one process;
 * ``decode("rgb8")``, HxWx3 uint8: shardkit (its default decode threads, and one thread)
@@ -25,8 +26,10 @@ Groups, side by side:
   in eager Python iteration;
 * ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``;
 * random access, ``ds[i]`` in a seeded random order over local shards (raw samples):
-  ``shardkit.IndexedDataset`` vs MosaicML streaming's ``StreamingDataset.__getitem__``
-  (memory-mapped MDS shards) vs litdata's ``StreamingDataset.__getitem__``;
+  ``shardkit.IndexedDataset`` (slices of memory-mapped shards; the same reading each
+  span with ``pread``; and ``copy=False``) vs MosaicML streaming's
+  ``StreamingDataset.__getitem__`` (MDS shards, an ``open`` and two reads per sample) vs
+  litdata's ``StreamingDataset.__getitem__``;
 * mixing: ``shardkit.mix`` of two sources (the tar shards split in halves) vs reading one
   source, raw samples.
 
@@ -170,11 +173,17 @@ def webdataset_raw(root: str, samples: int, limit: int) -> Work:
     return lambda: _count(wds.WebDataset(urls, shardshuffle=False))
 
 
-def shardkit_raw(root: str, samples: int, limit: int) -> Work:
+def shardkit_raw(root: str, samples: int, limit: int, copy: bool = True) -> Work:
     from shardkit import Dataset
 
     urls = shards(root, samples, "tar")
-    return lambda: _count(Dataset(urls))
+    return lambda: _count(Dataset(urls, copy=copy))
+
+
+def shardkit_raw_views(root: str, samples: int, limit: int) -> Work:
+    """``Dataset(copy=False)``: fields are memoryviews of the memory-mapped shard, as
+    litdata's are of its chunks."""
+    return shardkit_raw(root, samples, limit, copy=False)
 
 
 def webdataset_rgb8(root: str, samples: int, limit: int) -> Work:
@@ -408,6 +417,7 @@ def shardkit_mix_two(root: str, samples: int, limit: int) -> Work:
 GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
     "raw iteration": [
         ("shardkit", shardkit_raw),
+        ("shardkit views", shardkit_raw_views),
         ("webdataset", webdataset_raw),
         ("tarfile loop", tarfile_raw),
         ("MDS", mds_raw),

@@ -51,6 +51,9 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 # After the last sample, at most this much of a gzip stream is read to reach its trailer.
 _GZIP_TAIL = 1 << 20
+# A mapped shard's pages are let go from the resident set in steps of this many bytes.
+_RELEASE = 1 << 24
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", 0)
 
 
 def detect_format(url: str, format: Format | None = None) -> tuple[Format, bool]:
@@ -211,10 +214,19 @@ def _mapped_samples(
     structural errors; the mapping is closed at the end (by its last view, if any)."""
     from .formats.tar import buffer_samples
 
+    samples = buffer_samples(
+        mapped, url=url, handler=handler, max_member_size=max_member_size, copy=copy
+    )
+    released = 0
     try:
-        yield from buffer_samples(
-            mapped, url=url, handler=handler, max_member_size=max_member_size, copy=copy
-        )
+        for sample in samples:
+            yield sample
+            # Pages behind the reader leave this process's resident set (they stay in the
+            # page cache; a view that is still read faults them back in).
+            done = sample["__offset__"] - sample["__offset__"] % mmap.PAGESIZE
+            if done - released >= _RELEASE:
+                mapped.madvise(_DONTNEED, released, done - released)
+                released = done
     except FormatError as exc:
         handler(exc)
     finally:

@@ -6,9 +6,11 @@
 
 Every shard needs its ``.idx`` file (``shardkit index DIR`` writes them;
 :mod:`shardkit.pipeline.idxfiles` reads and checks them). ``ds[i]`` finds sample i's
-shard, offset and size in the indexes, reads just those bytes (:class:`shardkit.ranges.
-RangeReader`: ``pread`` locally, one ranged read remotely, or the local cache copy),
-parses them with the shard reader, and runs the same per-sample stages as
+shard, offset and size in the indexes, takes just those bytes (:class:`shardkit.ranges.
+RangeReader`: a slice of the memory-mapped shard locally, one ranged read remotely, or
+the local cache copy), parses them with the one tar parser over that buffer
+(:func:`shardkit.formats.tar.span_sample`: the span must be exactly the indexed
+sample), and runs the same per-sample stages as
 :class:`~shardkit.pipeline.dataset.Dataset` (``decode``, ``to_tuple``, ``map``,
 ``map_dict``, ``map_tuple``, ``rename``; built by a ``Dataset`` so both share one
 definition). Order, shuffling, batching, splitting over ranks: the sampler's and the
@@ -66,8 +68,11 @@ class IndexedDataset(MapBase[Any]):
     ``handler`` is the policy for bad data: with ``"raise"`` (default) ``ds[i]`` raises
     it; with another policy the sample is reported and ``ds[i]`` returns the next
     readable one (i+1, i+2, ..., at most 16 tries), so a batch stays full. ``max_open``:
-    shards kept open per process. ``storage_options``, ``cache_dir``, ``cache_limit``,
-    ``verify`` and ``format`` are as for ``Dataset``.
+    shards kept open (and, local ones, memory-mapped) per process; with fewer than the
+    shards a random order reads, shards are reopened (and their pages mapped again)
+    over and over. ``copy=False``: the fields of tar samples are memoryviews of the
+    mapped shard (or of the bytes read) instead of ``bytes``. ``storage_options``,
+    ``cache_dir``, ``cache_limit``, ``verify`` and ``format`` are as for ``Dataset``.
     """
 
     def __init__(
@@ -80,7 +85,7 @@ class IndexedDataset(MapBase[Any]):
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,
         verify: bool = True,
-        max_open: int = 16,
+        max_open: int = 64,
         copy: bool = True,
     ) -> None:
         self._pipe = Dataset(
