@@ -261,12 +261,13 @@ def _random_order(total: int, limit: int) -> list[int]:
 
 
 def shardkit_random(
-    root: str, samples: int, limit: int, copy: bool = True, mapped: bool = True
+    root: str, samples: int, limit: int, copy: bool = True, mapped: bool | None = None
 ) -> Work:
     from shardkit import IndexedDataset
 
     ds = IndexedDataset(os.path.join(root, str(samples), "tar"), copy=copy)
-    ds._map_local = mapped  # the benchmark's switch between mmap slices and pread
+    if mapped is not None:
+        ds._map_local = mapped  # the benchmark's switch: slices of a memory map or pread
     order = _random_order(len(ds), limit)
 
     def work() -> int:
@@ -277,14 +278,61 @@ def shardkit_random(
     return work
 
 
-def shardkit_random_pread(root: str, samples: int, limit: int) -> Work:
-    """``ds[i]`` reading each span with one ``os.pread`` instead of slicing the shard's map."""
-    return shardkit_random(root, samples, limit, mapped=False)
+def shardkit_random_mmap(root: str, samples: int, limit: int) -> Work:
+    """``ds[i]`` copying each field out of the shard's memory map instead of a pread."""
+    return shardkit_random(root, samples, limit, mapped=True)
 
 
 def shardkit_random_views(root: str, samples: int, limit: int) -> Work:
     """``IndexedDataset(copy=False)``: fields are memoryviews of the shard's map."""
     return shardkit_random(root, samples, limit, copy=False)
+
+
+def _spans_floor(paths: list[str], spans: list[list[tuple[int, int]]], limit: int) -> Work:
+    """One bare ``os.pread`` of each sample's bytes, in the random order of the random
+    access group: what touching the data costs on these files, with no parsing."""
+    order = _random_order(sum(len(s) for s in spans), limit)
+    flat = [(fd, o, n) for fd, shard in zip(paths, spans, strict=True) for o, n in shard]
+
+    def work() -> int:
+        fds: dict[str, int] = {}
+        for i in order:
+            path, offset, size = flat[i]
+            fd = fds.get(path)
+            if fd is None:
+                fd = fds[path] = os.open(path, os.O_RDONLY)
+            os.pread(fd, size, offset)
+        for fd in fds.values():
+            os.close(fd)
+        return len(order)
+
+    return work
+
+
+def shardkit_floor(root: str, samples: int, limit: int) -> Work:
+    paths = shards(root, samples, "tar")
+    spans = []
+    for path in paths:
+        with open(path + ".idx") as f:
+            index = json.load(f)
+        spans.append(list(zip(index["offsets"], index["sizes"], strict=True)))
+    return _spans_floor(paths, spans, limit)
+
+
+def mds_floor(root: str, samples: int, limit: int) -> Work:
+    """The same over MDS's shard files (a uint32 count, then count+1 uint32 offsets)."""
+    import itertools
+    import struct
+
+    folder = os.path.join(root, str(samples), "mds")
+    paths = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".mds"))
+    spans = []
+    for path in paths:
+        with open(path, "rb") as f:
+            (count,) = struct.unpack("<I", f.read(4))
+            ends = struct.unpack(f"<{count + 1}I", f.read(4 * (count + 1)))
+        spans.append([(a, b - a) for a, b in itertools.pairwise(ends)])
+    return _spans_floor(paths, spans, limit)
 
 
 def _peer_random(ds: Any, limit: int) -> Work:
@@ -439,10 +487,14 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
     ],
     "random ds[i], raw": [
         ("shardkit", shardkit_random),
-        ("shardkit pread", shardkit_random_pread),
+        ("shardkit mmap", shardkit_random_mmap),
         ("shardkit views", shardkit_random_views),
         ("MDS", mds_random),
         ("litdata", litdata_random),
+    ],
+    "random: bare pread of the bytes": [
+        ("shardkit tar", shardkit_floor),
+        ("MDS shards", mds_floor),
     ],
     "mix(2 sources) vs 1, raw": [
         ("shardkit mix", shardkit_mix_two),

@@ -7,10 +7,10 @@
 Every shard needs its ``.idx`` file (``shardkit index DIR`` writes them;
 :mod:`shardkit.pipeline.idxfiles` reads and checks them). ``ds[i]`` finds sample i's
 shard, offset and size in the indexes, takes just those bytes (:class:`shardkit.ranges.
-RangeReader`: a slice of the memory-mapped shard locally, one ranged read remotely, or
-the local cache copy), parses them with the one tar parser over that buffer
-(:func:`shardkit.formats.tar.span_sample`: the span must be exactly the indexed
-sample), and runs the same per-sample stages as
+RangeReader`: one ``pread`` locally, or with ``copy=False`` a slice of the memory-mapped
+shard; one ranged read remotely, or the local cache copy), parses them with the one tar
+parser over that buffer (:func:`shardkit.formats.tar.span_sample`: the span must be
+exactly the indexed sample), and runs the same per-sample stages as
 :class:`~shardkit.pipeline.dataset.Dataset` (``decode``, ``to_tuple``, ``map``,
 ``map_dict``, ``map_tuple``, ``rename``; built by a ``Dataset`` so both share one
 definition). Order, shuffling, batching, splitting over ranks: the sampler's and the
@@ -68,11 +68,12 @@ class IndexedDataset(MapBase[Any]):
     ``handler`` is the policy for bad data: with ``"raise"`` (default) ``ds[i]`` raises
     it; with another policy the sample is reported and ``ds[i]`` returns the next
     readable one (i+1, i+2, ..., at most 16 tries), so a batch stays full. ``max_open``:
-    shards kept open (and, local ones, memory-mapped) per process; with fewer than the
-    shards a random order reads, shards are reopened (and their pages mapped again)
-    over and over. ``copy=False``: the fields of tar samples are memoryviews of the
-    mapped shard (or of the bytes read) instead of ``bytes``. ``storage_options``,
-    ``cache_dir``, ``cache_limit``, ``verify`` and ``format`` are as for ``Dataset``.
+    shards kept open per process (with fewer than the shards a random order reads,
+    shards are reopened over and over). ``copy=False``: local shards are memory-mapped
+    and the fields of tar samples are memoryviews of the map (of the bytes read, for a
+    remote shard) instead of ``bytes``; the map's pages then count in the process's
+    resident set as it touches them. ``storage_options``, ``cache_dir``,
+    ``cache_limit``, ``verify`` and ``format`` are as for ``Dataset``.
     """
 
     def __init__(
@@ -111,7 +112,10 @@ class IndexedDataset(MapBase[Any]):
         if not isinstance(copy, bool):
             raise TypeError(f"copy must be True or False, not {copy!r}")
         self._copy = copy
-        self._map_local = True
+        # Views need a buffer that stays: the shard's memory map. Copies come from one
+        # pread per span: as fast on a first pass, and the process's resident set does
+        # not grow with every page of the shards it touched.
+        self._map_local = not copy
 
     # ------------------------------------------------------------------ stages
 
@@ -269,9 +273,9 @@ class IndexedDataset(MapBase[Any]):
         return sample
 
     def _tar_sample(self, url: str, offset: int, size: int) -> dict[str, Any]:
-        """The sample of a tar shard's span: a slice of its memory map where it is a
-        local file (or cache copy), else one read (:meth:`RangeReader.span`); the span
-        must hold exactly one sample (:func:`~shardkit.formats.tar.span_sample`)."""
+        """The sample of a tar shard's span: one read, or a slice of the memory map of a
+        local file (or cache copy) for views (:meth:`RangeReader.span`); the span must
+        hold exactly one sample (:func:`~shardkit.formats.tar.span_sample`)."""
         buffer, start = self._ranges.span(url, offset, size, mapped=self._map_local)
         return span_sample(
             buffer, start, start + size, base=offset - start, url=url, copy=self._copy
