@@ -46,6 +46,8 @@ __all__ = [
     "RawMember",
     "TarScanner",
     "member_kind",
+    "plain_header",
+    "plain_members",
 ]
 
 BLOCK = 512
@@ -128,6 +130,52 @@ def checksum_ok(header: bytes | bytearray) -> bool:
         + 253  # 8 spaces for the checksum field (256), minus the three adler32 start values
     )
     return total == expected or _checksum_slow(bytes(header))
+
+
+def plain_header(header: bytes | bytearray, limit: int) -> tuple[str, int] | None:
+    """The common case of the header rules, fast: ``(name, size)`` of a plain ustar
+    header of a regular file (type ``0``, no name prefix, size and checksum fields as
+    tar writes them, the checksum right, the size within ``limit``); None for any other
+    header, which the generic path (:meth:`TarScanner._any_member`) reads, or refuses
+    with the error it deserves."""
+    if header[156] != 0x30 or header[345] or header[135] not in (0, 0x20):
+        return None
+    try:
+        expected = int(header[148:154], 8)
+        size = int(header[124:135], 8)
+    except ValueError:
+        return None
+    total = (
+        (adler32(header[:148]) & 0xFFFF)
+        + (adler32(header[156:412]) & 0xFFFF)
+        + (adler32(header[412:]) & 0xFFFF)
+    )
+    if total + 253 != expected or not 0 <= size <= limit:
+        return None
+    end = header.find(0, 0, 100)
+    return header[: end if end >= 0 else 100].decode("utf-8", "surrogateescape"), size
+
+
+def plain_members(
+    buffer: Buffer, start: int, end: int, limit: int
+) -> list[tuple[str, int, int]] | None:
+    """``(name, data offset, size)`` of each member of ``buffer[start:end]`` when every
+    header is plain (:func:`plain_header`) and the members, padding included, fill the
+    bytes exactly; None otherwise, and :meth:`TarScanner.over_buffer` reads them (and
+    says what is wrong, if anything is)."""
+    members = []
+    pos = start
+    while pos < end:
+        if end - pos < BLOCK:
+            return None
+        plain = plain_header(buffer[pos : pos + BLOCK], limit)
+        if plain is None:
+            return None
+        name, size = plain
+        data = pos + BLOCK
+        pos = data + size + (-size % BLOCK)
+        members.append((name, data, size))
+    return members if pos == end else None
 
 
 def _parse_pax(data: bytes, url: str | None, offset: int) -> dict[str, str]:
@@ -356,8 +404,8 @@ class TarScanner:
 
     # -- members
     def __iter__(self) -> Iterator[RawMember]:
-        # The common case (a plain ustar header for a regular file, checksum as tar writes
-        # it) is inlined here: this loop runs once per member and dominates small samples.
+        # The common case (plain_header) first: this loop runs once per member and
+        # dominates small samples.
         limit = self.max_member_size
         while True:
             if self._pending:
@@ -365,27 +413,14 @@ class TarScanner:
             pos = self._pos
             if self._len - pos >= BLOCK:
                 header = self._buf[pos : pos + BLOCK]
-                if header[156] == 0x30 and not header[345] and header[135] in (0, 0x20):
-                    try:
-                        expected = int(header[148:154], 8)
-                        size = int(header[124:135], 8)
-                    except ValueError:
-                        expected = size = -1
-                    total = (
-                        (adler32(header[:148]) & 0xFFFF)
-                        + (adler32(header[156:412]) & 0xFFFF)
-                        + (adler32(header[412:]) & 0xFFFF)
-                    )
-                    if total + 253 == expected and 0 <= size <= limit:
-                        end = header.find(0, 0, 100)
-                        name = header[: end if end >= 0 else 100].decode("utf-8", "surrogateescape")
-                        self._member = member = RawMember(
-                            self._base + pos, name, 0x30, header, size
-                        )
-                        self._pos = pos + BLOCK
-                        self._pending = size + (-size % BLOCK)
-                        yield member
-                        continue
+                plain = plain_header(header, limit)
+                if plain is not None:
+                    name, size = plain
+                    self._member = member = RawMember(self._base + pos, name, 0x30, header, size)
+                    self._pos = pos + BLOCK
+                    self._pending = size + (-size % BLOCK)
+                    yield member
+                    continue
             found = self._any_member()
             if found is None:
                 return

@@ -50,6 +50,7 @@ from ._tarparse import (
     RawMember,
     TarScanner,
     member_kind,
+    plain_members,
 )
 from .limits import MAX_MEMBER_SIZE, MAX_NAME_BYTES
 
@@ -267,6 +268,11 @@ def span_sample(
             url=url,
             offset=where,
         )
+    plain = plain_members(buffer, start, end, max_member_size)
+    if plain is not None:
+        found = _plain_sample(buffer, plain, url, where, copy)
+        if found is not None:
+            return found
     members = TarScanner.over_buffer(
         buffer, start=start, end=end, base=base, url=url, max_member_size=max_member_size
     )
@@ -291,6 +297,29 @@ def span_sample(
             key=sample["__key__"],
         )
     return sample
+
+
+def _plain_sample(
+    buffer: Buffer, members: list[tuple[str, int, int]], url: str | None, offset: int, copy: bool
+) -> dict[str, Any] | None:
+    """The sample of plain members (:func:`plain_members`) when they are one sample as
+    :class:`Grouping` would see it, with nothing to report: every name ``key.ext`` with
+    the same key, no extension twice. None otherwise: the generic path decides."""
+    key = None
+    sample: dict[str, Any] = {}
+    view = memoryview(buffer) if not copy else None
+    for name, at, size in members:
+        parts = split_name(name)
+        if parts is None:
+            return None
+        prefix, ext = parts[0], parts[1].lower()
+        if key is None:
+            key = prefix
+            sample = {"__key__": key, "__url__": url, "__offset__": offset}
+        elif prefix != key or ext in sample:
+            return None
+        sample[ext] = buffer[at : at + size] if view is None else view[at : at + size]
+    return sample if key is not None else None
 
 
 def _samples(
