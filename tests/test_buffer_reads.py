@@ -254,3 +254,40 @@ def test_gzip_content_under_a_tar_name_is_still_read_as_a_stream(
     empty = os.path.join(tmp_path, "empty.tar")
     open(empty, "wb").close()
     assert list(read_shard(empty)) == []  # nothing to map: read as the empty stream it is
+
+
+def _span_outcomes(data: bytes) -> list[object]:
+    """span_sample over every 512-aligned span of ``data``: a sample, or the error's
+    (type, message)."""
+    out: list[object] = []
+    for start in range(0, len(data) + 1, 512):
+        for end in range(start, len(data) + 513, 512):
+            try:
+                out.append(tar.span_sample(data, start, end, base=7, url="u"))
+            except FormatError as exc:
+                out.append((type(exc), str(exc)))
+    return out
+
+
+def test_plain_spans_read_as_the_generic_path_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Names the fast path must leave to the generic one: a case-folded extension seen
+    # twice, a name without a key, webdataset's __meta__, a directory, a long name.
+    data = b"".join(
+        [
+            member(b"a.txt", b"x" * 700),
+            member(b"a.TXT", b"y"),
+            member(b"b.cls", b"1"),
+            member(b"__meta__", b"{}"),
+            member(b"c.json", b"{}"),
+            member(b"d/", b"", typeflag=b"5"),
+            member(b"c.bin", b"z" * 513),
+            tar.encode_sample({"__key__": "e/" + "n" * 120, "txt": b"long"}),
+            member(b"noext", b"q"),
+            member(b"f.txt", b"w"),
+        ]
+    )
+    data += tar.END_OF_ARCHIVE
+    fast = _span_outcomes(data)
+    monkeypatch.setattr(tar, "plain_members", lambda *args: None)  # the generic path only
+    assert _span_outcomes(data) == fast
+    assert any(isinstance(o, dict) for o in fast) and any(isinstance(o, tuple) for o in fast)
