@@ -16,8 +16,10 @@ import os
 import pickle
 
 import pytest
-from conftest_hostile import archive, member
+from conftest_hostile import archive, member, outcome, read_tar
 from conftest_pipeline import keys, write_shards
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import shardkit
 from shardkit.errors import FormatError, TruncatedShardError
@@ -291,3 +293,34 @@ def test_plain_spans_read_as_the_generic_path_reads_them(monkeypatch: pytest.Mon
     monkeypatch.setattr(tar, "plain_members", lambda *args: None)  # the generic path only
     assert _span_outcomes(data) == fast
     assert any(isinstance(o, dict) for o in fast) and any(isinstance(o, tuple) for o in fast)
+
+
+_NAMES = [b"a.txt", b"a.TXT", b"a.cls", b"b.txt", b"b.Txt", b"d/e.json", b"d/e.JSON", b"a.txt"]
+_ODD = [(b"__meta__", b"0"), (b"noext", b"0"), (b"dir/", b"5"), (b"a.lnk", b"2"), (b".x", b"0")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    picks=st.lists(st.integers(0, len(_NAMES) + len(_ODD) - 1), max_size=10),
+    sizes=st.lists(st.integers(0, 1100), min_size=10, max_size=10),
+    cut=st.one_of(st.none(), st.integers(0, 12_000)),
+    policy=st.sampled_from(["raise", "keep", "stop"]),
+)
+def test_buffer_samples_group_as_the_stream_does(
+    picks: list[int], sizes: list[int], cut: int | None, policy: str
+) -> None:
+    """Members whose grouping the buffer path must see as the stream does: extensions
+    equal once lower-cased, keys that come back, names with no key, non-regular members,
+    a cut anywhere; under each kind of handler (conftest_hostile.read_tar compares)."""
+    parts = []
+    for pick, size in zip(picks, sizes, strict=False):
+        if pick < len(_NAMES):
+            parts.append(member(_NAMES[pick], bytes([pick]) * size))
+        else:
+            name, kind = _ODD[pick - len(_NAMES)]
+            parts.append(member(name, b"" if kind != b"0" else b"m" * size, kind))
+    data = archive(*parts)
+    if cut is not None:
+        data = data[:cut]
+    handler = {"raise": None, "keep": lambda exc: True, "stop": lambda exc: False}[policy]
+    outcome(lambda: read_tar(data) if handler is None else read_tar(data, handler=handler))

@@ -50,6 +50,7 @@ from ._tarparse import (
     RawMember,
     TarScanner,
     member_kind,
+    plain_header,
     plain_members,
 )
 from .limits import MAX_MEMBER_SIZE, MAX_NAME_BYTES
@@ -235,10 +236,59 @@ def buffer_samples(
     limits and errors. ``base`` is the shard offset of ``buffer[0]``. With ``copy=False``
     the fields are memoryviews of ``buffer`` (no copy; they keep it alive) instead of
     ``bytes``."""
+    # the arguments are checked now, as the scanner that may take over later checks them
+    TarScanner.over_buffer(buffer, start=start, end=end, url=url, max_member_size=max_member_size)
+    stop = len(buffer) if end is None else end
+    return _buffer_samples(buffer, start, stop, base, url, handler, max_member_size, copy)
+
+
+def _buffer_samples(
+    buffer: Buffer,
+    pos: int,
+    end: int,
+    base: int,
+    url: str | None,
+    handler: Handler,
+    limit: int,
+    copy: bool,
+) -> Iterator[dict[str, Any]]:
+    """Plain members (:func:`plain_header`) grouped as :class:`Grouping` groups them;
+    from the first member that is not plain, is cut short, or that the grouping would
+    report or skip, the scanner over the buffer takes over, with the same grouping
+    state: whatever the shard holds, the outcome is :func:`iter_samples`'s."""
+    view = None if copy else memoryview(buffer)
+    key: str | None = None
+    exts: set[str] = set()
+    current: dict[str, Any] | None = None
+    while end - pos >= BLOCK:
+        plain = plain_header(buffer[pos : pos + BLOCK], limit)
+        if plain is None:
+            break
+        name, size = plain
+        data = pos + BLOCK
+        after = data + size + (-size % BLOCK)
+        parts = split_name(name)
+        if after > end or parts is None:
+            break
+        prefix, ext = parts[0], parts[1].lower()
+        if prefix != key:
+            if current is not None:
+                yield current
+            key, exts = prefix, {ext}
+            current = {"__key__": prefix, "__url__": url, "__offset__": base + pos}
+        elif ext in exts:
+            break
+        else:
+            exts.add(ext)
+        current[ext] = buffer[data : data + size] if view is None else view[data : data + size]  # type: ignore[index]
+        pos = after
     members = TarScanner.over_buffer(
-        buffer, start=start, end=end, base=base, url=url, max_member_size=max_member_size
+        buffer, start=pos, end=end, base=base, url=url, max_member_size=limit
     )
-    return _samples(members, members.read_data if copy else members.read_view, url, handler)
+    grouping = Grouping(url, handler)
+    grouping.key, grouping.exts = key, exts
+    read = members.read_data if copy else members.read_view
+    yield from _samples(members, read, url, handler, grouping, current)
 
 
 def span_sample(
@@ -323,12 +373,19 @@ def _plain_sample(
 
 
 def _samples(
-    members: TarScanner, read: Callable[[], Any], url: str | None, handler: Handler
+    members: TarScanner,
+    read: Callable[[], Any],
+    url: str | None,
+    handler: Handler,
+    grouping: Grouping | None = None,
+    current: dict[str, Any] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The grouping of :func:`iter_samples`, over any scanner, fields from ``read``."""
-    current: dict[str, Any] | None = None
+    """The grouping of :func:`iter_samples`, over any scanner, fields from ``read``;
+    ``grouping`` and ``current`` carry on from members already grouped."""
+    if grouping is None:
+        grouping = Grouping(url, handler)
     try:
-        for member, key, ext, new in Grouping(url, handler)(members):
+        for member, key, ext, new in grouping(members):
             if new:
                 if current is not None:
                     yield current
