@@ -6,6 +6,10 @@ Samples are dicts of raw bytes fields plus ``__key__``, ``__url__`` and ``__offs
 (the byte offset where the sample starts in the uncompressed stream). TFRecord samples
 are their Example's features, mapped as :mod:`shardkit.formats.example` documents.
 
+A local uncompressed tar shard is memory-mapped and parsed over the mapping by the same
+parser (:func:`shardkit.formats.tar.buffer_samples`), with the same samples and errors;
+every other shard is read as a stream.
+
 Untrusted shards are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError` (or a subclass), members and records are read
 whole only up to ``max_member_size`` (2 GiB by default; the header says the size before

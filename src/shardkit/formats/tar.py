@@ -18,6 +18,14 @@ The parser only reads (``read``/``readinto``): no seeking, so pipes and HTTP bod
 It understands ustar, GNU (long names, base-256 sizes) and PAX headers, so it reads what
 GNU tar, Python's tarfile and webdataset write.
 
+Bytes already in memory (a memory-mapped shard, an index span read on its own) are read
+by :func:`buffer_samples` and :func:`span_sample`: plain ustar members
+(:func:`~shardkit.formats._tarparse.plain_header`, the stream's own fast rule) are walked
+and grouped directly, by the same rules (:func:`split_name`, extensions lower-cased, none
+twice); at the first member that is anything else, or that :class:`Grouping` would
+report or skip, the scanner takes over over the same buffer
+(:meth:`TarScanner.over_buffer`), so every outcome is the stream's.
+
 Untrusted archives are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError`; a member is read whole only up to
 ``max_member_size`` (refused from its header before anything is read), and in pieces, so
