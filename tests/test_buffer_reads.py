@@ -324,3 +324,16 @@ def test_buffer_samples_group_as_the_stream_does(
         data = data[:cut]
     handler = {"raise": None, "keep": lambda exc: True, "stop": lambda exc: False}[policy]
     outcome(lambda: read_tar(data) if handler is None else read_tar(data, handler=handler))
+
+
+def test_read_indexed_sample_refuses_a_span_of_two_samples(indexed: str) -> None:
+    from shardkit.tools.index import load_index, read_indexed_sample
+
+    shard = os.path.join(indexed, "shard-000000.tar")
+    index = load_index(shard)
+    assert index is not None and read_indexed_sample(shard, index, 1)["__key__"] == "s00001"
+    _edit_sizes(shard, 1, _index(shard)["sizes"][2])
+    index = load_index(shard)
+    assert index is not None
+    with pytest.raises(FormatError, match="another sample too"):
+        read_indexed_sample(shard, index, 1)
