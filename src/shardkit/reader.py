@@ -56,7 +56,7 @@ _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 # After the last sample, at most this much of a gzip stream is read to reach its trailer.
 _GZIP_TAIL = 1 << 20
 # A mapped shard's pages are let go from the resident set in steps of this many bytes.
-_RELEASE = 1 << 24
+_RELEASE = 1 << 22
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", 0)
 
 
