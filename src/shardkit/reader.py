@@ -57,7 +57,7 @@ _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 _GZIP_TAIL = 1 << 20
 # A mapped shard's pages are let go from the resident set in steps of this many bytes.
 _RELEASE = 1 << 22
-_DONTNEED = getattr(mmap, "MADV_DONTNEED", 0)
+_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
 
 def detect_format(url: str, format: Format | None = None) -> tuple[Format, bool]:
@@ -228,7 +228,7 @@ def _mapped_samples(
             # Pages behind the reader leave this process's resident set (they stay in the
             # page cache; a view that is still read faults them back in).
             done = sample["__offset__"] - sample["__offset__"] % mmap.PAGESIZE
-            if done - released >= _RELEASE:
+            if done - released >= _RELEASE and _DONTNEED is not None:
                 mapped.madvise(_DONTNEED, released, done - released)
                 released = done
     except FormatError as exc:
