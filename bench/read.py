@@ -31,7 +31,12 @@ Groups, side by side:
   ``StreamingDataset.__getitem__`` (MDS shards, an ``open`` and two reads per sample) vs
   litdata's ``StreamingDataset.__getitem__``;
 * mixing: ``shardkit.mix`` of two sources (the tar shards split in halves) vs reading one
-  source, raw samples.
+  source, raw samples;
+* the floor under random access: one bare ``os.pread`` of each sample's bytes, in the
+  random-access order, from the tar shards (offsets from their ``.idx``) and from MDS's
+  shard files (offsets from their headers): what touching the data costs on each set of
+  files in that run, which on a virtual machine can differ by 2x between two sets of
+  files of the same size.
 
 MDS and litdata are not in the project's environment: give ``--peers PYTHON``, an
 interpreter of a separate venv holding them (``pip install torch==2.13.0
