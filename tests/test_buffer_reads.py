@@ -323,7 +323,17 @@ def test_buffer_samples_group_as_the_stream_does(
     if cut is not None:
         data = data[:cut]
     handler = {"raise": None, "keep": lambda exc: True, "stop": lambda exc: False}[policy]
-    outcome(lambda: read_tar(data) if handler is None else read_tar(data, handler=handler))
+    kw = {} if handler is None else {"handler": handler}
+    streamed = outcome(lambda: read_tar(data, **kw))  # compares the stream and the buffer
+    views = outcome(lambda: [_bytes(s) for s in tar.buffer_samples(data, copy=False, **kw)])
+    if isinstance(streamed, Exception):
+        assert (type(views), str(views)) == (type(streamed), str(streamed))
+    else:
+        assert views == streamed
+
+
+def _bytes(sample: dict[str, object]) -> dict[str, object]:
+    return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
 
 
 def test_read_indexed_sample_refuses_a_span_of_two_samples(indexed: str) -> None:
