@@ -179,16 +179,27 @@ def test_indexed_copy_false_gives_views_equal_to_the_bytes(indexed: str) -> None
         shardkit.IndexedDataset(indexed, copy="no")  # type: ignore[arg-type]
 
 
+def _key_and_bytes(sample: dict[str, object]) -> tuple[object, bytes]:
+    view = sample["bin"]
+    assert isinstance(view, memoryview)
+    return sample["__key__"], bytes(view)
+
+
 def test_a_mapped_dataset_pickles_and_forked_workers_map_their_own(indexed: str) -> None:
     from torch.utils.data import DataLoader
 
-    ds = shardkit.IndexedDataset(indexed).to_tuple("__key__", "bin")
-    first = ds[0]  # this process maps shard 0 now
+    ds = shardkit.IndexedDataset(indexed, copy=False).map(_key_and_bytes)
+    first = ds[0]  # this process maps shard 0 now: the map must not travel
     copy = pickle.loads(pickle.dumps(ds))
     assert copy[0] == first
-    loader = DataLoader(ds, batch_size=2, num_workers=2, multiprocessing_context="fork")
-    got = [key for batch in loader for key in batch[0]]
+    loader = DataLoader(
+        ds, batch_size=2, num_workers=2, multiprocessing_context="fork", collate_fn=list
+    )
+    got = [key for batch in loader for key, _ in batch]
     assert got == [f"s{i:05d}" for i in range(sum(COUNTS))]
+    assert [data for batch in loader for _, data in batch] == [
+        bytes(s["bin"]) for s in shardkit.Dataset(indexed)
+    ]
 
 
 # --------------------------------------------------------------------------- Dataset
