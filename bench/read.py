@@ -10,8 +10,9 @@ starts), so its peak RSS is its own (VmHWM; DataLoader workers' from ``RUSAGE_CH
 and the page cache is warm for all.
 Groups, side by side:
 
-* raw iteration (samples as dicts of bytes): shardkit vs webdataset vs a tarfile loop vs
-  iterating MosaicML streaming's ``StreamingDataset`` (MDS shards) and litdata's
+* raw iteration (samples as dicts of bytes): shardkit (``bytes`` fields, and
+  ``copy=False``: memoryviews of the memory-mapped shard) vs webdataset vs a tarfile loop
+  vs iterating MosaicML streaming's ``StreamingDataset`` (MDS shards) and litdata's
   ``StreamingDataset`` (whose byte fields are memoryviews into its memory-mapped chunks,
   not copies) in one process;
 * ``decode("rgb8")``, HxWx3 uint8: shardkit (its default decode threads, and one thread)
@@ -33,10 +34,17 @@ Groups, side by side:
   in eager Python iteration;
 * ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``;
 * random access, ``ds[i]`` in a seeded random order over local shards (raw samples):
-  ``shardkit.IndexedDataset`` vs MosaicML streaming's ``StreamingDataset.__getitem__``
-  (memory-mapped MDS shards) vs litdata's ``StreamingDataset.__getitem__``;
+  ``shardkit.IndexedDataset`` (slices of memory-mapped shards; the same reading each
+  span with ``pread``; and ``copy=False``) vs MosaicML streaming's
+  ``StreamingDataset.__getitem__`` (MDS shards, an ``open`` and two reads per sample) vs
+  litdata's ``StreamingDataset.__getitem__``;
 * mixing: ``shardkit.mix`` of two sources (the tar shards split in halves) vs reading one
-  source, raw samples.
+  source, raw samples;
+* the floor under random access: one bare ``os.pread`` of each sample's bytes, in the
+  random-access order, from the tar shards (offsets from their ``.idx``) and from MDS's
+  shard files (offsets from their headers): what touching the data costs on each set of
+  files in that run, which on a virtual machine can differ by 2x between two sets of
+  files of the same size.
 
 MDS and litdata are not in the project's environment: give ``--peers PYTHON``, an
 interpreter of a separate venv holding them (``pip install torch==2.13.0
@@ -178,11 +186,17 @@ def webdataset_raw(root: str, samples: int, limit: int) -> Work:
     return lambda: _count(wds.WebDataset(urls, shardshuffle=False))
 
 
-def shardkit_raw(root: str, samples: int, limit: int) -> Work:
+def shardkit_raw(root: str, samples: int, limit: int, copy: bool = True) -> Work:
     from shardkit import Dataset
 
     urls = shards(root, samples, "tar")
-    return lambda: _count(Dataset(urls))
+    return lambda: _count(Dataset(urls, copy=copy))
+
+
+def shardkit_raw_views(root: str, samples: int, limit: int) -> Work:
+    """``Dataset(copy=False)``: fields are memoryviews of the memory-mapped shard, as
+    litdata's are of its chunks."""
+    return shardkit_raw(root, samples, limit, copy=False)
 
 
 def webdataset_rgb8(root: str, samples: int, limit: int) -> Work:
@@ -318,10 +332,14 @@ def _random_order(total: int, limit: int) -> list[int]:
     return random.Random(0).sample(range(total), min(limit, total))
 
 
-def shardkit_random(root: str, samples: int, limit: int) -> Work:
+def shardkit_random(
+    root: str, samples: int, limit: int, copy: bool = True, mapped: bool | None = None
+) -> Work:
     from shardkit import IndexedDataset
 
-    ds = IndexedDataset(os.path.join(root, str(samples), "tar"))
+    ds = IndexedDataset(os.path.join(root, str(samples), "tar"), copy=copy)
+    if mapped is not None:
+        ds._map_local = mapped  # the benchmark's switch: slices of a memory map or pread
     order = _random_order(len(ds), limit)
 
     def work() -> int:
@@ -330,6 +348,63 @@ def shardkit_random(root: str, samples: int, limit: int) -> Work:
         return len(order)
 
     return work
+
+
+def shardkit_random_mmap(root: str, samples: int, limit: int) -> Work:
+    """``ds[i]`` copying each field out of the shard's memory map instead of a pread."""
+    return shardkit_random(root, samples, limit, mapped=True)
+
+
+def shardkit_random_views(root: str, samples: int, limit: int) -> Work:
+    """``IndexedDataset(copy=False)``: fields are memoryviews of the shard's map."""
+    return shardkit_random(root, samples, limit, copy=False)
+
+
+def _spans_floor(paths: list[str], spans: list[list[tuple[int, int]]], limit: int) -> Work:
+    """One bare ``os.pread`` of each sample's bytes, in the random order of the random
+    access group: what touching the data costs on these files, with no parsing."""
+    order = _random_order(sum(len(s) for s in spans), limit)
+    flat = [(fd, o, n) for fd, shard in zip(paths, spans, strict=True) for o, n in shard]
+
+    def work() -> int:
+        fds: dict[str, int] = {}
+        for i in order:
+            path, offset, size = flat[i]
+            fd = fds.get(path)
+            if fd is None:
+                fd = fds[path] = os.open(path, os.O_RDONLY)
+            os.pread(fd, size, offset)
+        for fd in fds.values():
+            os.close(fd)
+        return len(order)
+
+    return work
+
+
+def shardkit_floor(root: str, samples: int, limit: int) -> Work:
+    paths = shards(root, samples, "tar")
+    spans = []
+    for path in paths:
+        with open(path + ".idx") as f:
+            index = json.load(f)
+        spans.append(list(zip(index["offsets"], index["sizes"], strict=True)))
+    return _spans_floor(paths, spans, limit)
+
+
+def mds_floor(root: str, samples: int, limit: int) -> Work:
+    """The same over MDS's shard files (a uint32 count, then count+1 uint32 offsets)."""
+    import itertools
+    import struct
+
+    folder = os.path.join(root, str(samples), "mds")
+    paths = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".mds"))
+    spans = []
+    for path in paths:
+        with open(path, "rb") as f:
+            (count,) = struct.unpack("<I", f.read(4))
+            ends = struct.unpack(f"<{count + 1}I", f.read(4 * (count + 1)))
+        spans.append([(a, b - a) for a, b in itertools.pairwise(ends)])
+    return _spans_floor(paths, spans, limit)
 
 
 def _peer_random(ds: Any, limit: int) -> Work:
@@ -462,6 +537,7 @@ def shardkit_mix_two(root: str, samples: int, limit: int) -> Work:
 GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
     "raw iteration": [
         ("shardkit", shardkit_raw),
+        ("shardkit views", shardkit_raw_views),
         ("webdataset", webdataset_raw),
         ("tarfile loop", tarfile_raw),
         ("MDS", mds_raw),
@@ -490,8 +566,14 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
     ],
     "random ds[i], raw": [
         ("shardkit", shardkit_random),
+        ("shardkit mmap", shardkit_random_mmap),
+        ("shardkit views", shardkit_random_views),
         ("MDS", mds_random),
         ("litdata", litdata_random),
+    ],
+    "random: bare pread of the bytes": [
+        ("shardkit tar", shardkit_floor),
+        ("MDS shards", mds_floor),
     ],
     "mix(2 sources) vs 1, raw": [
         ("shardkit mix", shardkit_mix_two),

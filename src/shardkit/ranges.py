@@ -18,6 +18,7 @@ import collections
 import contextlib
 import functools
 import logging
+import mmap
 import os
 import threading
 import time
@@ -27,6 +28,7 @@ from typing import Any, BinaryIO
 from . import storage
 from .cachelimit import enforce_limit, lock_shared
 from .errors import StorageError
+from .formats.tar import Buffer
 
 __all__ = ["RangeReader"]
 
@@ -44,12 +46,23 @@ class _Local:
         if cached and not lock_shared(self.fd):
             os.close(self.fd)
             raise FileNotFoundError(path)  # evicted between open and lock
+        self.map: mmap.mmap | None = None
 
     def read(self, offset: int, size: int) -> bytes:
         return os.pread(self.fd, size, offset)
 
+    def mapping(self) -> mmap.mmap | None:
+        """The file memory-mapped (read-only, once, on first use); None if it is empty."""
+        if self.map is None:
+            self.map = storage.map_file(self.fd)
+        return self.map
+
     def close(self) -> None:
         fd, self.fd = self.fd, -1
+        mapped, self.map = self.map, None
+        if mapped is not None:
+            with contextlib.suppress(BufferError):  # else it closes with its last view
+                mapped.close()
         if fd >= 0:
             os.close(fd)
 
@@ -109,8 +122,30 @@ class RangeReader:
         """The size of a shard in bytes."""
         return self._handle(url).size
 
-    def read(self, url: str, offset: int, size: int) -> bytes:
-        """``size`` bytes of ``url`` from ``offset``; StorageError if fewer are there."""
+    def span(self, url: str, offset: int, size: int, *, mapped: bool = True) -> tuple[Buffer, int]:
+        """``(buffer, start)``: the ``size`` bytes of ``url`` from ``offset`` are
+        ``buffer[start : start + size]``, fewer where the shard ends first.
+
+        A local shard (or cache copy) is memory-mapped once per process and kept while
+        the shard is open (``mapped=False``: read by ``pread`` instead); the buffer is
+        the map, nothing is copied, and views of it keep it alive after the shard is
+        let go. Before a map is sliced the file's size is checked, so a shard cut short
+        since it was mapped gives its short bytes (a read) rather than SIGBUS. A remote
+        shard: the bytes of one ranged read (``start`` 0)."""
+        handle = self._handle(url)
+        if mapped and isinstance(handle, _Local):
+            try:
+                whole = handle.mapping()
+                holds = os.fstat(handle.fd).st_size if whole is not None else 0
+            except (OSError, ValueError) as exc:
+                raise StorageError(f"cannot map: {exc}", url=url) from exc
+            if whole is not None and offset + size <= min(holds, len(whole)):
+                return whole, offset
+        return self.read(url, offset, size, exact=False), 0
+
+    def read(self, url: str, offset: int, size: int, *, exact: bool = True) -> bytes:
+        """``size`` bytes of ``url`` from ``offset``; StorageError if fewer are there
+        (``exact=False``: the bytes there are, fewer at the end of the shard)."""
         handle = self._handle(url)
         for attempt in range(_RETRIES + 1):
             try:
@@ -130,7 +165,7 @@ class RangeReader:
                     ) from exc
                 handle.close()
                 time.sleep(_BACKOFF_S * 2**attempt)
-        if len(data) != size:
+        if len(data) != size and exact:
             raise StorageError(
                 f"short read: {len(data)} of {size} bytes (the shard changed?)",
                 url=url,

@@ -8,8 +8,9 @@ discarded. No partial file ever carries a final name.
 
 One module per job, behind these names: ``_urls`` (the URL grammar: brace patterns, local
 paths; no fsspec), ``_filesystems`` (fsspec, imported on first remote use), ``_reading``
-(:func:`open_read`), ``_remote`` (remote reads that resume after transient failures),
-``_cache`` (``cache_dir`` copies) and ``_writing`` (:class:`AtomicFile`, :class:`Tally`).
+(:func:`open_read`, and :func:`map_file` for local files read in place), ``_remote``
+(remote reads that resume after transient failures), ``_cache`` (``cache_dir``
+copies) and ``_writing`` (:class:`AtomicFile`, :class:`Tally`).
 :func:`atomic_write` lives here and goes through :func:`open_atomic`, so every write in
 shardkit passes one name.
 """
@@ -22,7 +23,7 @@ from typing import Any, BinaryIO, cast
 
 from ._cache import cache_path
 from ._filesystems import filesystem, url_exists
-from ._reading import open_read
+from ._reading import map_file, open_read
 from ._remote import is_transient
 from ._urls import (
     basename,
@@ -51,6 +52,7 @@ __all__ = [
     "is_transient",
     "join",
     "local_path",
+    "map_file",
     "open_atomic",
     "open_read",
     "url_exists",
