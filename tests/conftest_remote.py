@@ -95,13 +95,14 @@ def _handle(conn: socket.socket, files: dict[str, bytes], faults: Faults) -> Non
                 b"HTTP/1.1 %d Oops\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" % code
             )
             return
-        start, status = 0, "200 OK"
+        start, stop, status = 0, len(data), "200 OK"
         match = _RANGE.fullmatch(headers.get("range", ""))
         extra = ""
         if match:
             start, status = int(match.group(1)), "206 Partial Content"
-            extra = f"Content-Range: bytes {start}-{len(data) - 1}/{len(data)}\r\n"
-        body = data[start:]
+            stop = min(stop, int(match.group(2)) + 1) if match.group(2) else stop
+            extra = f"Content-Range: bytes {start}-{stop - 1}/{len(data)}\r\n"
+        body = data[start:stop]
         length = "Transfer-Encoding: chunked" if faults.chunked else f"Content-Length: {len(body)}"
         head = (
             f"HTTP/1.1 {status}\r\n{length}\r\nAccept-Ranges: bytes\r\n"
