@@ -162,10 +162,15 @@ def faulty_server(files: dict[str, bytes], faults: Faults) -> Iterator[str]:
 
 
 @contextmanager
-def cutting_proxy(upstream: str, cut_after: list[int], requests: list[str]) -> Iterator[str]:
+def cutting_proxy(
+    upstream: str, cut_after: list[int], requests: list[str], swallow: list[str] | None = None
+) -> Iterator[str]:
     """A loopback TCP proxy to ``upstream`` (``http://host:port``) that closes the
     connection of the first GETs after ``cut_after[i]`` response bytes; every request
-    line and Range header seen is appended to ``requests``."""
+    line and Range header seen is appended to ``requests``. The first request whose
+    request line starts with ``swallow[i]`` is never forwarded and never answered: its
+    connection stays open and silent (a server that lost it)."""
+    swallow = [] if swallow is None else swallow
     host, port = upstream.removeprefix("http://").split(":")
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.2)
@@ -211,6 +216,10 @@ def cutting_proxy(upstream: str, cut_after: list[int], requests: list[str]) -> I
                     requests.append(line)
             if text.startswith("GET ") and cut_after and budget[0] is None:
                 budget[0] = cut_after.pop(0)
+            if any(text.startswith(prefix) for prefix in swallow):
+                swallow.pop(next(i for i, p in enumerate(swallow) if text.startswith(p)))
+                stop.wait(120)  # silent until the proxy stops
+                break
             try:
                 server.sendall(data)
             except OSError:

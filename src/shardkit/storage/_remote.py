@@ -11,6 +11,7 @@ from typing import Any
 
 from .._optional import require
 from ..errors import StorageError
+from ._filesystems import protocol
 
 __all__ = ["READ_RETRIES", "is_transient", "read_failure", "wait_to_retry"]
 
@@ -94,8 +95,7 @@ class _ResumableReader(io.RawIOBase):
         self._fs, self._path, self._url, self._retries = fs, path, url, retries
         self._pos = 0
         self._end: int | None = None
-        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-        self._http = protocol in ("http", "https")
+        self._http = protocol(fs) in ("http", "https")
         self._stream: Any = None
         self._with_retries(None)
 
