@@ -45,7 +45,10 @@ def _send_bodies_at_once(fs: Any) -> None:
     loaded server drops one now and then) waited forever. Sent at once, the wait for the
     answer is bounded by ``read_timeout`` and the upload is retried like any request.
     """
-    client = fs.s3  # creates the client (no request is sent) or returns the one made
+    try:
+        client = fs.s3  # creates the client (no request is sent) or returns the one made
+    except Exception:  # a bad profile, say: the first real call raises it
+        return  # where errors are handled, as it did before
     if getattr(fs, "_shardkit_client", None) is client:
         return
     from botocore.handlers import add_expect_header
