@@ -3,6 +3,7 @@ handling without a server (gs:// against a GCS API server: test_remote_gcs.py)."
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import subprocess
@@ -16,6 +17,7 @@ from conftest_pipeline import keys, write_shards
 from conftest_remote import cutting_proxy, s3_options
 
 from shardkit import Dataset, ShardWriter
+from shardkit.errors import StorageError
 from shardkit.pipeline import resolve_source
 from shardkit.pipeline.urls import parse_manifest
 
@@ -132,3 +134,13 @@ def test_gs_urls_expand_and_join_without_a_server() -> None:
     ds = Dataset("gs://bucket/train/shard-{000..002}.tar", storage_options={"token": "anon"})
     assert pickle.loads(pickle.dumps(ds)).shards == shards
     assert os.path.basename(ds.shards.urls[-1]) == "shard-002.tar"
+
+
+def test_an_s3_configuration_error_is_not_retried(caplog: pytest.LogCaptureFixture) -> None:
+    """A missing profile or a bad endpoint is not a network hiccup: one StorageError at
+    once, not five retries over 6 s ending in "gave up after 5 retries". No server needed."""
+    for options in ({"profile": "no-such-profile"}, {"endpoint_url": "htp://nowhere:1"}):
+        with caplog.at_level(logging.WARNING), pytest.raises(StorageError) as info:
+            list(Dataset("s3://bucket/shard.tar", storage_options=options))
+        assert "gave up" not in str(info.value)
+    assert not [r for r in caplog.records if "retry" in r.getMessage()]

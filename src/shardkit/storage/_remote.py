@@ -45,8 +45,28 @@ def is_transient(exc: BaseException) -> bool:
         return False  # gcsfs reports a 403 as a bare OSError("Forbidden: <path> ...")
     if isinstance(exc, (OSError, TimeoutError, EOFError)):
         return True
+    if any(
+        klass.__module__ == "botocore.exceptions" and klass.__name__ in _BOTOCORE_SETUP_ERRORS
+        for klass in type(exc).__mro__
+    ):
+        return False
     roots = {klass.__module__.partition(".")[0] for klass in type(exc).__mro__}
     return bool(roots & {"aiohttp", "botocore", "urllib3", "requests"})
+
+
+# botocore's errors in the client's own setup (a profile, credentials, a region, an
+# endpoint, parameters): no retry mends them.
+_BOTOCORE_SETUP_ERRORS = {
+    "ProfileNotFound",
+    "NoCredentialsError",
+    "PartialCredentialsError",
+    "NoRegionError",
+    "EndpointResolutionError",
+    "InvalidEndpointConfigurationError",
+    "ParamValidationError",
+    "UnknownServiceError",
+    "InvalidConfigError",
+}
 
 
 def wait_to_retry(url: str, exc: BaseException, offset: int, attempt: int, retries: int) -> None:
