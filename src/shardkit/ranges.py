@@ -21,7 +21,6 @@ import logging
 import mmap
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -34,8 +33,7 @@ __all__ = ["RangeReader"]
 
 logger = logging.getLogger(__name__)
 
-_RETRIES = 5
-_BACKOFF_S = 0.2
+_CACHE_TRIES = 5  # fetches of a shard the bounded cache keeps evicting before giving up
 
 
 class _Local:
@@ -147,24 +145,20 @@ class RangeReader:
         """``size`` bytes of ``url`` from ``offset``; StorageError if fewer are there
         (``exact=False``: the bytes there are, fewer at the end of the shard)."""
         handle = self._handle(url)
-        for attempt in range(_RETRIES + 1):
+        retries = storage.READ_RETRIES if isinstance(handle, _Remote) else 0
+        attempt = 0
+        while True:
             try:
                 data = handle.read(offset, size)
                 break
+            except StorageError:
+                raise
             except Exception as exc:
-                if isinstance(exc, StorageError):
-                    raise
-                if not isinstance(handle, _Remote) or not storage.is_transient(exc):
-                    raise StorageError(f"read failed: {exc}", url=url, offset=offset) from exc
-                if attempt == _RETRIES:
-                    raise StorageError(
-                        f"read failed: {type(exc).__name__}: {exc} (gave up after "
-                        f"{_RETRIES} retries)",
-                        url=url,
-                        offset=offset,
-                    ) from exc
+                if not storage.is_transient(exc) or attempt >= retries:
+                    raise storage.read_failure(exc, url, offset, attempt) from exc
+                attempt += 1
                 handle.close()
-                time.sleep(_BACKOFF_S * 2**attempt)
+                storage.wait_to_retry(url, exc, offset, attempt, retries)
         if len(data) != size and exact:
             raise StorageError(
                 f"short read: {len(data)} of {size} bytes (the shard changed?)",
@@ -207,7 +201,7 @@ class RangeReader:
         """The cache copy of ``url``, fetched whole first when there is none."""
         path = storage.cache_path(url, cache_dir)
         check = None if self.cache_check is None else functools.partial(self.cache_check, url)
-        for _ in range(_RETRIES):
+        for _ in range(_CACHE_TRIES):
             with contextlib.suppress(FileNotFoundError):
                 return _Local(path, cached=True)
             stream = storage.open_read(

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, cast
 from ._cache import cache_path
 from ._filesystems import filesystem, url_exists
 from ._reading import map_file, open_read
-from ._remote import is_transient
+from ._remote import READ_RETRIES, is_transient, read_failure, wait_to_retry
 from ._urls import (
     basename,
     check_data_url,
@@ -38,6 +38,7 @@ from ._urls import (
 from ._writing import AtomicFile, Tally, open_atomic
 
 __all__ = [
+    "READ_RETRIES",
     "AtomicFile",
     "Tally",
     "atomic_write",
@@ -55,7 +56,9 @@ __all__ = [
     "map_file",
     "open_atomic",
     "open_read",
+    "read_failure",
     "url_exists",
+    "wait_to_retry",
 ]
 
 

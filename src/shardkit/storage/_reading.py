@@ -15,7 +15,7 @@ from .. import config
 from ..errors import StorageError
 from ._cache import _CachingReader, cache_path
 from ._filesystems import _fs
-from ._remote import _STREAM_BUFFER, _ResumableReader
+from ._remote import _STREAM_BUFFER, READ_RETRIES, _ResumableReader
 from ._urls import is_executing, is_local, local_path
 
 __all__ = ["map_file", "open_read"]
@@ -52,7 +52,7 @@ def open_read(
     storage_options: dict[str, Any] | None = None,
     buffer_size: int = 1 << 20,
     cache_dir: str | None = None,
-    retries: int = 5,
+    retries: int = READ_RETRIES,
     cache_check: Callable[[BinaryIO], bool] | None = None,
     cache_limit: int | None = None,
 ) -> BinaryIO:

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 from ..digest import format_digest, new_hasher
 from ..errors import StorageError
-from ._filesystems import _fs
+from ._filesystems import _fs, protocol
 from ._urls import is_local, local_path
 
 __all__ = ["AtomicFile", "Tally", "open_atomic"]
@@ -97,8 +97,7 @@ class AtomicFile:
 
     def _open_remote(self, url: str, storage_options: dict[str, Any] | None) -> None:
         self._fs, self._path = _fs(url, storage_options)
-        protocol = self._fs.protocol if isinstance(self._fs.protocol, str) else self._fs.protocol[0]
-        if protocol not in ("s3", "s3a", "gs", "gcs", "memory"):  # no atomic upload
+        if protocol(self._fs) not in ("s3", "s3a", "gs", "gcs", "memory"):  # no atomic upload
             self._tmp = f"{self._path}.tmp-{os.getpid()}"
         try:
             self.stream = self._fs.open(self._tmp or self._path, "wb")
