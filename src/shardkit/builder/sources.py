@@ -237,7 +237,8 @@ def list_image_folder(root: str) -> Listing:
     walk.walk(top)
     classes = walk.classes
     label_of = {name: label for label, name in enumerate(classes)}
-    found = [(label_of[f.cls], f.rel, f.info.st_size, f.info.st_mtime_ns) for f in walk.found]
+    found = [(label_of[f.cls], f.rel, f.size, f.mtime_ns) for f in walk.found]
+    walk.found.clear()
     skipped = sorted(walk.skipped)
     if not found:
         nothing_found("no images found in the class folders", skipped, root)
