@@ -22,8 +22,12 @@ The peers are written the way such one-off scripts usually are: plain, no valida
 
 Reported: images/s and MB/s over the corpus (time measured inside each process after its
 imports, so TensorFlow's and torch's import time is not counted against anyone), wall
-time, peak RSS of the largest process and the sum over the process tree (VmHWM sampled
-from /proc), and how many of the corpus's corrupt files ended up in the output.
+time (imports included), CPU seconds of the whole process tree and per file, peak RSS of
+the largest process and the sum over the process tree (VmHWM sampled from /proc), how
+many of the corpus's corrupt files ended up in the output, and shardkit's speed-up over
+each peer by throughput and by wall time. The rows of the README's Speed table come from
+``--targets /dev/shm --repeat 2`` on a quiet machine; ``bench/build_profile.py`` splits a
+worker's CPU per image by stage.
 """
 
 from __future__ import annotations
@@ -433,10 +437,20 @@ def run_contender(name: str, src: str, out: str, workers: int) -> None:
     started = time.perf_counter()
     info = CONTENDERS[name][1](src, out, workers)
     info["seconds"] = time.perf_counter() - started
+    _stop_forkserver()
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the children it waited for
     info["cpu"] = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
     print(json.dumps(info))
+
+
+def _stop_forkserver() -> None:
+    """Stop and reap the forkserver a pool started (it reaped its workers), so that the
+    CPU time of every worker counts in RUSAGE_CHILDREN (a private call, in a benchmark)."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is not None:
+        server._stop()
 
 
 # --------------------------------------------------------------------------- measuring
@@ -538,27 +552,34 @@ def _output_images(out: str) -> Any:
 
 
 def report(rows: list[tuple[str, str, dict[str, Any]]], corpus: dict[str, Any]) -> None:
+    """One table: throughput (time measured after imports), wall time (the whole process,
+    imports and start-up included), CPU seconds and CPU microseconds per file (every
+    process of the contender), peak RSS, corrupt files packed, and shardkit's speed-up by
+    throughput and by wall time (shardkit's default row of the same kind and target)."""
     files, megabytes = corpus["files"], corpus["bytes"] / 1e6
     print(
         f"\ncorpus: {corpus['images']} JPEGs + {len(corpus['bad'])} corrupt files, "
         f"{corpus['classes']} classes, {megabytes:.0f} MB, median {corpus['median'] / 1e3:.0f} kB"
     )
-    head = "| target | contender | images/s | MB/s | time s | wall s | CPU s | RSS max MB |"
-    print("\n" + head + " RSS sum MB | corrupt packed | shardkit speed-up |")
-    print("|" + "---|" * 11)
-    best: dict[tuple[str, str], float] = {}
+    head = "| target | contender | images/s | MB/s | time s | wall s | CPU s | CPU us/file |"
+    print("\n" + head + " RSS max MB | RSS sum MB | corrupt packed | shardkit speed-up | (wall) |")
+    print("|" + "---|" * 13)
+    ours: dict[tuple[str, str], dict[str, Any]] = {}
     for target, name, info in rows:
-        kind = CONTENDERS[name][0]
         if name in ("shardkit", "shardkit-resize"):
-            best[(target, kind)] = files / info["seconds"]
+            ours[(target, CONTENDERS[name][0])] = info
     for target, name, info in rows:
         rate = files / info["seconds"]
-        ours = best.get((target, CONTENDERS[name][0]))
-        ratio = "" if name.startswith("shardkit") or ours is None else f"{ours / rate:.2f}x"
+        mine = ours.get((target, CONTENDERS[name][0]))
+        speedup = wall = ""
+        if mine is not None and not name.startswith("shardkit"):
+            speedup = f"{info['seconds'] / mine['seconds']:.2f}x"
+            wall = f"{info['wall'] / mine['wall']:.2f}x"
         print(
             f"| {target} | {name} | {rate:,.0f} | {megabytes / info['seconds']:,.0f} | "
             f"{info['seconds']:.2f} | {info['wall']:.2f} | {info['cpu']:.1f} | "
-            f"{info['rss_max']:.0f} | {info['rss_sum']:.0f} | {info['bad_packed']} | {ratio} |"
+            f"{info['cpu'] / files * 1e6:.0f} | {info['rss_max']:.0f} | {info['rss_sum']:.0f} | "
+            f"{info['bad_packed']} | {speedup} | {wall} |"
         )
 
 
