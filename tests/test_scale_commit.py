@@ -162,3 +162,30 @@ def test_assembled_commits_overlap_and_parts_go_after_their_records(
         before = events[:position]
         assert ("task", chunk) in before
         assert all(("shard", shard) in before for shard in readers[chunk])
+
+
+def test_an_assembled_build_whose_shard_record_fails_resumes_exactly(
+    s3_bucket: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = str(tmp_path / "local")
+    shardkit.build(SAMPLES, local, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]
+    record_shard = Journal.record_shard
+    calls = [0]
+
+    def failing(self: Journal, shard: Any, index: int | None = None) -> None:
+        calls[0] += 1
+        if calls[0] == 4:
+            raise StorageError("cannot write the build journal: injected", url="s3://x")
+        record_shard(self, shard, index)
+
+    monkeypatch.setattr(Journal, "record_shard", failing)
+    url = f"s3://{s3_bucket}/failing-assembled"
+    with pytest.raises(StorageError, match="injected"):
+        shardkit.build(SAMPLES, url, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]
+    left = snapshot_s3(url)
+    assert "manifest.json" not in left
+    assert any(name.startswith(".shard-") and "-part" in name for name in left)  # parts kept
+    monkeypatch.setattr(Journal, "record_shard", record_shard)
+    again = shardkit.build(SAMPLES, url, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]
+    assert again.resumed_tasks > 0
+    assert snapshot_s3(url) == snapshot_local(local)
