@@ -1,6 +1,7 @@
 """Build benchmark: `shardkit build` against the usual ways of packing an image folder.
 
-Run: ``.venv/bin/python bench/build.py [--quick] [--targets /dev/shm,/tmp] [--repeat R]``
+Run: ``.venv/bin/python bench/build.py [--quick] [--targets /dev/shm,/tmp] [--repeat R]
+[--only NAME,...] [--base OTHER_CHECKOUT]``
 
 The corpus (default 20,000 JPEGs of 200-800 px in 100 classes, ~60 KB median, plus a few
 zero-byte, truncated and non-image files) is generated once and cached under
@@ -26,8 +27,10 @@ time (imports included), CPU seconds of the whole process tree and per file, pea
 the largest process and the sum over the process tree (VmHWM sampled from /proc), how
 many of the corpus's corrupt files ended up in the output, and shardkit's speed-up over
 each peer by throughput and by wall time. The rows of the README's Speed table come from
-``--targets /dev/shm --repeat 2`` on a quiet machine; ``bench/build_profile.py`` splits a
-worker's CPU per image by stage.
+``--targets /dev/shm --repeat 2`` on a quiet machine; ``--base DIR`` adds the shardkit rows
+of another checkout (``shardkit@base``: the previous version), run in the same rounds and
+compared with this tree's. ``bench/build_profile.py`` splits a worker's CPU per image by
+stage.
 """
 
 from __future__ import annotations
@@ -478,13 +481,18 @@ def _tree_hwm(root: int, peaks: dict[int, int], cpu: dict[int, float]) -> None:
             continue
 
 
-def measure(name: str, src: str, out: str, workers: int) -> dict[str, Any]:
+def measure(name: str, src: str, out: str, workers: int, base: str = "") -> dict[str, Any]:
+    """Run contender ``name`` in its own process; ``NAME@base`` runs shardkit's contender
+    ``NAME`` with ``base/src`` (another checkout) first on its path."""
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     python, env = sys.executable, None
     if name in PEERS:  # their own venv (they pin other versions of torch's neighbours)
         python = os.environ.get("SHARDKIT_BENCH_PEER_PYTHON", "/tmp/benchvenv/bin/python")
         env = {**os.environ, "PYTHONPATH": STANDINS}
+    if name.endswith("@base"):
+        name = name.removesuffix("@base")
+        env = {**os.environ, "PYTHONPATH": os.path.join(base, "src")}
     cmd = [python, os.path.abspath(__file__), "--contender", name]
     cmd += ["--src", src, "--out", out, "--workers", str(workers)]
     started = time.perf_counter()
@@ -566,13 +574,17 @@ def report(rows: list[tuple[str, str, dict[str, Any]]], corpus: dict[str, Any]) 
     print("|" + "---|" * 13)
     ours: dict[tuple[str, str], dict[str, Any]] = {}
     for target, name, info in rows:
+        ours[(target, name)] = info
         if name in ("shardkit", "shardkit-resize"):
             ours[(target, CONTENDERS[name][0])] = info
     for target, name, info in rows:
         rate = files / info["seconds"]
-        mine = ours.get((target, CONTENDERS[name][0]))
+        if name.endswith("@base"):  # against the same contender of this tree
+            mine = ours.get((target, name.removesuffix("@base")))
+        else:
+            mine = ours.get((target, CONTENDERS[name][0]))
         speedup = wall = ""
-        if mine is not None and not name.startswith("shardkit"):
+        if mine is not None and (name.endswith("@base") or not name.startswith("shardkit")):
             speedup = f"{info['seconds'] / mine['seconds']:.2f}x"
             wall = f"{info['wall'] / mine['wall']:.2f}x"
         print(
@@ -593,6 +605,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=1, help="best of R rounds per contender")
     parser.add_argument("--only", default="", help="comma-separated contender names")
+    parser.add_argument(
+        "--base", default="", help="another checkout: adds its shardkit rows (NAME@base)"
+    )
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -604,12 +619,14 @@ def main() -> None:
     src = os.path.join(args.cache, f"corpus-{count}-{args.classes}")
     corpus = make_corpus(src, count, args.classes)
     names = [n for n in args.only.split(",") if n] or list(CONTENDERS)
+    if args.base:  # the previous version's shardkit rows, interleaved with the others
+        names += [f"{n}@base" for n in names if n.startswith("shardkit")]
     best: dict[tuple[str, str], dict[str, Any]] = {}
     for round_ in range(args.repeat):  # rounds interleave contenders: fairer on a busy machine
         for target in args.targets.split(","):
             out = os.path.join(target, f"shardkit-bench-out-{os.getpid()}")
             for name in names:
-                info = measure(name, src, out, args.workers)
+                info = measure(name, src, out, args.workers, args.base)
                 key = (target, name)
                 if key not in best or info["seconds"] < best[key]["seconds"]:
                     best[key] = info
