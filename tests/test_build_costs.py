@@ -96,3 +96,37 @@ def test_the_listing_keeps_a_few_hundred_bytes_per_file_at_its_peak(tmp_path: Pa
         tracemalloc.stop()
     assert listing.items is not None and len(listing.items) == 2000
     assert peak / 2000 < 600
+
+
+def test_the_worker_server_boots_before_the_build_machinery_loads(tmp_path: Path) -> None:
+    """``shardkit.build`` starts the worker server first: it imports shardkit while the
+    calling process imports the build modules (~50 ms) and lists the source."""
+    from conftest_build import make_corpus
+
+    src = make_corpus(str(tmp_path / "src"), count=6, bad=False)
+    script = f"""
+import sys
+from shardkit.engines import _local
+seen = []
+real = _local.warm_up
+def warm_up(preload=()):
+    seen.append(("shardkit.builder.api" in sys.modules, tuple(preload)))
+    real(preload)
+_local.warm_up = warm_up
+import shardkit
+if __name__ == "__main__":
+    shardkit.build({src!r}, {str(tmp_path / "out")!r}, options=shardkit.BuildOptions(workers=2))
+    print(seen[0])
+"""
+    path = tmp_path / "script.py"
+    path.write_text(script)
+    done = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "(False, ('shardkit.builder.worker',))", done.stdout
+
+
+def test_the_server_preloads_the_worker_module() -> None:
+    from shardkit.builder import worker
+
+    assert worker.WORKER_MODULE == worker.__name__ == "shardkit.builder.worker"
