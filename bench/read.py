@@ -20,7 +20,15 @@ Groups, side by side:
   (libjpeg-turbo through simplejpeg, which the peers' venv must hold too: the ``JPEG``
   column says which decoder each process loaded), so the rows differ in reading only; and
   MDS and litdata decoding with Pillow (``np.asarray(Image.open(...).convert("RGB"))``), as
-  their users would;
+  their users would; and two ceilings, not contenders: the same decoder on samples already
+  in memory, nothing read, in one thread (no reader that decodes in one thread can pass it)
+  and in as many threads as shardkit's ``decode()`` uses here (what the machine's cores
+  gave that decoder during the run: on a shared machine, often far from cores x one
+  thread). The ``cores`` column (CPU time over wall time) says how many cores each kept
+  busy;
+* image specs, the decoder alone in one thread as above: ``rgb8`` (HxWx3 uint8) against
+  ``torchrgb8`` (CxHxW uint8 tensor) and ``torchrgb`` (CxHxW float32), what putting the
+  channels first and converting to float add;
 * TFRecord read + parse: shardkit vs ``tf.data.TFRecordDataset`` + ``tf.io.parse_single_example``
   in eager Python iteration;
 * ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``;
@@ -196,6 +204,65 @@ def shardkit_rgb8(root: str, samples: int, limit: int, threads: int | None = Non
 def shardkit_rgb8_1thread(root: str, samples: int, limit: int) -> Work:
     """As the peers decode when iterated in one process: one sample at a time."""
     return shardkit_rgb8(root, samples, limit, threads=1)
+
+
+def _decoder_alone(root: str, samples: int, limit: int, threads: int, spec: str = "rgb8") -> Work:
+    """A ceiling, not a contender: ``Decoder("rgb8")`` on samples already in memory (the
+    first 400 distinct ones, cycled to ``limit``), in ``threads`` threads, nothing read. A
+    reader that decodes in one thread stays under the one-thread figure; the many-thread
+    figure is what this machine's cores gave this decoder during the run."""
+    import itertools
+    import threading
+
+    from shardkit import Dataset
+    from shardkit.codecs import Decoder
+
+    _images()
+    pool = list(itertools.islice(Dataset(shards(root, samples, "tar", 400)), 400))
+    decoder = Decoder(spec)
+    decoder(pool[0])  # load the decoder's modules before the clock
+
+    def decode(count: int) -> None:
+        for sample in itertools.islice(itertools.cycle(pool), count):
+            decoder(sample)
+
+    def work() -> int:
+        shares = [limit // threads + (i < limit % threads) for i in range(threads)]
+        running = [threading.Thread(target=decode, args=(n,)) for n in shares]
+        for thread in running:
+            thread.start()
+        for thread in running:
+            thread.join()
+        return limit
+
+    return work
+
+
+def decoder_alone_1(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, 1)
+
+
+def spec_torchrgb8(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, 1, "torchrgb8")
+
+
+def spec_torchrgb(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, 1, "torchrgb")
+
+
+def _core_threads() -> int:
+    """The decode threads shardkit's ``decode()`` picks in one process here (at least 2)."""
+    from shardkit.pipeline.context import Context
+
+    try:
+        from shardkit.pipeline.decode import default_threads
+    except ImportError:  # an older shardkit, for before/after runs: min(4, cores) then
+        return max(2, min(4, len(os.sched_getaffinity(0))))
+    return max(2, default_threads(Context(seed=0, epoch=0)))
+
+
+def decoder_alone_cores(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, _core_threads())
 
 
 def tfdata_parse(root: str, samples: int, limit: int) -> Work:
@@ -408,6 +475,13 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
         ("litdata", litdata_rgb8),
         ("MDS Pillow", mds_pillow),
         ("litdata Pillow", litdata_pillow),
+        ("decoder alone", decoder_alone_1),
+        (f"decoder x{_core_threads()}", decoder_alone_cores),
+    ],
+    "image specs, decoder alone": [
+        ("rgb8", decoder_alone_1),
+        ("torchrgb8", spec_torchrgb8),
+        ("torchrgb", spec_torchrgb),
     ],
     "TFRecord read+parse": [("shardkit", shardkit_tfrecord), ("tf.data", tfdata_parse)],
     "DataLoader(workers=2) rgb8": [
@@ -473,6 +547,7 @@ def child(name: str, root: str, samples: int, limit: int) -> None:
         "samples": count,
         "seconds": seconds,
         "cpu_us": cpu / max(count, 1) * 1e6,
+        "cores": cpu / seconds,
         "rss_mb": peak_rss_mb(),
         "worker_rss_mb": workers,
         "torch": "torch" in sys.modules,
@@ -513,8 +588,8 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def report(results: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
     print(
         f"{'group':<28} {'contender':<14} {'samples':>8} {'samples/s':>10} {'ratio':>7} "
-        f"{'CPU us/sample':>14} {'peak RSS MB':>12} {'worker RSS MB':>14} {'torch':>6} "
-        f"{'JPEG':>10}"
+        f"{'CPU us/sample':>14} {'cores':>6} {'peak RSS MB':>12} {'worker RSS MB':>14} "
+        f"{'torch':>6} {'JPEG':>10}"
     )
     for group, rows in results.items():
         ours = rows[0][1]["rate"]
@@ -524,13 +599,17 @@ def report(results: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
             jpeg = r["jpeg"] if group.startswith("decode") else "-"
             print(
                 f"{group:<28} {label:<14} {r['samples']:>8} {r['rate']:>10.0f} "
-                f"{ratio:>6.2f}x {r['cpu_us']:>14.0f} {r['rss_mb']:>12.0f} {workers:>14} "
-                f"{r['torch']!s:>6} {jpeg:>10}"
+                f"{ratio:>6.2f}x {r['cpu_us']:>14.0f} {r['cores']:>6.2f} {r['rss_mb']:>12.0f} "
+                f"{workers:>14} {r['torch']!s:>6} {jpeg:>10}"
             )
     print(
         "ratio = shardkit's samples/s over the contender's (best of the runs); CPU us/sample: "
         "user+sys time of all threads and workers (least of the runs), which a busy machine "
-        "disturbs less than wall time; RSS: peak; JPEG: the decoder the decoding process loaded"
+        "disturbs less than wall time; cores: CPU time over wall time in the fastest run (how "
+        "many cores the contender kept busy); RSS: peak; JPEG: the decoder the decoding process "
+        "loaded. 'decoder alone' / 'decoder xN' are ceilings, not contenders: shardkit's "
+        "decoder on samples already in memory, in one thread / in the N threads shardkit's "
+        "decode() uses here: what this machine gave a decoder during the run"
     )
 
 

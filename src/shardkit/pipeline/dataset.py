@@ -208,8 +208,9 @@ class Dataset(_Base):
         """Decode fields: an image spec (``"rgb8"``, ``"torchrgb"``, ``"pil"``, ...) and/or
         custom ``fn(ext, data)`` decoders, then the built-in codecs by extension.
 
-        ``threads``: decode in that many threads (order kept). Default: up to 4 when
-        iterating in a single process, 1 inside DataLoader workers or under DDP.
+        ``threads``: decode in that many threads (order kept). Default: one per usable
+        core (at most 8) when iterating in a single process, 1 inside DataLoader workers or
+        under DDP.
         ``partial=False``: a field that is no longer bytes raises TypeError (webdataset's
         default) instead of passing through."""
         from ..codecs import Decoder
