@@ -33,6 +33,14 @@ class Tally:
             self._hash.update(data)
         self.size += len(data)
 
+    def update_all(self, chunks: Sequence[bytes | memoryview], size: int) -> None:
+        """:meth:`update` with each of ``chunks``, which total ``size`` bytes."""
+        if self._hash is not None:
+            update = self._hash.update
+            for chunk in chunks:
+                update(chunk)
+        self.size += size
+
     def hexdigest(self) -> str:
         """The hex digest of what passed (``""`` when not hashing)."""
         return self._hash.hexdigest() if self._hash is not None else ""
@@ -143,19 +151,19 @@ class AtomicFile:
         self.tally.update(data)
         return len(data)
 
-    def writev(self, chunks: Sequence[bytes | memoryview]) -> None:
-        """Write ``chunks`` in order: one ``os.writev`` for an unbuffered local file."""
+    def writev(self, chunks: Sequence[bytes | memoryview], size: int = -1) -> None:
+        """Write ``chunks`` in order: one ``os.writev`` for an unbuffered local file.
+        ``size`` is their total, when the caller knows it."""
         if self._fd < 0:
             for chunk in chunks:
                 self.write(chunk)
             return
-        update = self.tally.update
-        for chunk in chunks:
-            update(chunk)
+        if size < 0:
+            size = sum(map(len, chunks))
+        self.tally.update_all(chunks, size)
         try:
             written = os.writev(self._fd, chunks)
-            total = sum(len(c) for c in chunks)
-            if written != total:  # a short write (a signal, a nearly full disk)
+            if written != size:  # a short write (a signal, a nearly full disk)
                 data = b"".join(chunks)[written:]
                 while data:
                     data = data[os.write(self._fd, data) :]
