@@ -1,6 +1,7 @@
 """Build benchmark: `shardkit build` against the usual ways of packing an image folder.
 
-Run: ``.venv/bin/python bench/build.py [--quick] [--targets /dev/shm,/tmp] [--repeat R]``
+Run: ``.venv/bin/python bench/build.py [--quick] [--targets /dev/shm,/tmp] [--repeat R]
+[--only NAME,...] [--base OTHER_CHECKOUT]``
 
 The corpus (default 20,000 JPEGs of 200-800 px in 100 classes, ~60 KB median, plus a few
 zero-byte, truncated and non-image files) is generated once and cached under
@@ -21,9 +22,16 @@ that decode and resize with Pillow and feed one ``tf.io.TFRecordWriter`` through
 The peers are written the way such one-off scripts usually are: plain, no validation.
 
 Reported: images/s and MB/s over the corpus (time measured inside each process after its
-imports, so TensorFlow's and torch's import time is not counted against anyone), wall
-time, peak RSS of the largest process and the sum over the process tree (VmHWM sampled
-from /proc), and how many of the corpus's corrupt files ended up in the output.
+imports, so TensorFlow's and torch's import time is not counted against anyone, nor the
+import of shardkit's build machinery, which ``shardkit.build`` loads on its first call), wall
+time (imports included), CPU seconds of the whole process tree and per file, peak RSS of
+the largest process and the sum over the process tree (VmHWM sampled from /proc), how
+many of the corpus's corrupt files ended up in the output, and shardkit's speed-up over
+each peer by throughput and by wall time. The rows of the README's Speed table come from
+``--targets /dev/shm --repeat 2`` on a quiet machine; ``--base DIR`` adds the shardkit rows
+of another checkout (``shardkit@base``: the previous version), run in the same rounds and
+compared with this tree's. ``bench/build_profile.py`` splits a worker's CPU per image by
+stage.
 """
 
 from __future__ import annotations
@@ -419,10 +427,12 @@ _IMPORTS = {
     "tf-queue-resize": "tensorflow",
     "mds-writer": "streaming",
     "litdata-optimize-2": "litdata",
-    "shardkit": "shardkit",
-    "shardkit-1-worker": "shardkit",
-    "shardkit-sha256": "shardkit",
-    "shardkit-resize": "shardkit",
+    # shardkit loads its build machinery at the first build() (~55 ms here, where no
+    # bytecode is cached): an import like the peers', so it is done before the clock starts.
+    "shardkit": "shardkit.builder.api",
+    "shardkit-1-worker": "shardkit.builder.api",
+    "shardkit-sha256": "shardkit.builder.api",
+    "shardkit-resize": "shardkit.builder.api",
 }
 
 
@@ -433,10 +443,20 @@ def run_contender(name: str, src: str, out: str, workers: int) -> None:
     started = time.perf_counter()
     info = CONTENDERS[name][1](src, out, workers)
     info["seconds"] = time.perf_counter() - started
+    _stop_forkserver()
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the children it waited for
     info["cpu"] = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
     print(json.dumps(info))
+
+
+def _stop_forkserver() -> None:
+    """Stop and reap the forkserver a pool started (it reaped its workers), so that the
+    CPU time of every worker counts in RUSAGE_CHILDREN (a private call, in a benchmark)."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is not None:
+        server._stop()
 
 
 # --------------------------------------------------------------------------- measuring
@@ -464,13 +484,18 @@ def _tree_hwm(root: int, peaks: dict[int, int], cpu: dict[int, float]) -> None:
             continue
 
 
-def measure(name: str, src: str, out: str, workers: int) -> dict[str, Any]:
+def measure(name: str, src: str, out: str, workers: int, base: str = "") -> dict[str, Any]:
+    """Run contender ``name`` in its own process; ``NAME@base`` runs shardkit's contender
+    ``NAME`` with ``base/src`` (another checkout) first on its path."""
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     python, env = sys.executable, None
     if name in PEERS:  # their own venv (they pin other versions of torch's neighbours)
         python = os.environ.get("SHARDKIT_BENCH_PEER_PYTHON", "/tmp/benchvenv/bin/python")
         env = {**os.environ, "PYTHONPATH": STANDINS}
+    if name.endswith("@base"):
+        name = name.removesuffix("@base")
+        env = {**os.environ, "PYTHONPATH": os.path.join(base, "src")}
     cmd = [python, os.path.abspath(__file__), "--contender", name]
     cmd += ["--src", src, "--out", out, "--workers", str(workers)]
     started = time.perf_counter()
@@ -538,27 +563,38 @@ def _output_images(out: str) -> Any:
 
 
 def report(rows: list[tuple[str, str, dict[str, Any]]], corpus: dict[str, Any]) -> None:
+    """One table: throughput (time measured after imports), wall time (the whole process,
+    imports and start-up included), CPU seconds and CPU microseconds per file (every
+    process of the contender), peak RSS, corrupt files packed, and shardkit's speed-up by
+    throughput and by wall time (shardkit's default row of the same kind and target)."""
     files, megabytes = corpus["files"], corpus["bytes"] / 1e6
     print(
         f"\ncorpus: {corpus['images']} JPEGs + {len(corpus['bad'])} corrupt files, "
         f"{corpus['classes']} classes, {megabytes:.0f} MB, median {corpus['median'] / 1e3:.0f} kB"
     )
-    head = "| target | contender | images/s | MB/s | time s | wall s | CPU s | RSS max MB |"
-    print("\n" + head + " RSS sum MB | corrupt packed | shardkit speed-up |")
-    print("|" + "---|" * 11)
-    best: dict[tuple[str, str], float] = {}
+    head = "| target | contender | images/s | MB/s | time s | wall s | CPU s | CPU us/file |"
+    print("\n" + head + " RSS max MB | RSS sum MB | corrupt packed | shardkit speed-up | (wall) |")
+    print("|" + "---|" * 13)
+    ours: dict[tuple[str, str], dict[str, Any]] = {}
     for target, name, info in rows:
-        kind = CONTENDERS[name][0]
+        ours[(target, name)] = info
         if name in ("shardkit", "shardkit-resize"):
-            best[(target, kind)] = files / info["seconds"]
+            ours[(target, CONTENDERS[name][0])] = info
     for target, name, info in rows:
         rate = files / info["seconds"]
-        ours = best.get((target, CONTENDERS[name][0]))
-        ratio = "" if name.startswith("shardkit") or ours is None else f"{ours / rate:.2f}x"
+        if name.endswith("@base"):  # against the same contender of this tree
+            mine = ours.get((target, name.removesuffix("@base")))
+        else:
+            mine = ours.get((target, CONTENDERS[name][0]))
+        speedup = wall = ""
+        if mine is not None and (name.endswith("@base") or not name.startswith("shardkit")):
+            speedup = f"{info['seconds'] / mine['seconds']:.2f}x"
+            wall = f"{info['wall'] / mine['wall']:.2f}x"
         print(
             f"| {target} | {name} | {rate:,.0f} | {megabytes / info['seconds']:,.0f} | "
             f"{info['seconds']:.2f} | {info['wall']:.2f} | {info['cpu']:.1f} | "
-            f"{info['rss_max']:.0f} | {info['rss_sum']:.0f} | {info['bad_packed']} | {ratio} |"
+            f"{info['cpu'] / files * 1e6:.0f} | {info['rss_max']:.0f} | {info['rss_sum']:.0f} | "
+            f"{info['bad_packed']} | {speedup} | {wall} |"
         )
 
 
@@ -572,6 +608,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=1, help="best of R rounds per contender")
     parser.add_argument("--only", default="", help="comma-separated contender names")
+    parser.add_argument(
+        "--base", default="", help="another checkout: adds its shardkit rows (NAME@base)"
+    )
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -583,12 +622,14 @@ def main() -> None:
     src = os.path.join(args.cache, f"corpus-{count}-{args.classes}")
     corpus = make_corpus(src, count, args.classes)
     names = [n for n in args.only.split(",") if n] or list(CONTENDERS)
+    if args.base:  # the previous version's shardkit rows, interleaved with the others
+        names += [f"{n}@base" for n in names if n.startswith("shardkit")]
     best: dict[tuple[str, str], dict[str, Any]] = {}
     for round_ in range(args.repeat):  # rounds interleave contenders: fairer on a busy machine
         for target in args.targets.split(","):
             out = os.path.join(target, f"shardkit-bench-out-{os.getpid()}")
             for name in names:
-                info = measure(name, src, out, args.workers)
+                info = measure(name, src, out, args.workers, args.base)
                 key = (target, name)
                 if key not in best or info["seconds"] < best[key]["seconds"]:
                     best[key] = info

@@ -15,6 +15,11 @@ before is measured by running this script with ``PYTHONPATH`` at an older ``src`
 (``--threads 0``). SeaweedFS answers from the same (2-core, shared) machine in ~1 ms;
 ``--rtt MS`` adds that much waiting to every request, as a distant server would (a
 rename is three requests).
+
+``--assembled`` times an assembled build's commits instead (resized images, Python
+samples, URLs: shards cut by the driver and assembled by the workers): per shard its
+chunk's journal record, the shard's record and the chunk part's deletion (three requests
+too), through :class:`shardkit.builder.assembly.WorkerAssembler`.
 """
 
 from __future__ import annotations
@@ -60,8 +65,59 @@ def run(url: str, shards: int, threads: int, rtt: float) -> tuple[float, float]:
     return seconds, cpu
 
 
+def run_assembled(url: str, shards: int, threads: int, rtt: float) -> tuple[float, float]:
+    """The same for an assembled build (resized images, Python samples): per chunk task its
+    journal record (a PUT); per shard, once a worker assembled it, its record (a PUT) and
+    the deletion of the chunk part it read (a DELETE), through the WorkerAssembler."""
+    from shardkit.builder.assembly import WorkerAssembler
+    from shardkit.builder.journal import Journal
+    from shardkit.builder.options import BuildOptions
+    from shardkit.builder.store import ObjectStore
+    from shardkit.builder.worker import PartInfo, TaskResult
+
+    store = ObjectStore(url)
+    names = [f".shard-task{t:06d}-part000.tar" for t in range(shards)]
+    store.fs.pipe({store.path(n): os.urandom(1024) for n in names})  # untimed, concurrent
+    journal = Journal(store, {"shardkit_journal": 1, "bench": url})
+    journal.start(fresh=True)
+    if rtt:
+        _add_latency(store, journal, rtt)
+    pooled = {"threads": threads} if threads else {}  # the serial commit of before takes none
+    options = BuildOptions(max_count=1)  # one chunk of one sample per shard
+    assembler = WorkerAssembler(store, journal, lambda i: f"shard-{i:06d}.tar", options, **pooled)
+    results = [
+        TaskResult(t, [PartInfo(names[t], 1, 1024, "")], sizes=[1024]) for t in range(shards)
+    ]
+    started, cpu = time.perf_counter(), time.process_time()
+    try:
+        for result in results:
+            assembler.record(result)
+            assembler.add(result)
+            _assembled(assembler)
+        assembler.finish()
+        _assembled(assembler)
+        getattr(assembler, "drain", lambda: None)()
+    finally:
+        assembler.close()
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    left = [n for n in names if n in store.sizes()]
+    if left or len(assembler.committed) != shards:
+        raise SystemExit(f"{len(left)} parts left over at {url}")
+    return seconds, cpu
+
+
+def _assembled(assembler: Any) -> None:
+    """What the driver does when workers return the shards it planned (none is written:
+    the commit is what is timed)."""
+    from shardkit.builder.manifest import ShardRecord
+
+    for plan in assembler.ready:
+        assembler.done(plan, ShardRecord(plan.name, plan.samples, plan.size, ""))
+    assembler.ready.clear()
+
+
 def _add_latency(store: Any, journal: Any, rtt: float) -> None:
-    rename, write = store.rename, journal._log.append
+    rename, write, remove = store.rename, journal._log.append, store.remove
 
     def slow_rename(src: str, dst: str) -> None:
         time.sleep(3 * rtt)
@@ -71,7 +127,12 @@ def _add_latency(store: Any, journal: Any, rtt: float) -> None:
         time.sleep(rtt)
         write(*args)
 
-    store.rename, journal._log.append = slow_rename, slow_write
+    def slow_remove(names: Any) -> None:
+        names = list(names)
+        time.sleep(rtt * len(names))
+        remove(names)
+
+    store.rename, journal._log.append, store.remove = slow_rename, slow_write, slow_remove
 
 
 def main() -> None:
@@ -80,6 +141,9 @@ def main() -> None:
     parser.add_argument("--threads", default="0,16", help="comma-separated pool sizes")
     parser.add_argument(
         "--rtt", type=float, default=0.0, metavar="MS", help="added latency per request (ms)"
+    )
+    parser.add_argument(
+        "--assembled", action="store_true", help="an assembled build's commits (resize, Python)"
     )
     args = parser.parse_args()
     endpoint = os.environ.get("SHARDKIT_TEST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
@@ -96,7 +160,8 @@ def main() -> None:
         print("|---|---|---|---|---|")
         for threads in (int(t) for t in args.threads.split(",")):
             url = f"s3://{bucket}/t{threads}"
-            seconds, cpu = run(url, args.shards, threads, args.rtt / 1000)
+            timed = run_assembled if args.assembled else run
+            seconds, cpu = timed(url, args.shards, threads, args.rtt / 1000)
             rate, per = args.shards / seconds, cpu / args.shards * 1000
             print(f"| {threads} | {args.shards} | {seconds:.2f} | {rate:,.0f} | {per:.1f} |")
     finally:

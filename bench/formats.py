@@ -1,6 +1,7 @@
 """Format benchmark: shardkit's tar and TFRecord readers/writers against their peers.
 
-Run: ``.venv/bin/python bench/formats.py [--samples N] [--repeat R] [--dir /dev/shm]``
+Run: ``.venv/bin/python bench/formats.py [--samples N] [--repeat R] [--dir /dev/shm]``;
+``--import-only`` prints just the ``import shardkit`` time (medians of 20, wall and CPU).
 
 Every contender works on the same in-memory samples (~60 KB JPEG-like payloads plus a
 ``cls`` and a ``json`` field), writes to / reads from the same folder (tmpfs by default, so
@@ -14,6 +15,7 @@ import argparse
 import io
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -198,13 +200,23 @@ def race(
     return rows
 
 
-def import_time() -> float:
-    code = "import time; t=time.perf_counter(); import shardkit; print(time.perf_counter()-t)"
-    runs = [
-        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
-        for _ in range(5)
-    ]
-    return min(runs)
+def import_time(runs: int = 20) -> str:
+    """``python -c "import shardkit"`` beside ``python -c pass``, alternating: the median
+    wall time and the median CPU time (user + sys, from os.wait4) of ``runs`` each."""
+    times: dict[str, tuple[list[float], list[float]]] = {"pass": ([], []), "import": ([], [])}
+    for _ in range(runs):
+        for name, code in (("pass", "pass"), ("import", "import shardkit")):
+            started = time.perf_counter()
+            child = subprocess.Popen([sys.executable, "-c", code])
+            _, _, usage = os.wait4(child.pid, 0)
+            times[name][0].append(time.perf_counter() - started)
+            times[name][1].append(usage.ru_utime + usage.ru_stime)
+    wall, cpu = (statistics.median(t) * 1000 for t in times["import"])
+    base_wall, base_cpu = (statistics.median(t) * 1000 for t in times["pass"])
+    return (
+        f"python -c 'import shardkit': {wall:.0f} ms wall, {cpu:.0f} ms CPU "
+        f"(python -c pass: {base_wall:.0f} / {base_cpu:.0f}; medians of {runs})"
+    )
 
 
 def main() -> None:
@@ -212,7 +224,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
+    parser.add_argument("--import-only", action="store_true", help="only the import time")
     args = parser.parse_args()
+    if args.import_only:
+        print(import_time())
+        return
     n = args.samples
     samples = make_samples(n)
     mb = sum(len(s["jpg"]) for s in samples) / 1e6  # type: ignore[arg-type]
@@ -263,7 +279,7 @@ def main() -> None:
             n,
             args.repeat,
         )
-        print(f"\nimport shardkit: {import_time() * 1000:.0f} ms (best of 5)")
+        print(f"\n{import_time()}")
     finally:
         for path in paths.values():
             if os.path.exists(path):

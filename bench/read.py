@@ -10,8 +10,9 @@ starts), so its peak RSS is its own (VmHWM; DataLoader workers' from ``RUSAGE_CH
 and the page cache is warm for all.
 Groups, side by side:
 
-* raw iteration (samples as dicts of bytes): shardkit vs webdataset vs a tarfile loop vs
-  iterating MosaicML streaming's ``StreamingDataset`` (MDS shards) and litdata's
+* raw iteration (samples as dicts of bytes): shardkit (``bytes`` fields, and
+  ``copy=False``: memoryviews of the memory-mapped shard) vs webdataset vs a tarfile loop
+  vs iterating MosaicML streaming's ``StreamingDataset`` (MDS shards) and litdata's
   ``StreamingDataset`` (whose byte fields are memoryviews into its memory-mapped chunks,
   not copies) in one process;
 * ``decode("rgb8")``, HxWx3 uint8: shardkit (its default decode threads, and one thread)
@@ -20,15 +21,30 @@ Groups, side by side:
   (libjpeg-turbo through simplejpeg, which the peers' venv must hold too: the ``JPEG``
   column says which decoder each process loaded), so the rows differ in reading only; and
   MDS and litdata decoding with Pillow (``np.asarray(Image.open(...).convert("RGB"))``), as
-  their users would;
+  their users would; and two ceilings, not contenders: the same decoder on samples already
+  in memory, nothing read, in one thread (no reader that decodes in one thread can pass it)
+  and in as many threads as shardkit's ``decode()`` uses here (what the machine's cores
+  gave that decoder during the run: on a shared machine, often far from cores x one
+  thread). The ``cores`` column (CPU time over wall time) says how many cores each kept
+  busy;
+* image specs, the decoder alone in one thread as above: ``rgb8`` (HxWx3 uint8) against
+  ``torchrgb8`` (CxHxW uint8 tensor) and ``torchrgb`` (CxHxW float32), what putting the
+  channels first and converting to float add;
 * TFRecord read + parse: shardkit vs ``tf.data.TFRecordDataset`` + ``tf.io.parse_single_example``
   in eager Python iteration;
 * ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``;
 * random access, ``ds[i]`` in a seeded random order over local shards (raw samples):
-  ``shardkit.IndexedDataset`` vs MosaicML streaming's ``StreamingDataset.__getitem__``
-  (memory-mapped MDS shards) vs litdata's ``StreamingDataset.__getitem__``;
+  ``shardkit.IndexedDataset`` (slices of memory-mapped shards; the same reading each
+  span with ``pread``; and ``copy=False``) vs MosaicML streaming's
+  ``StreamingDataset.__getitem__`` (MDS shards, an ``open`` and two reads per sample) vs
+  litdata's ``StreamingDataset.__getitem__``;
 * mixing: ``shardkit.mix`` of two sources (the tar shards split in halves) vs reading one
-  source, raw samples.
+  source, raw samples;
+* the floor under random access: one bare ``os.pread`` of each sample's bytes, in the
+  random-access order, from the tar shards (offsets from their ``.idx``) and from MDS's
+  shard files (offsets from their headers): what touching the data costs on each set of
+  files in that run, which on a virtual machine can differ by 2x between two sets of
+  files of the same size.
 
 MDS and litdata are not in the project's environment: give ``--peers PYTHON``, an
 interpreter of a separate venv holding them (``pip install torch==2.13.0
@@ -170,11 +186,17 @@ def webdataset_raw(root: str, samples: int, limit: int) -> Work:
     return lambda: _count(wds.WebDataset(urls, shardshuffle=False))
 
 
-def shardkit_raw(root: str, samples: int, limit: int) -> Work:
+def shardkit_raw(root: str, samples: int, limit: int, copy: bool = True) -> Work:
     from shardkit import Dataset
 
     urls = shards(root, samples, "tar")
-    return lambda: _count(Dataset(urls))
+    return lambda: _count(Dataset(urls, copy=copy))
+
+
+def shardkit_raw_views(root: str, samples: int, limit: int) -> Work:
+    """``Dataset(copy=False)``: fields are memoryviews of the memory-mapped shard, as
+    litdata's are of its chunks."""
+    return shardkit_raw(root, samples, limit, copy=False)
 
 
 def webdataset_rgb8(root: str, samples: int, limit: int) -> Work:
@@ -196,6 +218,65 @@ def shardkit_rgb8(root: str, samples: int, limit: int, threads: int | None = Non
 def shardkit_rgb8_1thread(root: str, samples: int, limit: int) -> Work:
     """As the peers decode when iterated in one process: one sample at a time."""
     return shardkit_rgb8(root, samples, limit, threads=1)
+
+
+def _decoder_alone(root: str, samples: int, limit: int, threads: int, spec: str = "rgb8") -> Work:
+    """A ceiling, not a contender: ``Decoder("rgb8")`` on samples already in memory (the
+    first 400 distinct ones, cycled to ``limit``), in ``threads`` threads, nothing read. A
+    reader that decodes in one thread stays under the one-thread figure; the many-thread
+    figure is what this machine's cores gave this decoder during the run."""
+    import itertools
+    import threading
+
+    from shardkit import Dataset
+    from shardkit.codecs import Decoder
+
+    _images()
+    pool = list(itertools.islice(Dataset(shards(root, samples, "tar", 400)), 400))
+    decoder = Decoder(spec)
+    decoder(pool[0])  # load the decoder's modules before the clock
+
+    def decode(count: int) -> None:
+        for sample in itertools.islice(itertools.cycle(pool), count):
+            decoder(sample)
+
+    def work() -> int:
+        shares = [limit // threads + (i < limit % threads) for i in range(threads)]
+        running = [threading.Thread(target=decode, args=(n,)) for n in shares]
+        for thread in running:
+            thread.start()
+        for thread in running:
+            thread.join()
+        return limit
+
+    return work
+
+
+def decoder_alone_1(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, 1)
+
+
+def spec_torchrgb8(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, 1, "torchrgb8")
+
+
+def spec_torchrgb(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, 1, "torchrgb")
+
+
+def _core_threads() -> int:
+    """The decode threads shardkit's ``decode()`` picks in one process here (at least 2)."""
+    from shardkit.pipeline.context import Context
+
+    try:
+        from shardkit.pipeline.decode import default_threads
+    except ImportError:  # an older shardkit, for before/after runs: min(4, cores) then
+        return max(2, min(4, len(os.sched_getaffinity(0))))
+    return max(2, default_threads(Context(seed=0, epoch=0)))
+
+
+def decoder_alone_cores(root: str, samples: int, limit: int) -> Work:
+    return _decoder_alone(root, samples, limit, _core_threads())
 
 
 def tfdata_parse(root: str, samples: int, limit: int) -> Work:
@@ -251,10 +332,14 @@ def _random_order(total: int, limit: int) -> list[int]:
     return random.Random(0).sample(range(total), min(limit, total))
 
 
-def shardkit_random(root: str, samples: int, limit: int) -> Work:
+def shardkit_random(
+    root: str, samples: int, limit: int, copy: bool = True, mapped: bool | None = None
+) -> Work:
     from shardkit import IndexedDataset
 
-    ds = IndexedDataset(os.path.join(root, str(samples), "tar"))
+    ds = IndexedDataset(os.path.join(root, str(samples), "tar"), copy=copy)
+    if mapped is not None:
+        ds._map_local = mapped  # the benchmark's switch: slices of a memory map or pread
     order = _random_order(len(ds), limit)
 
     def work() -> int:
@@ -263,6 +348,63 @@ def shardkit_random(root: str, samples: int, limit: int) -> Work:
         return len(order)
 
     return work
+
+
+def shardkit_random_mmap(root: str, samples: int, limit: int) -> Work:
+    """``ds[i]`` copying each field out of the shard's memory map instead of a pread."""
+    return shardkit_random(root, samples, limit, mapped=True)
+
+
+def shardkit_random_views(root: str, samples: int, limit: int) -> Work:
+    """``IndexedDataset(copy=False)``: fields are memoryviews of the shard's map."""
+    return shardkit_random(root, samples, limit, copy=False)
+
+
+def _spans_floor(paths: list[str], spans: list[list[tuple[int, int]]], limit: int) -> Work:
+    """One bare ``os.pread`` of each sample's bytes, in the random order of the random
+    access group: what touching the data costs on these files, with no parsing."""
+    order = _random_order(sum(len(s) for s in spans), limit)
+    flat = [(fd, o, n) for fd, shard in zip(paths, spans, strict=True) for o, n in shard]
+
+    def work() -> int:
+        fds: dict[str, int] = {}
+        for i in order:
+            path, offset, size = flat[i]
+            fd = fds.get(path)
+            if fd is None:
+                fd = fds[path] = os.open(path, os.O_RDONLY)
+            os.pread(fd, size, offset)
+        for fd in fds.values():
+            os.close(fd)
+        return len(order)
+
+    return work
+
+
+def shardkit_floor(root: str, samples: int, limit: int) -> Work:
+    paths = shards(root, samples, "tar")
+    spans = []
+    for path in paths:
+        with open(path + ".idx") as f:
+            index = json.load(f)
+        spans.append(list(zip(index["offsets"], index["sizes"], strict=True)))
+    return _spans_floor(paths, spans, limit)
+
+
+def mds_floor(root: str, samples: int, limit: int) -> Work:
+    """The same over MDS's shard files (a uint32 count, then count+1 uint32 offsets)."""
+    import itertools
+    import struct
+
+    folder = os.path.join(root, str(samples), "mds")
+    paths = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".mds"))
+    spans = []
+    for path in paths:
+        with open(path, "rb") as f:
+            (count,) = struct.unpack("<I", f.read(4))
+            ends = struct.unpack(f"<{count + 1}I", f.read(4 * (count + 1)))
+        spans.append([(a, b - a) for a, b in itertools.pairwise(ends)])
+    return _spans_floor(paths, spans, limit)
 
 
 def _peer_random(ds: Any, limit: int) -> Work:
@@ -395,6 +537,7 @@ def shardkit_mix_two(root: str, samples: int, limit: int) -> Work:
 GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
     "raw iteration": [
         ("shardkit", shardkit_raw),
+        ("shardkit views", shardkit_raw_views),
         ("webdataset", webdataset_raw),
         ("tarfile loop", tarfile_raw),
         ("MDS", mds_raw),
@@ -408,6 +551,13 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
         ("litdata", litdata_rgb8),
         ("MDS Pillow", mds_pillow),
         ("litdata Pillow", litdata_pillow),
+        ("decoder alone", decoder_alone_1),
+        (f"decoder x{_core_threads()}", decoder_alone_cores),
+    ],
+    "image specs, decoder alone": [
+        ("rgb8", decoder_alone_1),
+        ("torchrgb8", spec_torchrgb8),
+        ("torchrgb", spec_torchrgb),
     ],
     "TFRecord read+parse": [("shardkit", shardkit_tfrecord), ("tf.data", tfdata_parse)],
     "DataLoader(workers=2) rgb8": [
@@ -416,8 +566,14 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
     ],
     "random ds[i], raw": [
         ("shardkit", shardkit_random),
+        ("shardkit mmap", shardkit_random_mmap),
+        ("shardkit views", shardkit_random_views),
         ("MDS", mds_random),
         ("litdata", litdata_random),
+    ],
+    "random: bare pread of the bytes": [
+        ("shardkit tar", shardkit_floor),
+        ("MDS shards", mds_floor),
     ],
     "mix(2 sources) vs 1, raw": [
         ("shardkit mix", shardkit_mix_two),
@@ -473,6 +629,7 @@ def child(name: str, root: str, samples: int, limit: int) -> None:
         "samples": count,
         "seconds": seconds,
         "cpu_us": cpu / max(count, 1) * 1e6,
+        "cores": cpu / seconds,
         "rss_mb": peak_rss_mb(),
         "worker_rss_mb": workers,
         "torch": "torch" in sys.modules,
@@ -513,8 +670,8 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def report(results: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
     print(
         f"{'group':<28} {'contender':<14} {'samples':>8} {'samples/s':>10} {'ratio':>7} "
-        f"{'CPU us/sample':>14} {'peak RSS MB':>12} {'worker RSS MB':>14} {'torch':>6} "
-        f"{'JPEG':>10}"
+        f"{'CPU us/sample':>14} {'cores':>6} {'peak RSS MB':>12} {'worker RSS MB':>14} "
+        f"{'torch':>6} {'JPEG':>10}"
     )
     for group, rows in results.items():
         ours = rows[0][1]["rate"]
@@ -524,13 +681,17 @@ def report(results: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
             jpeg = r["jpeg"] if group.startswith("decode") else "-"
             print(
                 f"{group:<28} {label:<14} {r['samples']:>8} {r['rate']:>10.0f} "
-                f"{ratio:>6.2f}x {r['cpu_us']:>14.0f} {r['rss_mb']:>12.0f} {workers:>14} "
-                f"{r['torch']!s:>6} {jpeg:>10}"
+                f"{ratio:>6.2f}x {r['cpu_us']:>14.0f} {r['cores']:>6.2f} {r['rss_mb']:>12.0f} "
+                f"{workers:>14} {r['torch']!s:>6} {jpeg:>10}"
             )
     print(
         "ratio = shardkit's samples/s over the contender's (best of the runs); CPU us/sample: "
         "user+sys time of all threads and workers (least of the runs), which a busy machine "
-        "disturbs less than wall time; RSS: peak; JPEG: the decoder the decoding process loaded"
+        "disturbs less than wall time; cores: CPU time over wall time in the fastest run (how "
+        "many cores the contender kept busy); RSS: peak; JPEG: the decoder the decoding process "
+        "loaded. 'decoder alone' / 'decoder xN' are ceilings, not contenders: shardkit's "
+        "decoder on samples already in memory, in one thread / in the N threads shardkit's "
+        "decode() uses here: what this machine gave a decoder during the run"
     )
 
 

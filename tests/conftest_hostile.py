@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from shardkit.errors import ShardkitError
 from shardkit.formats import tar
+from shardkit.handlers import reraise
 
 T = TypeVar("T")
 
@@ -87,8 +88,42 @@ def write_tar(samples: Iterable[Mapping[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
-def read_tar(data: bytes, **kw: Any) -> list[dict[str, Any]]:
-    return list(tar.iter_samples(io.BytesIO(data), **kw))
+def read_tar(
+    data: bytes, *, handler: Callable[[Exception], bool] = reraise, **kw: Any
+) -> list[dict[str, Any]]:
+    """The samples of tar bytes read as a stream (:func:`tar.iter_samples`), after
+    checking that the buffer path (:func:`tar.buffer_samples`) reads the same: the same
+    samples, the same errors (type, message, shard offset) in the same order, whatever
+    ``handler`` decides. ``handler`` hears each error once: the buffer path replays its
+    decisions."""
+    heard: list[tuple[Exception, bool | BaseException]] = []
+
+    def recording(exc: Exception) -> bool:
+        try:
+            decision = handler(exc)
+        except BaseException as raised:
+            heard.append((exc, raised))
+            raise
+        heard.append((exc, decision))
+        return decision
+
+    streamed = outcome(lambda: list(tar.iter_samples(io.BytesIO(data), handler=recording, **kw)))
+    replay = iter(heard)
+
+    def replaying(exc: Exception) -> bool:
+        seen, decision = next(replay)
+        assert (type(exc), str(exc)) == (type(seen), str(seen))
+        if isinstance(decision, BaseException):
+            raise decision
+        return decision
+
+    buffered = outcome(lambda: list(tar.buffer_samples(data, handler=replaying, **kw)))
+    assert next(replay, None) is None, "the buffer path heard fewer errors"
+    if isinstance(streamed, ShardkitError):
+        assert (type(buffered), str(buffered)) == (type(streamed), str(streamed))
+        raise streamed
+    assert buffered == streamed
+    return streamed
 
 
 def outcome(fn: Callable[[], T]) -> T | ShardkitError:

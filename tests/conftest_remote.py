@@ -95,13 +95,14 @@ def _handle(conn: socket.socket, files: dict[str, bytes], faults: Faults) -> Non
                 b"HTTP/1.1 %d Oops\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" % code
             )
             return
-        start, status = 0, "200 OK"
+        start, stop, status = 0, len(data), "200 OK"
         match = _RANGE.fullmatch(headers.get("range", ""))
         extra = ""
         if match:
             start, status = int(match.group(1)), "206 Partial Content"
-            extra = f"Content-Range: bytes {start}-{len(data) - 1}/{len(data)}\r\n"
-        body = data[start:]
+            stop = min(stop, int(match.group(2)) + 1) if match.group(2) else stop
+            extra = f"Content-Range: bytes {start}-{stop - 1}/{len(data)}\r\n"
+        body = data[start:stop]
         length = "Transfer-Encoding: chunked" if faults.chunked else f"Content-Length: {len(body)}"
         head = (
             f"HTTP/1.1 {status}\r\n{length}\r\nAccept-Ranges: bytes\r\n"
@@ -161,10 +162,15 @@ def faulty_server(files: dict[str, bytes], faults: Faults) -> Iterator[str]:
 
 
 @contextmanager
-def cutting_proxy(upstream: str, cut_after: list[int], requests: list[str]) -> Iterator[str]:
+def cutting_proxy(
+    upstream: str, cut_after: list[int], requests: list[str], swallow: list[str] | None = None
+) -> Iterator[str]:
     """A loopback TCP proxy to ``upstream`` (``http://host:port``) that closes the
     connection of the first GETs after ``cut_after[i]`` response bytes; every request
-    line and Range header seen is appended to ``requests``."""
+    line and Range header seen is appended to ``requests``. The first request whose
+    request line starts with ``swallow[i]`` is never forwarded and never answered: its
+    connection stays open and silent (a server that lost it)."""
+    swallow = [] if swallow is None else swallow
     host, port = upstream.removeprefix("http://").split(":")
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.2)
@@ -210,6 +216,10 @@ def cutting_proxy(upstream: str, cut_after: list[int], requests: list[str]) -> I
                     requests.append(line)
             if text.startswith("GET ") and cut_after and budget[0] is None:
                 budget[0] = cut_after.pop(0)
+            if any(text.startswith(prefix) for prefix in swallow):
+                swallow.pop(next(i for i, p in enumerate(swallow) if text.startswith(p)))
+                stop.wait(120)  # silent until the proxy stops
+                break
             try:
                 server.sendall(data)
             except OSError:

@@ -141,7 +141,7 @@ def test_damaged_finished_shard_is_rebuilt_on_resume(tmp_path: Path) -> None:
 
 
 _SLOW_BUILD = """
-import os, sys
+import os, sys, time
 import shardkit
 
 class Slow:
@@ -149,8 +149,10 @@ class Slow:
         return 4
 
     def __getitem__(self, i):
+        # Items are read only under the output's lock: say so, then wait for the release.
+        open(sys.argv[3], "a").close()
         while not os.path.exists(sys.argv[2]):
-            pass
+            time.sleep(0.005)  # poll without spinning: a spinner starves the other builds
         return {"txt": f"item {i}"}
 
 if __name__ == "__main__":
@@ -162,15 +164,16 @@ def test_second_concurrent_build_fails_fast(tmp_path: Path) -> None:
     src = make_corpus(str(tmp_path / "src"), count=6, bad=False)
     out = str(tmp_path / "out")
     release = str(tmp_path / "release")
+    locked = str(tmp_path / "locked")
     script = tmp_path / "slow.py"
     script.write_text(textwrap.dedent(_SLOW_BUILD))
-    first = subprocess.Popen([sys.executable, str(script), out, release])
+    first = subprocess.Popen([sys.executable, str(script), out, release, locked])
     try:
-        _wait_for(os.path.join(out, LOCK), first)
-        assert first.poll() is None
-        started = time.monotonic()
+        # Not the lock file: it exists a moment before it is locked.
+        _wait_for(locked, first, timeout=120)
         second = run_cli(src, out, "-q")
-        assert time.monotonic() - started < 10
+        # Fails fast: it did not wait for the first build, which cannot end before release.
+        assert first.poll() is None
         assert second.returncode == 2
         assert second.stderr.startswith("Error: ") and len(second.stderr.splitlines()) == 1
         assert "another build" in second.stderr
@@ -178,7 +181,7 @@ def test_second_concurrent_build_fails_fast(tmp_path: Path) -> None:
             shardkit.build(src, out)
     finally:
         Path(release).touch()
-        assert first.wait(timeout=60) == 0
+        assert first.wait(timeout=120) == 0
     assert sorted(os.listdir(out)) == ["manifest.json", "shard-000000.tar", "shard-000001.tar"]
 
 

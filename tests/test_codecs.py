@@ -574,3 +574,34 @@ def test_msgpack_and_cbor_match_their_libraries() -> None:
     value = {"a": [1, 2.5, "x"], "b": b"\x00"}
     enc = encode_sample({"__key__": "k", "mp": value, "cbor": value})
     assert msgpack.unpackb(enc["mp"]) == value and cbor2.loads(enc["cbor"]) == value
+
+
+_TORCH_LAYOUT_CHECK = """
+import sys
+{hide}
+import numpy as np
+from shardkit.codecs import Decoder
+images = {images!r}
+for ext, data in images.items():
+    for torch_spec, numpy_spec in [("torchrgb8", "rgb8"), ("torchrgba8", "rgba8"),
+                                   ("torchrgb", "rgb"), ("torchl8", "l8")]:
+        got = Decoder(torch_spec)({{ext: data}})[ext]
+        want = Decoder(numpy_spec)({{ext: data}})[ext]
+        if want.ndim == 3:
+            want = want.transpose(2, 0, 1)
+        assert got.is_contiguous() and got.dtype.itemsize == want.dtype.itemsize, torch_spec
+        assert np.array_equal(got.numpy(), want), (torch_spec, ext)
+print("cv2" in sys.modules and sys.modules["cv2"] is not None)
+"""
+
+
+@pytest.mark.parametrize("opencv", [True, False])
+def test_torch_specs_are_the_numpy_pixels_channels_first(opencv: bool) -> None:
+    """torch specs lay out exactly the numpy spec's pixels as CxHxW, whether OpenCV splits
+    the channels or numpy does (a core install without the images extra's OpenCV)."""
+    images = {ext: _IMAGES[ext] for ext in ("jpg", "gray.jpg", "png", "rgba.png", "l.png")}
+    hide = "" if opencv else "sys.modules['cv2'] = None"
+    code = _TORCH_LAYOUT_CHECK.format(hide=hide, images=images)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(opencv)

@@ -16,7 +16,7 @@ from conftest_build import make_png, write
 import shardkit
 from shardkit import BuildOptions
 from shardkit.codecs import Codecs, Decoder
-from shardkit.errors import DecodeError
+from shardkit.errors import DecodeError, StorageError
 
 
 def _shard(tmp_path: Path, **fields: bytes) -> str:
@@ -207,6 +207,36 @@ def test_remote_urls_without_their_filesystem_name_the_extra(
 ) -> None:
     result = _cli_without((module,), tmp_path, "verify", url)
     _one_error_line(result, f"shardkit[{extra}]")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "list(shardkit.Dataset('s3://bucket/data/'))",  # lists a folder
+        "shardkit.build('img-000000.tar', 's3://bucket/out')",  # an object-store output
+    ],
+    ids=["dataset-folder", "build-output"],
+)
+def test_every_entry_point_names_the_extra_of_a_missing_filesystem(images: Path, call: str) -> None:
+    """Regression: the folder listing and the build's object store each opened fsspec
+    themselves (a bare ImportError; the build said "cannot open this URL scheme")."""
+    body = f"""
+import shardkit
+from shardkit.errors import MissingDependencyError
+try:
+    {call}
+except MissingDependencyError as exc:
+    print("missing:", exc)
+"""
+    result = _without(("s3fs",), body, images)
+    assert result.stdout.strip() == (
+        "missing: s3:// URLs needs s3fs, which is not installed: pip install 'shardkit[s3]'"
+    ), result.stdout + result.stderr
+
+
+def test_a_folder_url_of_an_unknown_scheme_is_a_storage_error() -> None:
+    with pytest.raises(StorageError, match="cannot open this URL scheme"):
+        list(shardkit.Dataset("nosuch://bucket/data/"))
 
 
 @pytest.mark.parametrize(("module", "engine"), [("ray", "ray"), ("distributed", "dask")])

@@ -304,7 +304,7 @@ def test_lying_size_under_the_limit_allocates_nothing(tmp_path: os.PathLike[str]
 def _through_the_tools(data: bytes, folder: str) -> dict[str, Any]:
     """Read ``data`` as a shard with the reader and with cat, split, verify, index and
     stats; each must end in a result or a ShardkitError (anything else fails the test)."""
-    from shardkit.reader import read_shard
+    from shardkit.reader import iter_shard_samples, read_shard
     from shardkit.tools import cat, split, stats, verify, write_index
 
     path = os.path.join(folder, "in.tar")
@@ -317,7 +317,16 @@ def _through_the_tools(data: bytes, folder: str) -> dict[str, Any]:
             for s in read_shard(url)
         ]
 
+    def streamed(url: str) -> list[dict[str, Any]]:
+        with open(url, "rb") as f:
+            return [
+                {k: v for k, v in s.items() if k not in ("__url__", "__offset__")}
+                for s in iter_shard_samples(f, url=url)
+            ]
+
+    # read_shard maps a local file; the same file read as a stream must read the same
     out: dict[str, Any] = {"read": outcome(lambda: samples(path))}
+    out["stream"] = outcome(lambda: streamed(path))
     cat_out = os.path.join(folder, "cat.tar")
     out["cat"] = outcome(lambda: cat([path], cat_out))
     if not isinstance(out["cat"], ShardkitError):
@@ -347,6 +356,10 @@ def _check_tools(data: bytes) -> None:
             tracemalloc.stop()
     assert peak < 64 << 20, peak  # whatever the headers claim (a MemoryError fails too)
     read = out["read"]
+    if isinstance(read, ShardkitError):
+        assert (type(out["stream"]), str(out["stream"])) == (type(read), str(read))
+    else:
+        assert out["stream"] == read
     if isinstance(read, ShardkitError):
         # One parser, one grouping: what the reader refuses, the copying tools refuse
         # and verify reports.

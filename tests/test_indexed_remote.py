@@ -3,7 +3,9 @@ the local cache (run through scripts/test-services)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shutil
 import uuid
 from typing import Any
@@ -110,3 +112,24 @@ def test_a_cache_copy_without_a_length_is_kept_only_when_proven_whole(tmp_path: 
         ):
             ds[0]
         assert not os.listdir(os.path.join(tmp_path, "cache2"))  # no partial copy kept
+
+
+def test_a_ranged_read_is_retried_as_a_stream_is(
+    tmp_path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One retry policy for remote reads: a 5xx on a ranged read is retried with the same
+    backoff, and logged the same way, as one on a streaming read."""
+    from conftest_remote import Faults, faulty_server
+
+    files = _served(os.path.join(tmp_path, "src"))
+    faults = Faults()
+    with faulty_server(files, faults) as base:
+        url = base + "/shard-000000.tar"
+        ds = shardkit.IndexedDataset(url)
+        assert ds[0]["__key__"] == ALL[0]
+        faults.statuses[:] = [503]  # the next request: the ranged read of sample 1
+        with caplog.at_level(logging.WARNING, logger="shardkit"):
+            assert ds[1]["__key__"] == ALL[1]
+    retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert len(retries) == 1
+    assert re.fullmatch(rf"{re.escape(url)}: \w+ at byte \d+; retry 1 of 5 in 0\.2 s", retries[0])

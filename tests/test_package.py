@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import shardkit
 from shardkit.cli import main
@@ -18,11 +19,80 @@ def test_all_is_sorted_and_every_name_exists() -> None:
     assert shardkit.MissingDependencyError is MissingDependencyError
 
 
+def _modules_loaded_by(code: str) -> set[str]:
+    """The modules a fresh interpreter loads to run ``code`` (beyond those it starts with)."""
+    script = (
+        "import sys\nbefore = set(sys.modules)\n"
+        f"{code}\n"
+        "print(','.join(sorted(set(sys.modules) - before)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return set(out.stdout.strip().splitlines()[-1].split(","))
+
+
+# Modules that cost milliseconds or megabytes and that no caller of `import shardkit` needs.
+_HEAVY = {"torch", "tensorflow", "numpy", "PIL", "boto3", "s3fs", "gcsfs", "ray", "dask"}
+_STDLIB_NOT_AT_IMPORT = {
+    "concurrent.futures", "dataclasses", "email", "hashlib", "importlib.metadata", "json",
+    "logging", "subprocess", "tarfile", "zipfile",
+}  # fmt: skip
+
+
 def test_import_is_light() -> None:
-    heavy = ["torch", "tensorflow", "numpy", "PIL", "boto3", "s3fs", "gcsfs", "ray", "dask"]
-    code = f"import sys, shardkit; print(','.join(m for m in {heavy!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    loaded = _modules_loaded_by("import shardkit")
+    assert not loaded & _HEAVY
+    assert not loaded & _STDLIB_NOT_AT_IMPORT
+    # Only the exceptions are imported up front; every other public name on first use.
+    assert {m for m in loaded if m.startswith("shardkit")} == {
+        "shardkit",
+        "shardkit._lazy",
+        "shardkit._version",
+        "shardkit.errors",
+    }
+
+
+def test_lazy_names_and_submodules_are_there_on_first_use() -> None:
+    loaded = _modules_loaded_by(
+        "import shardkit\n"
+        "from shardkit import BuildOptions, ShardWriter\n"
+        "from shardkit.builder import BuildOptions as B\n"
+        "assert BuildOptions is B and shardkit.ShardWriter is ShardWriter\n"
+        "assert shardkit.storage.open_read is not None  # a submodule, imported when named\n"
+        "assert 'Dataset' in dir(shardkit) and 'Dataset' in dir(shardkit.pipeline)\n"
+        "try:\n    shardkit.no_such_name\nexcept AttributeError:\n    pass\n"
+        "else:\n    raise SystemExit('no AttributeError')"
+    )
+    assert "shardkit.builder.options" in loaded and "shardkit.storage" in loaded
+    assert "shardkit.pipeline.dataset" not in loaded  # dir() imported nothing
+
+
+def test_reading_tar_shards_loads_neither_the_builder_nor_crc32c(tmp_path: Path) -> None:
+    """``crc32c``'s own import loads importlib.metadata and email (about 8 MB): a process
+    that reads only tar shards never needs it, nor the builder, mixing or the Loader."""
+    path = tmp_path / "shard-000000.tar"
+    with open(path, "wb") as f, shardkit.TarWriter(f) as writer:
+        for i in range(3):
+            writer.write({"__key__": f"s{i}", "txt": b"x"})
+    loaded = _modules_loaded_by(
+        f"from shardkit import Dataset\nassert sum(1 for _ in Dataset([{str(path)!r}])) == 3"
+    )
+    assert "shardkit.reader" in loaded
+    unwanted = {"crc32c", "importlib.metadata", "email", "shardkit.builder"}
+    assert not loaded & (unwanted | {"shardkit.pipeline.mixing", "shardkit.pipeline.loader"})
+    assert not loaded & _HEAVY
+
+
+def test_tfrecord_loads_crc32c_on_first_use() -> None:
+    loaded = _modules_loaded_by(
+        "from shardkit.formats import tfrecord\n"
+        "import sys\n"
+        "assert 'crc32c' not in sys.modules\n"
+        "crc = 0xE3069283  # CRC32C('123456789'), RFC 3720\n"
+        "masked = ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF\n"
+        "assert tfrecord.masked_crc32c(b'123456789') == masked\n"
+        "assert tfrecord.masked_crc32c(b'123456789') == masked  # the C function, bound now"
+    )
+    assert "crc32c" in loaded
 
 
 def test_build_function_and_builder_modules_do_not_shadow_each_other() -> None:

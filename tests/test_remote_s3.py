@@ -3,18 +3,21 @@ handling without a server (gs:// against a GCS API server: test_remote_gcs.py)."
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import subprocess
 import sys
+import threading
 import uuid
 from typing import Any
 
 import pytest
 from conftest_pipeline import keys, write_shards
-from conftest_remote import s3_options
+from conftest_remote import cutting_proxy, s3_options
 
 from shardkit import Dataset, ShardWriter
+from shardkit.errors import StorageError
 from shardkit.pipeline import resolve_source
 from shardkit.pipeline.urls import parse_manifest
 
@@ -91,6 +94,36 @@ def test_write_shards_to_s3_then_read_them_back(s3_data: tuple[str, dict[str, An
     assert got == [(i,) for i in range(9)]
 
 
+def test_an_upload_the_server_never_answers_is_sent_again(
+    s3_data: tuple[str, dict[str, Any]],
+) -> None:
+    """Regression (the flaky hang of the test above under load): botocore asks for
+    "100 Continue" on every upload, and aiohttp arms no read timeout while it waits for
+    one, so a PUT the server never answered waited forever. Now the body goes at once,
+    ``read_timeout`` bounds the wait and the upload is sent again."""
+    base, options = s3_data
+    requests: list[str] = []
+    lost = [f"PUT /{base.removeprefix('s3://')}/lost/part-000001.tfrecord"]
+    with cutting_proxy(options["endpoint_url"], [], requests, swallow=lost) as proxy:
+        slow = {**options, "endpoint_url": proxy, "config_kwargs": {"read_timeout": 2}}
+        done = threading.Event()
+
+        def write() -> None:
+            pattern = base + "/lost/part-%06d.tfrecord"
+            with ShardWriter(pattern, max_count=4, storage_options=slow) as sink:
+                for i in range(9):
+                    sink.write({"__key__": f"w{i}", "cls": i})
+            done.set()
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        writer.join(200)  # generous: the bug waits forever
+        assert done.is_set(), "the upload the server never answered was waited for forever"
+    assert not lost  # the PUT was swallowed once
+    got = list(Dataset(base + "/lost/", storage_options=options).decode().to_tuple("cls"))
+    assert got == [(i,) for i in range(9)]
+
+
 def test_gs_urls_expand_and_join_without_a_server() -> None:
     # URL handling only (brace expansion, manifest joins, pickling): nothing is opened
     # until iteration, so no server is needed.
@@ -101,3 +134,13 @@ def test_gs_urls_expand_and_join_without_a_server() -> None:
     ds = Dataset("gs://bucket/train/shard-{000..002}.tar", storage_options={"token": "anon"})
     assert pickle.loads(pickle.dumps(ds)).shards == shards
     assert os.path.basename(ds.shards.urls[-1]) == "shard-002.tar"
+
+
+def test_an_s3_configuration_error_is_not_retried(caplog: pytest.LogCaptureFixture) -> None:
+    """A missing profile or a bad endpoint is not a network hiccup: one StorageError at
+    once, not five retries over 6 s ending in "gave up after 5 retries". No server needed."""
+    for options in ({"profile": "no-such-profile"}, {"endpoint_url": "htp://nowhere:1"}):
+        with caplog.at_level(logging.WARNING), pytest.raises(StorageError) as info:
+            list(Dataset("s3://bucket/shard.tar", storage_options=options))
+        assert "gave up" not in str(info.value)
+    assert not [r for r in caplog.records if "retry" in r.getMessage()]

@@ -95,3 +95,97 @@ def test_a_failure_mid_commit_leaves_a_build_that_resumes_exactly(
     again = shardkit.build(corpus, url, options=BuildOptions(**OPTIONS))  # type: ignore[arg-type]
     assert again.resumed_tasks > 0
     assert snapshot_s3(url) == reference
+
+
+# An assembled build (sizes not known up front): chunk tasks, shards cut by the driver.
+SAMPLES = [{"__key__": f"{i:04d}", "txt": b"x" * (40 + 7 * i)} for i in range(90)]
+ASSEMBLED = {"max_count": 7, "max_size": 6000, "seed": 2, "workers": 2}  # cuts inside chunks
+
+
+def test_assembled_commits_overlap_and_parts_go_after_their_records(
+    s3_bucket: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunk records, shard records and part deletions run concurrently; a part is deleted
+    only after its chunk's record and the record of every shard that read it."""
+    from shardkit.builder.assembly import ShardPlan, WorkerAssembler
+
+    local = str(tmp_path / "local")
+    shardkit.build(SAMPLES, local, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]
+    events: list[tuple[str, int]] = []
+    readers: dict[int, list[int]] = {}  # chunk -> shards that read it
+    lock = threading.Lock()
+    inflight, most = [0], [0]
+    write, record_shard = Journal.write, Journal.record_shard
+    remove, done = ObjectStore.remove, WorkerAssembler.done
+
+    def slow(kind: str, index: int, fn: Any, *args: Any) -> None:
+        with lock:
+            inflight[0] += 1
+            most[0] = max(most[0], inflight[0])
+        time.sleep(0.03)  # a slow server: records overlap only if they are pooled
+        fn(*args)
+        with lock:
+            inflight[0] -= 1
+            events.append((kind, index))
+
+    def slow_write(self: Journal, result: Any) -> None:
+        slow("task", result.index, write, self, result)
+
+    def slow_record_shard(self: Journal, shard: Any, index: int | None = None) -> None:
+        slow("shard", int(index if index is not None else -1), record_shard, self, shard, index)
+
+    def logged_remove(self: ObjectStore, names: Any) -> None:
+        names = list(names)
+        remove(self, names)
+        with lock:
+            parts = (n for n in names if "-part" in n)  # not the journal's records at the end
+            events.extend(("removed", int(n.split("task")[1][:6])) for n in parts)
+
+    def noted_done(self: WorkerAssembler, plan: ShardPlan, shard: Any) -> None:
+        for chunk in plan.chunks:
+            readers.setdefault(chunk, []).append(plan.index)
+        done(self, plan, shard)
+
+    monkeypatch.setattr(Journal, "write", slow_write)
+    monkeypatch.setattr(Journal, "record_shard", slow_record_shard)
+    monkeypatch.setattr(ObjectStore, "remove", logged_remove)
+    monkeypatch.setattr(WorkerAssembler, "done", noted_done)
+    url = f"s3://{s3_bucket}/assembled"
+    result = shardkit.build(SAMPLES, url, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]
+    assert snapshot_s3(url) == snapshot_local(local)  # the same shards and manifest
+    assert len(result.shards) > 13
+    assert any(len(shards) > 1 for shards in readers.values())
+    assert most[0] > 1, "journal records were written one at a time"
+    removed = [(p, chunk) for p, (kind, chunk) in enumerate(events) if kind == "removed"]
+    assert len(removed) == 13  # every chunk's part (90 samples in chunks of 7)
+    for position, chunk in removed:
+        before = events[:position]
+        assert ("task", chunk) in before
+        assert all(("shard", shard) in before for shard in readers[chunk])
+
+
+def test_an_assembled_build_whose_shard_record_fails_resumes_exactly(
+    s3_bucket: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = str(tmp_path / "local")
+    shardkit.build(SAMPLES, local, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]
+    record_shard = Journal.record_shard
+    calls = [0]
+
+    def failing(self: Journal, shard: Any, index: int | None = None) -> None:
+        calls[0] += 1
+        if calls[0] == 4:
+            raise StorageError("cannot write the build journal: injected", url="s3://x")
+        record_shard(self, shard, index)
+
+    monkeypatch.setattr(Journal, "record_shard", failing)
+    url = f"s3://{s3_bucket}/failing-assembled"
+    with pytest.raises(StorageError, match="injected"):
+        shardkit.build(SAMPLES, url, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]
+    left = snapshot_s3(url)
+    assert "manifest.json" not in left
+    assert any(name.startswith(".shard-") and "-part" in name for name in left)  # parts kept
+    monkeypatch.setattr(Journal, "record_shard", record_shard)
+    again = shardkit.build(SAMPLES, url, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]
+    assert again.resumed_tasks > 0
+    assert snapshot_s3(url) == snapshot_local(local)

@@ -7,11 +7,10 @@ cloud SDK; those load only when a feature that needs them is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_exports
 from ._version import __version__
-from .builder import BuildOptions, BuildProgress, BuildResult, build
 from .errors import (
     BuildError,
     ChecksumError,
@@ -28,16 +27,25 @@ from .errors import (
     TruncatedShardError,
     UnsafeDataError,
 )
-from .formats.tar import TarWriter
-from .writer import ShardInfo, ShardWriter
 
 if TYPE_CHECKING:
+    from .builder import BuildOptions, BuildProgress, BuildResult, build
+    from .formats.tar import TarWriter
     from .mapshards import ShardResult, map_shards
     from .pipeline import Dataset, IndexedDataset, Loader, MixedDataset, mix
     from .reader import read_shard
+    from .writer import ShardInfo, ShardWriter
 
-# Loaded on first use: the reading pipeline and the shard mapper are not needed to build.
+# Everything but the exceptions loads on first use, so ``import shardkit`` costs little
+# and a reader never loads the builder (nor a builder the reading pipeline).
 _LAZY = {
+    "BuildOptions": ".builder",
+    "BuildProgress": ".builder",
+    "BuildResult": ".builder",
+    "build": ".builder",
+    "TarWriter": ".formats.tar",
+    "ShardInfo": ".writer",
+    "ShardWriter": ".writer",
     "Dataset": ".pipeline",
     "IndexedDataset": ".pipeline",
     "Loader": ".pipeline",
@@ -82,14 +90,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

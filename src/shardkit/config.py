@@ -11,10 +11,12 @@ __all__ = [
     "PipePolicy",
     "allow_pipe_urls",
     "cache_dir",
+    "cpu_quota",
     "default_workers",
     "node_info",
     "pipe_policy",
     "s3_endpoint",
+    "usable_cores",
 ]
 
 
@@ -69,10 +71,43 @@ def default_workers() -> int:
     value = _env("SHARDKIT_WORKERS")
     if value is not None:
         return max(1, int(value))
+    return usable_cores()
+
+
+def usable_cores() -> int:
+    """CPU cores this process may keep busy: those it may run on (its affinity), or
+    fewer under a cgroup CPU limit (:func:`cpu_quota`)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    quota = cpu_quota()
+    return max(1, cores if quota is None else min(cores, quota))
+
+
+def cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
+    """The CPUs a cgroup CPU limit allows (a container's ``--cpus``, a Kubernetes CPU
+    limit), rounded up; None when there is none or it cannot be read. Reads cgroup v2's
+    ``cpu.max``, else v1's ``cpu/cpu.cfs_quota_us`` and ``cpu/cpu.cfs_period_us``, under
+    ``root``: a container's own cgroup, which its cgroup namespace puts there."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            fields = f.read().split()
+    except OSError:
+        try:
+            with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+                quota = f.read()
+            with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+                fields = [quota.strip(), f.read().strip()]
+        except OSError:
+            return None
+    try:
+        quota_us, period_us = int(fields[0]), int(fields[1])
+    except (ValueError, IndexError):  # "max": no limit
+        return None
+    if quota_us <= 0 or period_us <= 0:  # v1's -1: no limit
+        return None
+    return max(1, -(-quota_us // period_us))
 
 
 def node_info() -> tuple[int, int]:

@@ -210,9 +210,7 @@ def _outputs(outputs: str | Sequence[str], count: int) -> list[str]:
 
 
 def _size(url: str, storage_options: dict[str, Any] | None) -> int:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    fs, path = storage.filesystem(url, storage_options)
     return int(fs.size(path))
 
 

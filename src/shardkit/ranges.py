@@ -18,22 +18,22 @@ import collections
 import contextlib
 import functools
 import logging
+import mmap
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from . import storage
 from .cachelimit import enforce_limit, lock_shared
 from .errors import StorageError
+from .formats.tar import Buffer
 
 __all__ = ["RangeReader"]
 
 logger = logging.getLogger(__name__)
 
-_RETRIES = 5
-_BACKOFF_S = 0.2
+_CACHE_TRIES = 5  # fetches of a shard the bounded cache keeps evicting before giving up
 
 
 class _Local:
@@ -44,12 +44,23 @@ class _Local:
         if cached and not lock_shared(self.fd):
             os.close(self.fd)
             raise FileNotFoundError(path)  # evicted between open and lock
+        self.map: mmap.mmap | None = None
 
     def read(self, offset: int, size: int) -> bytes:
         return os.pread(self.fd, size, offset)
 
+    def mapping(self) -> mmap.mmap | None:
+        """The file memory-mapped (read-only, once, on first use); None if it is empty."""
+        if self.map is None:
+            self.map = storage.map_file(self.fd)
+        return self.map
+
     def close(self) -> None:
         fd, self.fd = self.fd, -1
+        mapped, self.map = self.map, None
+        if mapped is not None:
+            with contextlib.suppress(BufferError):  # else it closes with its last view
+                mapped.close()
         if fd >= 0:
             os.close(fd)
 
@@ -109,28 +120,46 @@ class RangeReader:
         """The size of a shard in bytes."""
         return self._handle(url).size
 
-    def read(self, url: str, offset: int, size: int) -> bytes:
-        """``size`` bytes of ``url`` from ``offset``; StorageError if fewer are there."""
+    def span(self, url: str, offset: int, size: int, *, mapped: bool = True) -> tuple[Buffer, int]:
+        """``(buffer, start)``: the ``size`` bytes of ``url`` from ``offset`` are
+        ``buffer[start : start + size]``, fewer where the shard ends first.
+
+        A local shard (or cache copy) is memory-mapped once per process and kept while
+        the shard is open (``mapped=False``: read by ``pread`` instead); the buffer is
+        the map, nothing is copied, and views of it keep it alive after the shard is
+        let go. Before a map is sliced the file's size is checked, so a shard cut short
+        since it was mapped gives its short bytes (a read) rather than SIGBUS. A remote
+        shard: the bytes of one ranged read (``start`` 0)."""
         handle = self._handle(url)
-        for attempt in range(_RETRIES + 1):
+        if mapped and isinstance(handle, _Local):
+            try:
+                whole = handle.mapping()
+                holds = os.fstat(handle.fd).st_size if whole is not None else 0
+            except (OSError, ValueError) as exc:
+                raise StorageError(f"cannot map: {exc}", url=url) from exc
+            if whole is not None and offset + size <= min(holds, len(whole)):
+                return whole, offset
+        return self.read(url, offset, size, exact=False), 0
+
+    def read(self, url: str, offset: int, size: int, *, exact: bool = True) -> bytes:
+        """``size`` bytes of ``url`` from ``offset``; StorageError if fewer are there
+        (``exact=False``: the bytes there are, fewer at the end of the shard)."""
+        handle = self._handle(url)
+        retries = storage.READ_RETRIES if isinstance(handle, _Remote) else 0
+        attempt = 0
+        while True:
             try:
                 data = handle.read(offset, size)
                 break
+            except StorageError:
+                raise
             except Exception as exc:
-                if isinstance(exc, StorageError):
-                    raise
-                if not isinstance(handle, _Remote) or not storage.is_transient(exc):
-                    raise StorageError(f"read failed: {exc}", url=url, offset=offset) from exc
-                if attempt == _RETRIES:
-                    raise StorageError(
-                        f"read failed: {type(exc).__name__}: {exc} (gave up after "
-                        f"{_RETRIES} retries)",
-                        url=url,
-                        offset=offset,
-                    ) from exc
+                if not storage.is_transient(exc) or attempt >= retries:
+                    raise storage.read_failure(exc, url, offset, attempt) from exc
+                attempt += 1
                 handle.close()
-                time.sleep(_BACKOFF_S * 2**attempt)
-        if len(data) != size:
+                storage.wait_to_retry(url, exc, offset, attempt, retries)
+        if len(data) != size and exact:
             raise StorageError(
                 f"short read: {len(data)} of {size} bytes (the shard changed?)",
                 url=url,
@@ -172,7 +201,7 @@ class RangeReader:
         """The cache copy of ``url``, fetched whole first when there is none."""
         path = storage.cache_path(url, cache_dir)
         check = None if self.cache_check is None else functools.partial(self.cache_check, url)
-        for _ in range(_RETRIES):
+        for _ in range(_CACHE_TRIES):
             with contextlib.suppress(FileNotFoundError):
                 return _Local(path, cached=True)
             stream = storage.open_read(

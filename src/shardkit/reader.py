@@ -6,6 +6,10 @@ Samples are dicts of raw bytes fields plus ``__key__``, ``__url__`` and ``__offs
 (the byte offset where the sample starts in the uncompressed stream). TFRecord samples
 are their Example's features, mapped as :mod:`shardkit.formats.example` documents.
 
+A local uncompressed tar shard is memory-mapped and parsed over the mapping by the same
+parser (:func:`shardkit.formats.tar.buffer_samples`), with the same samples and errors;
+every other shard is read as a stream.
+
 Untrusted shards are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError` (or a subclass), members and records are read
 whole only up to ``max_member_size`` (2 GiB by default; the header says the size before
@@ -16,10 +20,13 @@ so that its CRC and length are checked.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gzip
 import logging
+import mmap
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, BinaryIO
 
 from . import storage
@@ -48,6 +55,9 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 # After the last sample, at most this much of a gzip stream is read to reach its trailer.
 _GZIP_TAIL = 1 << 20
+# A mapped shard's pages are let go from the resident set in steps of this many bytes.
+_RELEASE = 1 << 22
+_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
 
 def detect_format(url: str, format: Format | None = None) -> tuple[Format, bool]:
@@ -138,17 +148,40 @@ def read_shard(
     verify: bool = True,
     storage_options: dict[str, Any] | None = None,
     max_member_size: int = MAX_MEMBER_SIZE,
-) -> Iterator[dict[str, Any]]:
+    cache_dir: str | None = None,
+    cache_limit: int | None = None,
+    copy: bool = True,
+) -> Generator[dict[str, Any], None, None]:
     """Open ``url`` and yield its samples; the stream is closed when iteration ends.
 
     Structural errors (truncation, bad checksums, corrupt gzip data) are passed to
     ``handler`` too: a handler that returns True skips the rest of that shard (nothing
     after a broken record can be trusted), one that raises propagates the error. A tar
     member or TFRecord record over ``max_member_size`` bytes is such an error.
+    ``cache_dir`` / ``cache_limit``: the local copy of a remote shard, as
+    :func:`shardkit.storage.open_read` keeps it (proven whole before it is kept).
+
+    An uncompressed tar shard in a local file (or a local cache copy) is read in place:
+    memory-mapped and parsed by the same parser over the mapping
+    (:func:`shardkit.formats.tar.buffer_samples`), without a read call or a buffer
+    refill; the samples, errors and limits are the stream's. There ``copy=False``
+    makes the fields memoryviews of the mapping instead of ``bytes`` (no copy; each
+    view keeps the mapping alive); elsewhere fields are ``bytes`` either way.
     """
     kind, gz = detect_format(url, format)
-    stream = storage.open_read(url, storage_options=storage_options)
+    check = functools.partial(holds_whole_shard, format=kind) if cache_dir is not None else None
+    stream = storage.open_read(
+        url,
+        storage_options=storage_options,
+        cache_dir=cache_dir,
+        cache_limit=cache_limit,
+        cache_check=check,
+    )
     try:
+        mapped = _map_tar(url, stream) if kind == "tar" and not gz else None
+        if mapped is not None:
+            yield from _mapped_samples(mapped, url, handler, max_member_size, copy)
+            return
         yield from iter_shard_samples(
             stream,
             url=url,
@@ -160,6 +193,49 @@ def read_shard(
         )
     finally:
         stream.close()
+
+
+def _map_tar(url: str, stream: BinaryIO) -> mmap.mmap | None:
+    """The mapping of a shard opened from a local file at its start, unless it is empty
+    or gzipped (by its magic bytes); None for any other stream."""
+    if url == "-":
+        return None
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return None
+    mapped = storage.map_file(fd)
+    if mapped is not None and mapped[:2] == _GZIP_MAGIC:
+        mapped.close()
+        return None
+    return mapped
+
+
+def _mapped_samples(
+    mapped: mmap.mmap, url: str, handler: Handler, max_member_size: int, copy: bool
+) -> Iterator[dict[str, Any]]:
+    """The samples of a mapped tar shard, with :func:`iter_shard_samples`'s handling of
+    structural errors; the mapping is closed at the end (by its last view, if any)."""
+    from .formats.tar import buffer_samples
+
+    samples = buffer_samples(
+        mapped, url=url, handler=handler, max_member_size=max_member_size, copy=copy
+    )
+    released = 0
+    try:
+        for sample in samples:
+            yield sample
+            # Pages behind the reader leave this process's resident set (they stay in the
+            # page cache; a view that is still read faults them back in).
+            done = sample["__offset__"] - sample["__offset__"] % mmap.PAGESIZE
+            if done - released >= _RELEASE and _DONTNEED is not None:
+                mapped.madvise(_DONTNEED, released, done - released)
+                released = done
+    except FormatError as exc:
+        handler(exc)
+    finally:
+        with contextlib.suppress(BufferError):  # views are out: it closes with the last
+            mapped.close()
 
 
 def load_manifest(

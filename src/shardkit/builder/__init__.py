@@ -48,6 +48,36 @@ def build(
     Worker processes use the ``forkserver`` start method: a script that calls this must
     guard its entry point with ``if __name__ == "__main__":``.
     """
-    from .api import build as run
+    _start_workers(source, BuildOptions() if options is None else options)
+    from .api import build as run  # the machinery: ~50 ms of imports, while the server boots
 
     return run(source, out, options=options, to_sample=to_sample, progress=progress)
+
+
+_TABLE_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
+
+
+def _is_table(source: Any) -> bool:
+    """Whether ``source`` names a CSV/TSV/JSONL/parquet list."""
+    if not isinstance(source, (str, os.PathLike)):
+        return False
+    path = os.fspath(source)
+    return path.lower().endswith(_TABLE_EXTENSIONS) and "{" not in path
+
+
+def _start_workers(source: Any, options: Any) -> None:
+    """Boot the local worker server now, in the background, for a build that will use
+    worker processes: it imports shardkit and what the workers need while this process
+    loads the build machinery and lists the source."""
+    from .. import config
+
+    if not isinstance(options, BuildOptions) or options.engine != "local":
+        return  # a bad options object is refused by the build; a cluster has its workers
+    if (options.workers or config.default_workers()) <= 1:
+        return
+    from ..engines import warm_up
+
+    images = ("cv2", "simplejpeg", "PIL.Image") if options.transforms else ()
+    # A list may name http(s) URLs: its workers download with aiohttp (skipped if absent).
+    fetch = ("aiohttp", f"{__name__}.fetch") if _is_table(source) else ()
+    warm_up((f"{__name__}.worker", *images, *fetch))  # worker.WORKER_MODULE

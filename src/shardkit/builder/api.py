@@ -5,21 +5,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import config
-from ..engines import warm_up
 from ..errors import BuildError, ConfigError
 from ..formats.names import MANIFEST_NAME, is_shard_name
+from . import _is_table
 from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
 from .sources import Listing, list_image_folder
 from .spill import Spill
 from .store import LocalStore, ObjectStore
-from .worker import WORKER_MODULE
 
 __all__ = ["build", "list_source"]
-
-_TABLE_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 
 
 def build(
@@ -44,12 +40,6 @@ def build(
         from ..engines import check_reachable
 
         check_reachable(options.engine, options.address)
-    if (options.workers or config.default_workers()) > 1:
-        # The worker server boots while the source is listed.
-        images = ("cv2", "simplejpeg", "PIL.Image") if options.transforms else ()
-        # A list may name http(s) URLs: its workers download with aiohttp (skipped if absent).
-        fetch = ("aiohttp", f"{__package__}.fetch") if _is_table(source) else ()
-        warm_up((WORKER_MODULE, *images, *fetch))
     with Spill() as spill:  # a large listing is sorted and ordered here, then removed
         listing = list_source(source, out_path, options, to_sample, spill=spill)
         if options.transforms and listing.kind not in ("image_folder", "table"):
@@ -65,14 +55,6 @@ def build(
             _make_folder(out_path)
             store = LocalStore(out_path, hash=options.hash)
         return run_build(store, options, listing, progress, spill)
-
-
-def _is_table(source: Any) -> bool:
-    """Whether ``source`` names a CSV/TSV/JSONL list."""
-    if not isinstance(source, (str, os.PathLike)):
-        return False
-    path = os.fspath(source)
-    return path.lower().endswith(_TABLE_EXTENSIONS) and "{" not in path
 
 
 def _is_remote(out: str) -> bool:

@@ -15,18 +15,26 @@ each one with its index and cut position, and deletes a part only once every sha
 uses it is journaled. A resume re-derives the same cuts from the journaled chunk results,
 keeps the journaled shards it finds intact, and reruns only chunks whose part is gone
 while a shard still missing needs it.
+
+In an object store these commits are round trips (a PUT per chunk record and per shard
+record, a DELETE per used part), so they go through a bounded
+:class:`~.commit.CommitPool`, as a pass-through build's renames do: a part is deleted
+only after its chunk's record and the records of every shard that read it are written,
+and the manifest waits for every commit (:meth:`WorkerAssembler.drain`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..digest import entry_digest
 from ..errors import StorageError
-from .commit import Namer
+from .commit import CommitPool, Namer
 from .journal import Journal
 from .manifest import ShardRecord
 from .options import BuildOptions
@@ -148,10 +156,18 @@ class WorkerAssembler:
         journal: Journal,
         final_name: Namer,
         options: BuildOptions,
+        *,
+        threads: int = 0,
     ) -> None:
         self.store = store
         self.journal = journal
         self.options = options
+        self.pool = CommitPool(threads) if threads > 1 else None
+        # With a pool: chunk -> the journal writes its part's deletion waits for, and how
+        # many shard records are still to be written (those shards are not finished yet).
+        self._writes: dict[int, list[Future[Any]]] = {}
+        self._unwritten = 0
+        self._lock = threading.Lock()
         self.cutter = Cutter(options, final_name)
         self.start = 0  # every chunk result feeds the cutter, from the first
         self.committed: dict[int, ShardRecord] = {}
@@ -170,7 +186,7 @@ class WorkerAssembler:
     @property
     def finished(self) -> int:
         """Shards assembled and journaled so far (what progress reports)."""
-        return len(self.committed)
+        return len(self.committed) - self._unwritten
 
     @property
     def shards(self) -> list[ShardRecord]:
@@ -208,11 +224,23 @@ class WorkerAssembler:
         ]
 
     def record(self, result: TaskResult) -> None:
-        """Journal a finished chunk (at once: shards and part deletions rely on it)."""
-        self.journal.record(result)
+        """Journal a finished chunk (through the pool: its part's deletion waits for it)."""
+        if self.pool is None:
+            self.journal.record(result)
+            return
+        self.journal.done[result.index] = result  # here: the driver cuts in this order
+        write = self.pool.submit(self.journal.write, dataclasses.replace(result))
+        self._writes[result.index] = [write]
+
+    def drain(self) -> None:
+        """Wait until every journal record and part deletion is done (the manifest comes
+        after)."""
+        if self.pool is not None:
+            self.pool.drain()
 
     def close(self) -> None:
-        """Nothing runs in the background."""
+        if self.pool is not None:
+            self.pool.close()
 
     def add(self, result: TaskResult) -> None:
         if result.parts:
@@ -248,14 +276,40 @@ class WorkerAssembler:
                 url=self.store.join(plan.name),
             )
         record = {**dataclasses.asdict(shard), "index": plan.index, "end": list(plan.end)}
-        self.journal.record_shard(record, index=plan.index)
+        if self.pool is None:
+            self.journal.record_shard(record, index=plan.index)
+        else:
+            with self._lock:
+                self._unwritten += 1
+            write = self.pool.submit(self._record_shard, record, plan.index)
+            for chunk in plan.chunks:
+                self._writes.setdefault(chunk, []).append(write)
         self._committed(plan, shard)
+
+    def _record_shard(self, record: dict[str, Any], index: int) -> None:
+        self.journal.record_shard(record, index=index)
+        with self._lock:
+            self._unwritten -= 1
 
     def _committed(self, plan: ShardPlan, shard: ShardRecord) -> None:
         self.committed[plan.index] = shard
-        unused = []
+        unused, writes = [], []
         for chunk in plan.chunks:
             self._uses[chunk] -= 1
             if not self._uses[chunk] and chunk in self._closed and chunk in self._parts:
                 unused.append(self._parts.pop(chunk))
-        self.store.remove(unused)
+                writes += self._writes.pop(chunk, [])
+        if self.pool is None:
+            self.store.remove(unused)
+        elif unused:
+            self.pool.submit(_remove_after, self.store, unused, writes)
+
+
+def _remove_after(
+    store: LocalStore | ObjectStore, names: list[str], writes: list[Future[Any]]
+) -> None:
+    """Remove ``names`` once ``writes`` (journal records submitted earlier) are done; a
+    failed record raises instead (the parts stay for the resume)."""
+    for write in writes:
+        write.result()
+    store.remove(names)

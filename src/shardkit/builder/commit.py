@@ -16,7 +16,7 @@ system call).
 
 Where sizes are not known up front (resized images, Python samples, URLs), tasks are
 chunks and the workers assemble the shards (:mod:`.assembly`), into a local folder or an
-object store alike.
+object store alike; their journal records and part deletions go through the same pool.
 """
 
 from __future__ import annotations
@@ -150,6 +150,10 @@ class Renamer:
 
     def finish(self) -> None:
         """Wait until every shard is renamed (the manifest comes after)."""
+        self.drain()
+
+    def drain(self) -> None:
+        """Wait until every journal record and rename is done."""
         if self.pool is not None:
             self.pool.drain()
 

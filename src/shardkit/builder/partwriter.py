@@ -51,13 +51,13 @@ class PartWriter:
         """Append one encoded sample (``chunks`` totalling ``size`` bytes)."""
         tar.check_key_order(self._last_key, key)
         file = self._file
-        if file is not None and self.cut.full(self._count, file.size, size):
+        if file is not None and self.cut.full(self._count, file.tally.size, size):
             self._finish(file)
             file = None
         if file is None:
             file = self._file = self.store.create(self.pattern % len(self.parts))
             self._count = 0
-        file.writev(chunks)
+        file.writev(chunks, size)
         self._count += 1
         self._last_key = key
         if self._keep_sizes:

@@ -94,7 +94,9 @@ class _Driver:
             store, self.journal, self.folder.final_name, threads=threads
         )
         if self.assemble:  # workers assemble the shards the driver cuts
-            self.committer = WorkerAssembler(store, self.journal, self.folder.final_name, options)
+            self.committer = WorkerAssembler(
+                store, self.journal, self.folder.final_name, options, threads=threads
+            )
         self.started = time.perf_counter()
         self.next_task = 0
         self.counts = [0, 0, len(listing.skipped)]  # samples, bytes, skipped
@@ -131,6 +133,7 @@ class _Driver:
         self._execute(tasks, count)
         self._commit_ready()
         self.committer.finish()
+        self.committer.drain()  # every commit in flight is done before the manifest
         if isinstance(self.committer, WorkerAssembler) and not self.committer.complete:
             raise BuildError("shards are missing after every task finished (a shardkit bug)")
         return self._finish()

@@ -206,12 +206,7 @@ class ObjectStore:
     @property
     def fs(self) -> Any:
         if self._fs is None:
-            import fsspec
-
-            try:
-                self._fs, self._root = fsspec.core.url_to_fs(self.url, **self.options)
-            except (ImportError, ValueError) as exc:
-                raise StorageError(f"cannot open this URL scheme: {exc}", url=self.url) from exc
+            self._fs, self._root = storage.filesystem(self.url, self.options)
         return self._fs
 
     @property

@@ -8,6 +8,7 @@ reporter installed by :func:`init_worker`.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -93,11 +94,14 @@ _reporter: Reporter | None = None
 def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> None:
     """Install the build context and progress reporter in this process."""
     global _context, _reporter
-    from .shards import close_streams
-
-    close_streams()  # input streams cached for an earlier run must not serve this one
+    # Input streams cached for an earlier run must not serve this one. The modules that
+    # cache them are imported only where shards or URLs were read: the workers of other
+    # builds do not pay for their imports (~30 ms each, before their first task).
+    shards = sys.modules.get(f"{__package__}.shards")
+    if shards is not None:
+        shards.close_streams()
     _context, _reporter = context, reporter
-    fetch = sys.modules.get(f"{__package__}.fetch")  # imported only where URLs were read
+    fetch = sys.modules.get(f"{__package__}.fetch")
     if context is None and fetch is not None:
         fetch.close_fetcher()
     if context is not None and context.options.transforms:
@@ -148,14 +152,17 @@ def run_task(task: Task) -> TaskResult:
     writer = _part_writer(context, part_name(options, task.index))
     result = TaskResult(task.index, [])
     progress = _Progress()
-    fetches = _with_downloads(context, task.items)
+    load, add, counts = context.source.load, writer.add, result.class_counts
     packed = 0
     try:
-        for item, download in fetches:
+        for item, download in _with_downloads(context, task.items):
             try:
-                loaded = _loaded(context, item, download, result.fetch, packed)
+                if download is None:
+                    loaded = load(item)
+                else:
+                    loaded = _downloaded(context, item, download, result.fetch, packed)
                 chunks, size, label = encode_item(context, item, loaded)
-                writer.add(item.key, chunks, size)
+                add(item.key, chunks, size)
             except DataError as exc:
                 if download is not None and download.result().data is not None:
                     result.fetch[-1] = (result.fetch[-1][0], "invalid image")
@@ -166,7 +173,7 @@ def run_task(task: Task) -> TaskResult:
                 result.skipped.append((context.source.describe(item), exc.message))
                 progress.add(0, item.size, 1)
                 continue
-            result.class_counts[label] = result.class_counts.get(label, 0) + 1
+            counts[label] = counts.get(label, 0) + 1
             packed += 1
             result.input_bytes += item.size
             progress.add(1, item.size, 0)
@@ -185,7 +192,7 @@ def _with_downloads(
     """The items with their downloads, when some are http(s) URLs (see :mod:`.fetch`)."""
     url_of = getattr(context.source, "http_url", None)
     if url_of is None or not any(map(url_of, items)):
-        return ((item, None) for item in items)
+        return zip(items, itertools.repeat(None))
     from .fetch import prefetch  # asyncio and aiohttp only where something is downloaded
 
     options = context.options
@@ -194,17 +201,15 @@ def _with_downloads(
     )
 
 
-def _loaded(
+def _downloaded(
     context: WorkerContext,
     item: Item,
-    download: Future[Download] | None,
+    download: Future[Download],
     outcomes: list[tuple[int, str]],
     packed: int,
-) -> bytes | Mapping[str, Any]:
-    """The item's bytes: its download (its outcome noted in ``outcomes`` at ``packed``,
-    the samples written before it), or what the source loads."""
-    if download is None:
-        return context.source.load(item)
+) -> bytes:
+    """The item's downloaded bytes; its outcome is noted in ``outcomes`` at ``packed``,
+    the samples written before it."""
     data, category, message = download.result()
     outcomes.append((packed, category))
     if data is None:
@@ -230,7 +235,7 @@ def encode_item(
     """
     if loaded is None:
         loaded = context.source.load(item)
-    if isinstance(loaded, Mapping):
+    if not isinstance(loaded, bytes):  # a sample from Python or from shards
         return _encode_python(context, item, loaded)
     options = context.options
     ext = check_image(loaded, item.ext, options.validate)

@@ -17,11 +17,18 @@ or past a member over the limit, and look at the end-of-archive blocks.
 ``readahead=True`` (the tools) reads the stream in big chunks; ``readahead=False`` (the
 sample reader) reads only what it parses, member data straight into its own bytes, and
 never past the end-of-archive blocks (a gzip stream's trailer is checked afterwards).
+
+:meth:`TarScanner.over_buffer` walks members already in memory (``bytes``, a
+``bytearray``, an ``mmap``: a memory-mapped local shard, or the span of one sample read
+by ``pread``): the buffer *is* the scanner's buffer, so the same code applies the same
+header rules, limits and errors, with nothing read or copied but the member data it
+returns (:meth:`~TarScanner.read_data`), or none at all (:meth:`~TarScanner.read_view`).
 """
 
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -39,6 +46,8 @@ __all__ = [
     "RawMember",
     "TarScanner",
     "member_kind",
+    "plain_header",
+    "plain_members",
 ]
 
 BLOCK = 512
@@ -57,6 +66,21 @@ _SMALL = 1 << 14  # without read-ahead, members up to this size are read with th
 _PIECE = 1 << 20  # without read-ahead, the largest single read into the buffer
 
 Write = Callable[[memoryview], object]
+#: What :meth:`TarScanner.over_buffer` walks: objects whose slices are ``bytes``.
+Buffer = bytes | bytearray | mmap.mmap
+
+
+class _Exhausted:
+    """The stream behind a scanner over a buffer: nothing more to read."""
+
+    def read(self, n: int = -1) -> bytes:
+        return b""
+
+    def readinto(self, view: memoryview) -> int:
+        return 0
+
+
+_NO_MORE = _Exhausted()
 
 
 def member_kind(typeflag: int) -> str:
@@ -106,6 +130,52 @@ def checksum_ok(header: bytes | bytearray) -> bool:
         + 253  # 8 spaces for the checksum field (256), minus the three adler32 start values
     )
     return total == expected or _checksum_slow(bytes(header))
+
+
+def plain_header(header: bytes | bytearray, limit: int) -> tuple[str, int] | None:
+    """The common case of the header rules, fast: ``(name, size)`` of a plain ustar
+    header of a regular file (type ``0``, no name prefix, size and checksum fields as
+    tar writes them, the checksum right, the size within ``limit``); None for any other
+    header, which the generic path (:meth:`TarScanner._any_member`) reads, or refuses
+    with the error it deserves."""
+    if header[156] != 0x30 or header[345] or header[135] not in (0, 0x20):
+        return None
+    try:
+        expected = int(header[148:154], 8)
+        size = int(header[124:135], 8)
+    except ValueError:
+        return None
+    total = (
+        (adler32(header[:148]) & 0xFFFF)
+        + (adler32(header[156:412]) & 0xFFFF)
+        + (adler32(header[412:]) & 0xFFFF)
+    )
+    if total + 253 != expected or not 0 <= size <= limit:
+        return None
+    end = header.find(0, 0, 100)
+    return header[: end if end >= 0 else 100].decode("utf-8", "surrogateescape"), size
+
+
+def plain_members(
+    buffer: Buffer, start: int, end: int, limit: int
+) -> list[tuple[str, int, int]] | None:
+    """``(name, data offset, size)`` of each member of ``buffer[start:end]`` when every
+    header is plain (:func:`plain_header`) and the members, padding included, fill the
+    bytes exactly; None otherwise, and :meth:`TarScanner.over_buffer` reads them (and
+    says what is wrong, if anything is)."""
+    members = []
+    pos = start
+    while pos < end:
+        if end - pos < BLOCK:
+            return None
+        plain = plain_header(buffer[pos : pos + BLOCK], limit)
+        if plain is None:
+            return None
+        name, size = plain
+        data = pos + BLOCK
+        pos = data + size + (-size % BLOCK)
+        members.append((name, data, size))
+    return members if pos == end else None
 
 
 def _parse_pax(data: bytes, url: str | None, offset: int) -> dict[str, str]:
@@ -198,6 +268,41 @@ class TarScanner:
         self._copy_end = 0
         self._keep: int | None = None  # buffer index from which bytes must stay
         self._limit = _file_limit(stream) if seek else None
+        self._fixed = False  # over a buffer (over_buffer): nothing to read or move
+
+    @classmethod
+    def over_buffer(
+        cls,
+        buffer: Buffer,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        base: int = 0,
+        url: str | None = None,
+        max_member_size: int = MAX_MEMBER_SIZE,
+    ) -> TarScanner:
+        """A scanner over the members of ``buffer[start:end]``, in memory already.
+
+        ``base`` is the shard offset of ``buffer[0]`` (0 for a mapping of the whole
+        shard; the span's offset for a span read on its own), so offsets in members and
+        errors are shard offsets. The rules, limits and errors are the stream's: the
+        bytes end at ``end`` as a stream would (a member cut there is a
+        :class:`TruncatedShardError`). A ``memoryview`` is refused (its slices are not
+        ``bytes``): pass the object it views, and ``start``/``end``."""
+        if isinstance(buffer, memoryview):
+            raise TypeError(
+                "over_buffer() takes bytes, a bytearray or an mmap (slices of a memoryview "
+                "are not bytes): pass the object it views and start=/end="
+            )
+        size = len(buffer)
+        end = size if end is None else end
+        if not 0 <= start <= end <= size:
+            raise ValueError(f"bytes {start}..{end} are not inside a buffer of {size}")
+        scanner = cls(_NO_MORE, url=url, readahead=False, max_member_size=max_member_size)  # type: ignore[arg-type]
+        scanner._buf = buffer  # type: ignore[assignment]
+        scanner._pos, scanner._len, scanner._base = start, end, base
+        scanner._fixed = True
+        return scanner
 
     @property
     def offset(self) -> int:
@@ -221,6 +326,8 @@ class TarScanner:
         most doubling what it holds), never with ``n`` alone."""
         if self._len - self._pos >= n:
             return True
+        if self._fixed:
+            return False
         self.flush_copy()
         keep = self._pos if self._keep is None else min(self._keep, self._pos)
         held = self._len - keep
@@ -297,8 +404,8 @@ class TarScanner:
 
     # -- members
     def __iter__(self) -> Iterator[RawMember]:
-        # The common case (a plain ustar header for a regular file, checksum as tar writes
-        # it) is inlined here: this loop runs once per member and dominates small samples.
+        # The common case (plain_header) first: this loop runs once per member and
+        # dominates small samples.
         limit = self.max_member_size
         while True:
             if self._pending:
@@ -306,27 +413,14 @@ class TarScanner:
             pos = self._pos
             if self._len - pos >= BLOCK:
                 header = self._buf[pos : pos + BLOCK]
-                if header[156] == 0x30 and not header[345] and header[135] in (0, 0x20):
-                    try:
-                        expected = int(header[148:154], 8)
-                        size = int(header[124:135], 8)
-                    except ValueError:
-                        expected = size = -1
-                    total = (
-                        (adler32(header[:148]) & 0xFFFF)
-                        + (adler32(header[156:412]) & 0xFFFF)
-                        + (adler32(header[412:]) & 0xFFFF)
-                    )
-                    if total + 253 == expected and 0 <= size <= limit:
-                        end = header.find(0, 0, 100)
-                        name = header[: end if end >= 0 else 100].decode("utf-8", "surrogateescape")
-                        self._member = member = RawMember(
-                            self._base + pos, name, 0x30, header, size
-                        )
-                        self._pos = pos + BLOCK
-                        self._pending = size + (-size % BLOCK)
-                        yield member
-                        continue
+                plain = plain_header(header, limit)
+                if plain is not None:
+                    name, size = plain
+                    self._member = member = RawMember(self._base + pos, name, 0x30, header, size)
+                    self._pos = pos + BLOCK
+                    self._pending = size + (-size % BLOCK)
+                    yield member
+                    continue
             found = self._any_member()
             if found is None:
                 return
@@ -365,6 +459,22 @@ class TarScanner:
             self._take(lambda view: parts.append(bytes(view)))
             return b"".join(parts)[:size]
         return self._read_direct(member, size, pending)
+
+    def read_view(self) -> memoryview:
+        """The current member's data as a view of the buffer, without a copy (consumes
+        it); only for a scanner :meth:`over_buffer`, whose buffer the view keeps alive
+        (an ``mmap`` cannot be closed while a view of it exists)."""
+        if not self._fixed:
+            raise ValueError("read_view() needs a scanner over a buffer (over_buffer)")
+        member = self._member
+        pos, pending = self._pos, self._pending
+        if member is None or not pending:
+            return memoryview(b"")
+        if pending > self._len - pos:
+            self.read_data()  # cut short: raises TruncatedShardError as a stream does
+        self._pos = pos + pending
+        self._pending = 0
+        return memoryview(self._buf)[pos : pos + member.size]
 
     def _read_direct(self, member: RawMember, size: int, pending: int) -> bytes:
         """Read a member's data that is not in the buffer straight into its own bytes."""

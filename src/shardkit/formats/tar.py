@@ -18,6 +18,14 @@ The parser only reads (``read``/``readinto``): no seeking, so pipes and HTTP bod
 It understands ustar, GNU (long names, base-256 sizes) and PAX headers, so it reads what
 GNU tar, Python's tarfile and webdataset write.
 
+Bytes already in memory (a memory-mapped shard, an index span read on its own) are read
+by :func:`buffer_samples` and :func:`span_sample`: plain ustar members
+(:func:`~shardkit.formats._tarparse.plain_header`, the stream's own fast rule) are walked
+and grouped directly, by the same rules (:func:`split_name`, extensions lower-cased, none
+twice); at the first member that is anything else, or that :class:`Grouping` would
+report or skip, the scanner takes over over the same buffer
+(:meth:`TarScanner.over_buffer`), so every outcome is the stream's.
+
 Untrusted archives are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError`; a member is read whole only up to
 ``max_member_size`` (refused from its header before anything is read), and in pieces, so
@@ -36,7 +44,7 @@ calls).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, NamedTuple
 
 from ..errors import EncodeError, FormatError, TruncatedShardError
@@ -46,15 +54,19 @@ from ._tarparse import (
     BLOCK,
     DIRECTORY,
     REGULAR_TYPES,
+    Buffer,
     RawMember,
     TarScanner,
     member_kind,
+    plain_header,
+    plain_members,
 )
 from .limits import MAX_MEMBER_SIZE, MAX_NAME_BYTES
 
 __all__ = [
     "tar_chunks",
     "BLOCK",
+    "Buffer",
     "END_OF_ARCHIVE",
     "MAX_MEMBER_SIZE",
     "Grouping",
@@ -62,6 +74,7 @@ __all__ = [
     "TarMember",
     "TarScanner",
     "TarWriter",
+    "buffer_samples",
     "check_key_order",
     "encode_sample",
     "iter_members",
@@ -69,6 +82,7 @@ __all__ = [
     "read_exact",
     "safe_member_path",
     "sample_size",
+    "span_sample",
     "split_name",
 ]
 
@@ -211,10 +225,175 @@ def iter_samples(
     member of the next one.
     """
     members = TarScanner(stream, url=url, max_member_size=max_member_size, readahead=False)
-    read = members.read_data
+    yield from _samples(members, members.read_data, url, handler)
+
+
+def buffer_samples(
+    buffer: Buffer,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    base: int = 0,
+    url: str | None = None,
+    handler: Handler = reraise,
+    max_member_size: int = MAX_MEMBER_SIZE,
+    copy: bool = True,
+) -> Iterator[dict[str, Any]]:
+    """:func:`iter_samples` over tar bytes in memory: ``buffer[start:end]`` (an ``mmap``
+    of a local shard, say), through :meth:`TarScanner.over_buffer`, with the same rules,
+    limits and errors. ``base`` is the shard offset of ``buffer[0]``. With ``copy=False``
+    the fields are memoryviews of ``buffer`` (no copy; they keep it alive) instead of
+    ``bytes``."""
+    # the arguments are checked now, as the scanner that may take over later checks them
+    TarScanner.over_buffer(buffer, start=start, end=end, url=url, max_member_size=max_member_size)
+    stop = len(buffer) if end is None else end
+    return _buffer_samples(buffer, start, stop, base, url, handler, max_member_size, copy)
+
+
+def _buffer_samples(
+    buffer: Buffer,
+    pos: int,
+    end: int,
+    base: int,
+    url: str | None,
+    handler: Handler,
+    limit: int,
+    copy: bool,
+) -> Iterator[dict[str, Any]]:
+    """Plain members (:func:`plain_header`) grouped as :class:`Grouping` groups them;
+    from the first member that is not plain, is cut short, or that the grouping would
+    report or skip, the scanner over the buffer takes over, with the same grouping
+    state: whatever the shard holds, the outcome is :func:`iter_samples`'s."""
+    view = None if copy else memoryview(buffer)
+    key: str | None = None
+    exts: set[str] = set()
     current: dict[str, Any] | None = None
+    while end - pos >= BLOCK:
+        plain = plain_header(buffer[pos : pos + BLOCK], limit)
+        if plain is None:
+            break
+        name, size = plain
+        data = pos + BLOCK
+        after = data + size + (-size % BLOCK)
+        parts = split_name(name)
+        if after > end or parts is None:
+            break
+        prefix, ext = parts[0], parts[1].lower()
+        if prefix != key:
+            if current is not None:
+                yield current
+            key, exts = prefix, {ext}
+            current = {"__key__": prefix, "__url__": url, "__offset__": base + pos}
+        elif ext in exts:
+            break
+        else:
+            exts.add(ext)
+        current[ext] = buffer[data : data + size] if view is None else view[data : data + size]  # type: ignore[index]
+        pos = after
+    members = TarScanner.over_buffer(
+        buffer, start=pos, end=end, base=base, url=url, max_member_size=limit
+    )
+    grouping = Grouping(url, handler)
+    grouping.key, grouping.exts = key, exts
+    read = members.read_data if copy else members.read_view
+    yield from _samples(members, read, url, handler, grouping, current)
+
+
+def span_sample(
+    buffer: Buffer,
+    start: int,
+    end: int,
+    *,
+    base: int = 0,
+    url: str | None = None,
+    max_member_size: int = MAX_MEMBER_SIZE,
+    copy: bool = True,
+) -> dict[str, Any]:
+    """The one sample whose members fill ``buffer[start:end]``: an index entry's span
+    (:mod:`shardkit.formats.index`), read on its own. ``base`` is the shard offset of
+    ``buffer[0]``; ``copy`` is as for :func:`buffer_samples`.
+
+    A :class:`FormatError` naming the shard offset (bad data, but nothing here goes to a
+    handler: the span is one sample, whole or not at all) when the span runs past the
+    end of the buffer (the shard), holds no sample, members of a second sample, a
+    member cut at its end (:class:`TruncatedShardError`), bad data within the sample,
+    or anything after its last member."""
+    where = base + start
+    if end > len(buffer):
+        raise TruncatedShardError(
+            f"the indexed span ({end - start} bytes) runs past the end of the shard "
+            f"({base + len(buffer)} bytes)",
+            url=url,
+            offset=where,
+        )
+    plain = plain_members(buffer, start, end, max_member_size)
+    if plain is not None:
+        found = _plain_sample(buffer, plain, url, where, copy)
+        if found is not None:
+            return found
+    members = TarScanner.over_buffer(
+        buffer, start=start, end=end, base=base, url=url, max_member_size=max_member_size
+    )
+    samples = _samples(members, members.read_data if copy else members.read_view, url, reraise)
+    sample = next(samples, None)
+    if sample is None:
+        raise FormatError("no sample at the indexed offset", url=url, offset=where)
+    other = next(samples, None)
+    if other is not None:
+        raise FormatError(
+            f"the indexed span holds members of another sample too ({other['__key__']!r} "
+            f"at offset {other['__offset__']})",
+            url=url,
+            offset=where,
+            key=sample["__key__"],
+        )
+    if members.end_blocks or members.offset != base + end:
+        raise FormatError(
+            f"the indexed span goes on after the sample's last member (to {base + end})",
+            url=url,
+            offset=where,
+            key=sample["__key__"],
+        )
+    return sample
+
+
+def _plain_sample(
+    buffer: Buffer, members: list[tuple[str, int, int]], url: str | None, offset: int, copy: bool
+) -> dict[str, Any] | None:
+    """The sample of plain members (:func:`plain_members`) when they are one sample as
+    :class:`Grouping` would see it, with nothing to report: every name ``key.ext`` with
+    the same key, no extension twice. None otherwise: the generic path decides."""
+    key = None
+    sample: dict[str, Any] = {}
+    view = memoryview(buffer) if not copy else None
+    for name, at, size in members:
+        parts = split_name(name)
+        if parts is None:
+            return None
+        prefix, ext = parts[0], parts[1].lower()
+        if key is None:
+            key = prefix
+            sample = {"__key__": key, "__url__": url, "__offset__": offset}
+        elif prefix != key or ext in sample:
+            return None
+        sample[ext] = buffer[at : at + size] if view is None else view[at : at + size]
+    return sample if key is not None else None
+
+
+def _samples(
+    members: TarScanner,
+    read: Callable[[], Any],
+    url: str | None,
+    handler: Handler,
+    grouping: Grouping | None = None,
+    current: dict[str, Any] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The grouping of :func:`iter_samples`, over any scanner, fields from ``read``;
+    ``grouping`` and ``current`` carry on from members already grouped."""
+    if grouping is None:
+        grouping = Grouping(url, handler)
     try:
-        for member, key, ext, new in Grouping(url, handler)(members):
+        for member, key, ext, new in grouping(members):
             if new:
                 if current is not None:
                     yield current

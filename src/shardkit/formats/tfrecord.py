@@ -23,8 +23,6 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from crc32c import crc32c as _crc32c
-
 from ..errors import ChecksumError, EncodeError, FormatError, TruncatedShardError
 from ._io import read_bounded
 from .limits import MAX_RECORD_LENGTH, check_limit
@@ -52,7 +50,24 @@ _HEADER = struct.Struct("<QI")
 _SMALL_RECORD = 1 << 14
 
 
-def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
+_Buffer = bytes | bytearray | memoryview
+
+
+def _load_crc32c(data: _Buffer) -> int:
+    """Import the ``crc32c`` module on first use and put its function in its place: the
+    package's own import loads ``importlib.metadata``, ``email`` and ``argparse`` (about
+    8 MB and 15 ms), which a process that only reads tar shards never needs."""
+    global _crc32c
+    from crc32c import crc32c
+
+    _crc32c = crc32c
+    return crc32c(data)
+
+
+_crc32c: Callable[[_Buffer], int] = _load_crc32c
+
+
+def masked_crc32c(data: _Buffer) -> int:
     """Return the masked CRC32C of ``data``, as stored in TFRecord files."""
     crc = _crc32c(data)
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF

@@ -12,11 +12,27 @@ datasets by weight.
 
 from __future__ import annotations
 
-from .dataset import Dataset
-from .indexed import IndexedDataset
-from .loader import Loader
-from .mixing import MixedDataset, mix
-from .urls import ShardList, resolve_source
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
+    from .indexed import IndexedDataset
+    from .loader import Loader
+    from .mixing import MixedDataset, mix
+    from .urls import ShardList, resolve_source
+
+# Loaded on first use: a Dataset needs neither random access, the Loader nor mixing.
+_LAZY = {
+    "Dataset": ".dataset",
+    "IndexedDataset": ".indexed",
+    "Loader": ".loader",
+    "MixedDataset": ".mixing",
+    "mix": ".mixing",
+    "ShardList": ".urls",
+    "resolve_source": ".urls",
+}
 
 __all__ = [
     "Dataset",
@@ -27,3 +43,5 @@ __all__ = [
     "mix",
     "resolve_source",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

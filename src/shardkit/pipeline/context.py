@@ -10,7 +10,6 @@ cannot be a DataLoader worker or in a ``torch.distributed`` group.
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 from dataclasses import dataclass
@@ -18,7 +17,12 @@ from dataclasses import dataclass
 from .. import config
 from ..errors import ConfigError
 
-__all__ = ["Context", "current_node", "current_worker", "in_worker_process", "usable_cores"]
+__all__ = [
+    "Context",
+    "current_node",
+    "current_worker",
+    "in_worker_process",
+]
 
 
 @dataclass(frozen=True)
@@ -66,11 +70,3 @@ def in_worker_process() -> bool:
     """Whether this process is a DataLoader worker (even the only one)."""
     data = sys.modules.get("torch.utils.data")
     return data is not None and data.get_worker_info() is not None
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1

@@ -91,6 +91,11 @@ class Dataset(_Base):
     * ``cache_limit``: bound the cache folder (bytes or ``"200GB"``): whole copies are
       evicted, least recently used first, never one being read.
     * ``verify``: check TFRecord data CRCs.
+    * ``copy``: ``False`` makes the fields of samples read from local uncompressed tar
+      shards memoryviews of the memory-mapped shard instead of ``bytes`` (no copy; see
+      :func:`shardkit.reader.read_shard`). ``decode`` takes them; a view cannot be
+      pickled, so turn fields into values before they leave the process (a DataLoader
+      worker's samples are pickled).
 
     webdataset's ``shardshuffle=``, ``resampled=``, ``nodesplitter=``, ``workersplitter=``
     and ``empty_check=`` are accepted with webdataset's meaning where shardkit has the
@@ -116,6 +121,7 @@ class Dataset(_Base):
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,
         verify: bool = True,
+        copy: bool = True,
         **webdataset: Any,
     ) -> None:
         if not isinstance(source, str) and not (
@@ -130,6 +136,8 @@ class Dataset(_Base):
             raise ConfigError(f"equalize must be 'pad', 'drop' or None, not {equalize!r}")
         if format is not None and format not in FORMATS:
             raise ConfigError(f"format must be 'tar', 'tfrecord' or None, not {format!r}")
+        if not isinstance(copy, bool):
+            raise TypeError(f"copy must be True or False, not {copy!r}")
         wds = dataset_options(webdataset, shuffle_shards=shuffle_shards, node=node)
         node = wds["node"]
         if node is not None:
@@ -141,7 +149,7 @@ class Dataset(_Base):
         if cache_dir is None:
             cache_dir = config.cache_dir()
         limit = read_cache_limit(cache_dir, cache_limit)
-        read = ReadOptions(format, self._handler, verify, storage_options, cache_dir, limit)
+        read = ReadOptions(format, self._handler, verify, storage_options, cache_dir, limit, copy)
         self._recipe = Recipe(
             read,
             equalize,
@@ -208,8 +216,9 @@ class Dataset(_Base):
         """Decode fields: an image spec (``"rgb8"``, ``"torchrgb"``, ``"pil"``, ...) and/or
         custom ``fn(ext, data)`` decoders, then the built-in codecs by extension.
 
-        ``threads``: decode in that many threads (order kept). Default: up to 4 when
-        iterating in a single process, 1 inside DataLoader workers or under DDP.
+        ``threads``: decode in that many threads (order kept). Default: one per usable
+        core (at most 8) when iterating in a single process, 1 inside DataLoader workers or
+        under DDP.
         ``partial=False``: a field that is no longer bytes raises TypeError (webdataset's
         default) instead of passing through."""
         from ..codecs import Decoder

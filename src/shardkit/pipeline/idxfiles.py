@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import storage
@@ -44,6 +43,8 @@ def load_indexes(urls: Sequence[str], storage_options: dict[str, Any] | None) ->
 
     if len(urls) == 1 or all(storage.is_local(url) for url in urls):
         return [load(url) for url in urls]
+    from concurrent.futures import ThreadPoolExecutor  # only remote folders need threads
+
     with ThreadPoolExecutor(_THREADS) as pool:
         return list(pool.map(load, urls))
 

@@ -6,9 +6,11 @@
 
 Every shard needs its ``.idx`` file (``shardkit index DIR`` writes them;
 :mod:`shardkit.pipeline.idxfiles` reads and checks them). ``ds[i]`` finds sample i's
-shard, offset and size in the indexes, reads just those bytes (:class:`shardkit.ranges.
-RangeReader`: ``pread`` locally, one ranged read remotely, or the local cache copy),
-parses them with the shard reader, and runs the same per-sample stages as
+shard, offset and size in the indexes, takes just those bytes (:class:`shardkit.ranges.
+RangeReader`: one ``pread`` locally, or with ``copy=False`` a slice of the memory-mapped
+shard; one ranged read remotely, or the local cache copy), parses them with the one tar
+parser over that buffer (:func:`shardkit.formats.tar.span_sample`: the span must be
+exactly the indexed sample), and runs the same per-sample stages as
 :class:`~shardkit.pipeline.dataset.Dataset` (``decode``, ``to_tuple``, ``map``,
 ``map_dict``, ``map_tuple``, ``rename``; built by a ``Dataset`` so both share one
 definition). Order, shuffling, batching, splitting over ranks: the sampler's and the
@@ -31,6 +33,7 @@ from typing import Any, BinaryIO
 
 from .. import reader
 from ..errors import DataError, FormatError
+from ..formats.tar import span_sample
 from ..handlers import Handler, HandlerName
 from ..ranges import RangeReader
 from ..writer import Format
@@ -65,8 +68,12 @@ class IndexedDataset(MapBase[Any]):
     ``handler`` is the policy for bad data: with ``"raise"`` (default) ``ds[i]`` raises
     it; with another policy the sample is reported and ``ds[i]`` returns the next
     readable one (i+1, i+2, ..., at most 16 tries), so a batch stays full. ``max_open``:
-    shards kept open per process. ``storage_options``, ``cache_dir``, ``cache_limit``,
-    ``verify`` and ``format`` are as for ``Dataset``.
+    shards kept open per process (with fewer than the shards a random order reads,
+    shards are reopened over and over). ``copy=False``: local shards are memory-mapped
+    and the fields of tar samples are memoryviews of the map (of the bytes read, for a
+    remote shard) instead of ``bytes``; the map's pages then count in the process's
+    resident set as it touches them. ``storage_options``, ``cache_dir``,
+    ``cache_limit``, ``verify`` and ``format`` are as for ``Dataset``.
     """
 
     def __init__(
@@ -79,7 +86,8 @@ class IndexedDataset(MapBase[Any]):
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,
         verify: bool = True,
-        max_open: int = 16,
+        max_open: int = 64,
+        copy: bool = True,
     ) -> None:
         self._pipe = Dataset(
             source,
@@ -101,6 +109,13 @@ class IndexedDataset(MapBase[Any]):
         self._ends: list[int] = []
         self._checked: set[str] = set()
         self._stages: tuple[Stage, ...] = ()
+        if not isinstance(copy, bool):
+            raise TypeError(f"copy must be True or False, not {copy!r}")
+        self._copy = copy
+        # Views need a buffer that stays: the shard's memory map. Copies come from one
+        # pread per span: as fast on a first pass, and the process's resident set does
+        # not grow with every page of the shards it touched.
+        self._map_local = not copy
 
     # ------------------------------------------------------------------ stages
 
@@ -209,13 +224,22 @@ class IndexedDataset(MapBase[Any]):
         return shard.url, k
 
     def __getitem__(self, i: int) -> Any:
-        n = len(self)
-        first = operator.index(i)
+        try:
+            out = self._run_stages(self.raw(i))
+        except DataError as exc:
+            return self._next_readable(i, exc)
+        return self._next_readable(i, None) if out is _DROPPED else out
+
+    def _next_readable(self, first: int, error: DataError | None) -> Any:
+        """After sample ``first`` was bad (``error``) or dropped by a stage: the handler
+        hears of it, and the next readable sample (at most 16 tries) stands in."""
         handler = self._pipe._recipe.read.handler
-        for step in range(min(_TRIES, n)):
-            j = (first + step) % n if step else first
+        if error is not None:
+            handler(error)
+        n = len(self)
+        for step in range(1, min(_TRIES, n)):
             try:
-                out = self._run_stages(self.raw(j))
+                out = self._run_stages(self.raw((first + step) % n))
             except DataError as exc:
                 handler(exc)
                 continue
@@ -225,35 +249,54 @@ class IndexedDataset(MapBase[Any]):
 
     def raw(self, i: int) -> dict[str, Any]:
         """Sample ``i`` as read, before any stage: ``__key__``, ``__url__``,
-        ``__offset__`` and the raw bytes of each field."""
+        ``__offset__`` and the raw bytes (or views, with ``copy=False``) of each field."""
         shard, k = self._find(i)
         url = shard.url
         if url not in self._checked:  # the shard on disk is the one that was indexed
             check_shard_size(url, shard.size, self._ranges.size(url))
             self._checked.add(url)
-        offset, size = shard.offsets[k], shard.sizes[k]
-        data = self._ranges.read(url, offset, size)
-        read = self._pipe._recipe.read
-        samples = reader.iter_stream_samples(
-            io.BytesIO(data), url=url, format=shard.format, verify=read.verify
-        )
-        sample = next(samples, None)
-        key = shard.keys[k]
-        if sample is None:
-            raise FormatError("no sample at the indexed offset", url=url, offset=offset, key=key)
-        if shard.format == "tar" and sample["__key__"] != key:
-            raise FormatError(
-                f"the index says sample {key!r}, the shard has {sample['__key__']!r} here "
-                "(stale index?)",
-                url=url,
-                offset=offset,
-            )
-        sample["__key__"] = key
+        offset, key = shard.offsets[k], shard.keys[k]
+        if shard.format == "tar":
+            sample = self._tar_sample(url, offset, shard.sizes[k])
+            if sample["__key__"] != key:
+                raise FormatError(
+                    f"the index says sample {key!r}, the shard has {sample['__key__']!r} "
+                    "here (stale index?)",
+                    url=url,
+                    offset=offset,
+                )
+        else:
+            sample = self._record_sample(url, offset, shard.sizes[k], shard.format, key)
+            sample["__key__"] = key
         sample["__url__"] = url
         sample["__offset__"] = offset
         return sample
 
+    def _tar_sample(self, url: str, offset: int, size: int) -> dict[str, Any]:
+        """The sample of a tar shard's span: one read, or a slice of the memory map of a
+        local file (or cache copy) for views (:meth:`RangeReader.span`); the span must
+        hold exactly one sample (:func:`~shardkit.formats.tar.span_sample`)."""
+        buffer, start = self._ranges.span(url, offset, size, mapped=self._map_local)
+        return span_sample(
+            buffer, start, start + size, base=offset - start, url=url, copy=self._copy
+        )
+
+    def _record_sample(
+        self, url: str, offset: int, size: int, format: Format, key: str
+    ) -> dict[str, Any]:
+        """The sample of a TFRecord shard's record at ``offset``."""
+        data = self._ranges.read(url, offset, size)
+        samples = reader.iter_stream_samples(
+            io.BytesIO(data), url=url, format=format, verify=self._pipe._recipe.read.verify
+        )
+        sample = next(samples, None)
+        if sample is None:
+            raise FormatError("no sample at the indexed offset", url=url, offset=offset, key=key)
+        return sample
+
     def _run_stages(self, sample: dict[str, Any]) -> Any:
+        if not self._stages:
+            return sample
         items: Any = iter((sample,))
         for stage in self._stages:
             items = stage(items, _CTX)

@@ -11,14 +11,13 @@ dropped without a word) is a FormatError through the handler too.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .. import reader, storage
+from .. import reader
 from ..errors import FormatError
 from ..formats.names import Format
 from ..handlers import Handler, reraise
@@ -44,30 +43,22 @@ class ReadOptions:
     storage_options: dict[str, Any] | None = None
     cache_dir: str | None = None
     cache_limit: int | None = None
+    copy: bool = True
 
 
 def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], None, None]:
     """The raw samples of one shard (what :func:`shardkit.reader.read_shard` yields, with
     the local cache of ``options.cache_dir``)."""
-    kind, gz = reader.detect_format(url, options.format)
-    stream = storage.open_read(
+    return reader.read_shard(
         url,
+        format=options.format,
+        handler=options.handler,
+        verify=options.verify,
         storage_options=options.storage_options,
         cache_dir=options.cache_dir,
         cache_limit=options.cache_limit,
-        cache_check=functools.partial(reader.holds_whole_shard, format=kind),
+        copy=options.copy,
     )
-    try:
-        yield from reader.iter_shard_samples(
-            stream,
-            url=url,
-            format=kind,
-            gzipped=True if gz else None,
-            handler=options.handler,
-            verify=options.verify,
-        )
-    finally:
-        stream.close()
 
 
 def _read_segment(

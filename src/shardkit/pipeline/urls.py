@@ -92,9 +92,7 @@ def _list_folder(url: str, storage_options: dict[str, Any] | None) -> ShardList:
 def _folder_names(url: str, storage_options: dict[str, Any] | None) -> list[str]:
     if storage.is_local(url):
         return os.listdir(storage.local_path(url))
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    fs, path = storage.filesystem(url, storage_options)
     try:
         entries = fs.ls(path, detail=False)
     except FileNotFoundError as exc:

@@ -8,8 +8,9 @@ discarded. No partial file ever carries a final name.
 
 One module per job, behind these names: ``_urls`` (the URL grammar: brace patterns, local
 paths; no fsspec), ``_filesystems`` (fsspec, imported on first remote use), ``_reading``
-(:func:`open_read`), ``_remote`` (remote reads that resume after transient failures),
-``_cache`` (``cache_dir`` copies) and ``_writing`` (:class:`AtomicFile`, :class:`Tally`).
+(:func:`open_read`, and :func:`map_file` for local files read in place), ``_remote``
+(remote reads that resume after transient failures), ``_cache`` (``cache_dir``
+copies) and ``_writing`` (:class:`AtomicFile`, :class:`Tally`).
 :func:`atomic_write` lives here and goes through :func:`open_atomic`, so every write in
 shardkit passes one name.
 """
@@ -22,8 +23,8 @@ from typing import Any, BinaryIO, cast
 
 from ._cache import cache_path
 from ._filesystems import filesystem, url_exists
-from ._reading import open_read
-from ._remote import is_transient
+from ._reading import map_file, open_read
+from ._remote import READ_RETRIES, is_transient, read_failure, wait_to_retry
 from ._urls import (
     basename,
     check_data_url,
@@ -37,6 +38,7 @@ from ._urls import (
 from ._writing import AtomicFile, Tally, open_atomic
 
 __all__ = [
+    "READ_RETRIES",
     "AtomicFile",
     "Tally",
     "atomic_write",
@@ -51,9 +53,12 @@ __all__ = [
     "is_transient",
     "join",
     "local_path",
+    "map_file",
     "open_atomic",
     "open_read",
+    "read_failure",
     "url_exists",
+    "wait_to_retry",
 ]
 
 

@@ -9,7 +9,7 @@ from .._optional import missing
 from ..errors import StorageError
 from ._urls import is_local, local_path
 
-__all__ = ["filesystem", "url_exists"]
+__all__ = ["filesystem", "protocol", "url_exists"]
 
 
 def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
@@ -26,7 +26,35 @@ def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
         raise StorageError(f"cannot open this URL scheme: {exc}", url=url) from exc
     except ValueError as exc:
         raise StorageError(f"cannot open this URL scheme: {exc}", url=url) from exc
+    if type(fs).__module__.partition(".")[0] == "s3fs" and not fs.asynchronous:
+        _send_bodies_at_once(fs)
     return fs, path
+
+
+def protocol(fs: Any) -> str:
+    """The name of an fsspec filesystem's protocol (its first, where it has several)."""
+    name = fs.protocol
+    return str(name if isinstance(name, str) else name[0])
+
+
+def _send_bodies_at_once(fs: Any) -> None:
+    """Make the S3 client of ``fs`` send an upload's body with its headers.
+
+    botocore asks for ``Expect: 100-continue`` on every upload, and aiohttp arms no read
+    timeout while it waits for the "100 Continue": a PUT the server never answered (a
+    loaded server drops one now and then) waited forever. Sent at once, the wait for the
+    answer is bounded by ``read_timeout`` and the upload is retried like any request.
+    """
+    try:
+        client = fs.s3  # creates the client (no request is sent) or returns the one made
+    except Exception:  # a bad profile, say: the first real call raises it
+        return  # where errors are handled, as it did before
+    if getattr(fs, "_shardkit_client", None) is client:
+        return
+    from botocore.handlers import add_expect_header
+
+    client.meta.events.unregister("before-call.s3", add_expect_header)
+    fs._shardkit_client = client
 
 
 # The fsspec implementations shardkit's extras install (see shardkit._optional.EXTRAS).

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import mmap
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,10 +15,10 @@ from .. import config
 from ..errors import StorageError
 from ._cache import _CachingReader, cache_path
 from ._filesystems import _fs
-from ._remote import _STREAM_BUFFER, _ResumableReader
+from ._remote import _STREAM_BUFFER, READ_RETRIES, _ResumableReader
 from ._urls import is_executing, is_local, local_path
 
-__all__ = ["open_read"]
+__all__ = ["map_file", "open_read"]
 
 
 class _PipeReader(io.RawIOBase):
@@ -49,7 +52,7 @@ def open_read(
     storage_options: dict[str, Any] | None = None,
     buffer_size: int = 1 << 20,
     cache_dir: str | None = None,
-    retries: int = 5,
+    retries: int = READ_RETRIES,
     cache_check: Callable[[BinaryIO], bool] | None = None,
     cache_limit: int | None = None,
 ) -> BinaryIO:
@@ -97,3 +100,20 @@ def open_read(
         raise StorageError("no such file", url=url) from exc
     except OSError as exc:
         raise StorageError(f"cannot open for reading: {exc.strerror or exc}", url=url) from exc
+
+
+def map_file(fd: int) -> mmap.mmap | None:
+    """A read-only memory map of the whole regular file open as ``fd`` (the map holds
+    its own descriptor); None for anything else (a pipe, a device) or an empty file.
+
+    Views of the map keep it alive. A file that another process truncates while it is
+    mapped ends the reading process with SIGBUS, as with any memory-mapped reader:
+    shards are never changed in place (they are written under a temporary name and
+    renamed), and a renamed-over file stays mapped as it was."""
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+        return None
+    return mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ)

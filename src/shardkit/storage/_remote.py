@@ -11,8 +11,9 @@ from typing import Any
 
 from .._optional import require
 from ..errors import StorageError
+from ._filesystems import protocol
 
-__all__ = ["is_transient"]
+__all__ = ["READ_RETRIES", "is_transient", "read_failure", "wait_to_retry"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +25,10 @@ _HTTP_STALL_S = 60.0
 _HTTP_CONNECT_S = 30.0
 _BACKOFF_S = 0.2
 _BACKOFF_MAX_S = 5.0
+
+READ_RETRIES = 5
+"""How many times a transient failure of a remote read is retried: streams and ranged
+reads alike, each retry after :func:`wait_to_retry`."""
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
@@ -40,8 +45,52 @@ def is_transient(exc: BaseException) -> bool:
         return False  # gcsfs reports a 403 as a bare OSError("Forbidden: <path> ...")
     if isinstance(exc, (OSError, TimeoutError, EOFError)):
         return True
+    if any(
+        klass.__module__ == "botocore.exceptions" and klass.__name__ in _BOTOCORE_SETUP_ERRORS
+        for klass in type(exc).__mro__
+    ):
+        return False
     roots = {klass.__module__.partition(".")[0] for klass in type(exc).__mro__}
     return bool(roots & {"aiohttp", "botocore", "urllib3", "requests"})
+
+
+# botocore's errors in the client's own setup (a profile, credentials, a region, an
+# endpoint, parameters): no retry mends them.
+_BOTOCORE_SETUP_ERRORS = {
+    "ProfileNotFound",
+    "NoCredentialsError",
+    "PartialCredentialsError",
+    "NoRegionError",
+    "EndpointResolutionError",
+    "InvalidEndpointConfigurationError",
+    "ParamValidationError",
+    "UnknownServiceError",
+    "InvalidConfigError",
+}
+
+
+def wait_to_retry(url: str, exc: BaseException, offset: int, attempt: int, retries: int) -> None:
+    """Say that retry ``attempt`` (from 1) of ``retries`` follows ``exc`` at byte ``offset``
+    of ``url``, then wait its backoff (0.2 s, doubling, at most 5 s)."""
+    delay = min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** (attempt - 1))
+    logger.warning(
+        "%s: %s at byte %d; retry %d of %d in %.1f s",
+        url,
+        type(exc).__name__,
+        offset,
+        attempt,
+        retries,
+        delay,
+    )
+    time.sleep(delay)
+
+
+def read_failure(exc: BaseException, url: str, offset: int, retries: int = 0) -> StorageError:
+    """The StorageError of a remote read that failed with ``exc`` (after ``retries``)."""
+    if isinstance(exc, FileNotFoundError):
+        return StorageError("no such file", url=url)
+    tried = f" (gave up after {retries} retries)" if retries else ""
+    return StorageError(f"read failed: {type(exc).__name__}: {exc}{tried}", url=url, offset=offset)
 
 
 def _http_timeout() -> Any:
@@ -66,8 +115,7 @@ class _ResumableReader(io.RawIOBase):
         self._fs, self._path, self._url, self._retries = fs, path, url, retries
         self._pos = 0
         self._end: int | None = None
-        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-        self._http = protocol in ("http", "https")
+        self._http = protocol(fs) in ("http", "https")
         self._stream: Any = None
         self._with_retries(None)
 
@@ -114,27 +162,9 @@ class _ResumableReader(io.RawIOBase):
             except Exception as exc:
                 self._close_stream()
                 if not is_transient(exc) or attempt >= self._retries:
-                    raise self._error(exc, attempt) from exc
+                    raise read_failure(exc, self._url, self._pos, attempt) from exc
                 attempt += 1
-                delay = min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** (attempt - 1))
-                logger.warning(
-                    "%s: %s at byte %d; retry %d of %d in %.1f s",
-                    self._url,
-                    type(exc).__name__,
-                    self._pos,
-                    attempt,
-                    self._retries,
-                    delay,
-                )
-                time.sleep(delay)
-
-    def _error(self, exc: Exception, attempts: int) -> StorageError:
-        if isinstance(exc, FileNotFoundError):
-            return StorageError("no such file", url=self._url)
-        tried = f" (gave up after {attempts} retries)" if attempts else ""
-        return StorageError(
-            f"read failed: {type(exc).__name__}: {exc}{tried}", url=self._url, offset=self._pos
-        )
+                wait_to_retry(self._url, exc, self._pos, attempt, self._retries)
 
     def _read(self, size: int) -> bytes:
         data = bytes(self._stream.read(size))

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 from ..digest import format_digest, new_hasher
 from ..errors import StorageError
-from ._filesystems import _fs
+from ._filesystems import _fs, protocol
 from ._urls import is_local, local_path
 
 __all__ = ["AtomicFile", "Tally", "open_atomic"]
@@ -32,6 +32,14 @@ class Tally:
         if self._hash is not None:
             self._hash.update(data)
         self.size += len(data)
+
+    def update_all(self, chunks: Sequence[bytes | memoryview], size: int) -> None:
+        """:meth:`update` with each of ``chunks``, which total ``size`` bytes."""
+        if self._hash is not None:
+            update = self._hash.update
+            for chunk in chunks:
+                update(chunk)
+        self.size += size
 
     def hexdigest(self) -> str:
         """The hex digest of what passed (``""`` when not hashing)."""
@@ -97,8 +105,7 @@ class AtomicFile:
 
     def _open_remote(self, url: str, storage_options: dict[str, Any] | None) -> None:
         self._fs, self._path = _fs(url, storage_options)
-        protocol = self._fs.protocol if isinstance(self._fs.protocol, str) else self._fs.protocol[0]
-        if protocol not in ("s3", "s3a", "gs", "gcs", "memory"):  # no atomic upload
+        if protocol(self._fs) not in ("s3", "s3a", "gs", "gcs", "memory"):  # no atomic upload
             self._tmp = f"{self._path}.tmp-{os.getpid()}"
         try:
             self.stream = self._fs.open(self._tmp or self._path, "wb")
@@ -144,19 +151,19 @@ class AtomicFile:
         self.tally.update(data)
         return len(data)
 
-    def writev(self, chunks: Sequence[bytes | memoryview]) -> None:
-        """Write ``chunks`` in order: one ``os.writev`` for an unbuffered local file."""
+    def writev(self, chunks: Sequence[bytes | memoryview], size: int = -1) -> None:
+        """Write ``chunks`` in order: one ``os.writev`` for an unbuffered local file.
+        ``size`` is their total, when the caller knows it."""
         if self._fd < 0:
             for chunk in chunks:
                 self.write(chunk)
             return
-        update = self.tally.update
-        for chunk in chunks:
-            update(chunk)
+        if size < 0:
+            size = sum(map(len, chunks))
+        self.tally.update_all(chunks, size)
         try:
             written = os.writev(self._fd, chunks)
-            total = sum(len(c) for c in chunks)
-            if written != total:  # a short write (a signal, a nearly full disk)
+            if written != size:  # a short write (a signal, a nearly full disk)
                 data = b"".join(chunks)[written:]
                 while data:
                     data = data[os.write(self._fd, data) :]

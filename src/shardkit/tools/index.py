@@ -104,6 +104,7 @@ def read_indexed_sample(
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Sample ``i`` of an uncompressed shard, reading only its bytes."""
+    from ..formats.tar import span_sample
     from ..reader import iter_stream_samples
 
     if index.compressed:
@@ -115,10 +116,13 @@ def read_indexed_sample(
         stream.seek(offset)
         data = stream.read(size)
     fmt = index.shard_format
-    samples = iter_stream_samples(io.BytesIO(data), url=shard_url, format=fmt)
-    sample = next(samples, None)
-    if sample is None:
-        raise FormatError("no sample at the indexed offset", url=shard_url, offset=offset)
+    if fmt == "tar":  # the span must be exactly the indexed sample
+        sample = span_sample(data, 0, len(data), base=offset, url=shard_url)
+    else:
+        found = next(iter_stream_samples(io.BytesIO(data), url=shard_url, format=fmt), None)
+        if found is None:
+            raise FormatError("no sample at the indexed offset", url=shard_url, offset=offset)
+        sample = found
     sample["__offset__"] = offset
     sample["__key__"] = index.keys[i]  # TFRecords without __key__: the record number
     return sample
