@@ -17,6 +17,22 @@ subprocess, one after the other, in one run. For each engine it measures:
   scripts/cluster-services) sampled after the runs.
 
 Every build's shards are checked to be byte-identical to the local build's.
+
+``--driver-memory`` measures the build driver alone (no cluster needed):
+
+    .venv/bin/python bench/scale.py --driver-memory [--items 1000000,10000000]
+        [--base /work/wt/base/src] [--folder 1000000] [--build 1000000]
+
+For each item count, in a child process: list a synthetic source (a map-style dataset of
+N tiny items), fix its order (seeded shuffle) and cut every task, as the driver does
+before it submits them; it prints the child's peak RSS (``wait4``), the listing and the
+ordering+cutting seconds, and the slope of the peak RSS in bytes per item between the
+smallest and the largest count. ``--base SRC`` runs the same steps with another tree's
+``src`` (the previous driver) for comparison; ``--folder N[,M]`` adds an image folder of N
+empty ``.jpg`` files under /tmp (a real walk, sort and key check), ``--table N[,M]`` a CSV
+list of N http URLs (read, checked for repeats, keyed; nothing is fetched); ``--build
+N[,M]`` a whole ``shardkit.build`` of N tiny samples (TFRecord, 2 workers), whose driver
+RSS includes running, journaling and committing the tasks.
 """
 
 from __future__ import annotations
@@ -63,7 +79,8 @@ def run_child(engine: str, src: str, max_count: int) -> dict[str, Any]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{engine} build failed ({proc.returncode})")
-    data: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    lines = stdout.strip().splitlines()
+    data: dict[str, Any] = {**json.loads(lines[-2]), **json.loads(lines[-1])}
     data["rss_mb"] = usage.ru_maxrss / 1024
     return data
 
@@ -76,6 +93,138 @@ def corpus(name: str, count: int) -> str:
         make_image_folder(folder + ".tmp", count=count, seed=1)
         os.rename(folder + ".tmp", folder)
     return folder
+
+
+class TinyDataset:
+    """``count`` samples of a few bytes, made on demand (pickles small)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"cls": index % 100}  # 100 classes: class counts stay small
+
+
+def driver_child(kind: str, count: int, out: str) -> None:
+    """List, order and cut (or build) in this process; prints seconds as JSON."""
+    import inspect
+
+    from shardkit import BuildOptions, build
+    from shardkit.builder import api, plan
+
+    makers = {"folder": folder_source, "table": table_source}
+    source: Any = makers[kind](count) if kind in makers else TinyDataset(count)
+    options = BuildOptions(max_count=1000, format="tfrecord", workers=2)
+    start = time.perf_counter()
+    if kind == "build":
+        shutil.rmtree(out, ignore_errors=True)
+        result = build(source, out, options=options)
+        shutil.rmtree(out, ignore_errors=True)
+        seconds = time.perf_counter() - start
+        print(json.dumps({"list_s": 0.0, "order_s": seconds, "tasks": len(result.shards)}))
+        return
+    spill_module = None
+    if "spill" in inspect.signature(api.list_source).parameters:
+        from shardkit.builder import spill as spill_module
+    with spill_module.Spill() if spill_module else contextlib.nullcontext() as spill:
+        extra = {"spill": spill} if spill_module else {}
+        listing = api.list_source(source, out, options, **extra)
+        listed = time.perf_counter()
+        ordered = plan.order_items(listing.items, options, *extra.values())
+        if listing.sizes_known:
+            tasks = plan.cut_tasks(ordered, options, plan.estimator(options, listing.classes))
+        else:
+            tasks = plan.chunk_stream(iter(ordered), plan.CHUNK)
+        number = sum(1 for _ in tasks)
+    done = time.perf_counter()
+    print(json.dumps({"list_s": listed - start, "order_s": done - listed, "tasks": number}))
+
+
+def _report_self() -> None:
+    """The driver process's own peak RSS (wait4 also counts its workers, the largest)."""
+    import resource
+
+    print(json.dumps({"self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def folder_source(count: int) -> str:
+    """An image folder of ``count`` empty .jpg files (100 classes, 1,000 per folder)."""
+    folder = f"/tmp/shardkit-bench-empty-{count}"  # on disk: a million inodes
+    if not os.path.isdir(folder):
+        for i in range(0, count, 1000):
+            sub = os.path.join(folder + ".tmp", f"c{i // 1000 % 100:02d}", f"{i // 100000:05d}")
+            os.makedirs(sub, exist_ok=True)
+            for j in range(i, min(i + 1000, count)):
+                open(os.path.join(sub, f"{j:09d}.jpg"), "wb").close()
+        os.rename(folder + ".tmp", folder)
+    return folder
+
+
+def table_source(count: int) -> str:
+    """A CSV list of ``count`` http(s) URLs with an int label (nothing is fetched)."""
+    path = f"/tmp/shardkit-bench-list-{count}.csv"
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as f:
+            f.write("path,label\n")
+            for i in range(count):
+                f.write(f"http://127.0.0.1:9/images/{i // 1000:06d}/{i:09d}.jpg,{i % 1000}\n")
+        os.rename(path + ".tmp", path)
+    return path
+
+
+def run_driver(kind: str, count: int, src: str) -> dict[str, Any]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, src])}
+    out = ROOT + "/out-driver"
+    code = f"import scale; scale.driver_child({kind!r}, {count}, {out!r}); scale._report_self()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+    stdout = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"driver run {kind} {count} with {src} failed")
+    lines = stdout.strip().splitlines()
+    data: dict[str, Any] = {**json.loads(lines[-2]), **json.loads(lines[-1])}
+    data["rss_mb"] = usage.ru_maxrss / 1024
+    data["cpu_s"] = usage.ru_utime + usage.ru_stime
+    return data
+
+
+def driver_memory(args: argparse.Namespace) -> None:
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    trees = {"now": os.path.abspath(here)}
+    if args.base:
+        trees["base"] = args.base
+    runs: list[tuple[str, str, int]] = [("dataset", t, n) for t in trees for n in args.items]
+    for kind in ("folder", "table", "build"):
+        counts = [int(n) for n in getattr(args, kind).split(",") if n]
+        runs += [(kind, t, n) for t in trees for n in counts if t == "now" or n <= args.base_max]
+    print(
+        "| source | tree | items | list s | order+cut s (build: all) | tasks | CPU s "
+        "(with workers) | driver peak RSS MB | with workers (wait4) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    peaks: dict[str, dict[int, float]] = {}
+    for kind, tree, count in runs:
+        if tree == "base" and count > args.base_max:
+            continue  # the old driver holds every item: too big for this machine
+        row = run_driver(kind, count, trees[tree])
+        peaks.setdefault(f"{kind}, {tree}", {})[count] = row["self_mb"]
+        print(
+            f"| {kind} | {tree} | {count:,} | {row['list_s']:.1f} | {row['order_s']:.1f} | "
+            f"{row['tasks']:,} | {row['cpu_s']:.1f} | {row['self_mb']:.0f} | "
+            f"{row['rss_mb']:.0f} |",
+            flush=True,
+        )
+    for tree, by_count in peaks.items():
+        if len(by_count) > 1:
+            low, high = min(by_count), max(by_count)
+            slope = (by_count[high] - by_count[low]) * 2**20 / (high - low)
+            print(f"\n{tree}: peak RSS slope {slope:.1f} bytes/item ({low:,} -> {high:,} items)")
 
 
 def cluster_rss_mb() -> float:
@@ -95,7 +244,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="3,000 images instead of 12,000")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--driver-memory", action="store_true", help="the driver alone")
+    parser.add_argument("--items", default="1000000,10000000", help="item counts, a,b,...")
+    parser.add_argument("--base", help="another tree's src to compare (the old driver)")
+    parser.add_argument("--base-max", type=int, default=1000000, help="largest count for it")
+    parser.add_argument("--folder", default="", help="files in image folder runs, a,b,...")
+    parser.add_argument("--table", default="", help="rows of CSV lists of URLs, a,b,...")
+    parser.add_argument("--build", default="", help="items in whole-build runs, a,b,...")
     args = parser.parse_args()
+    if args.driver_memory:
+        args.items = [int(n) for n in args.items.split(",")]
+        os.makedirs(ROOT, exist_ok=True)
+        driver_memory(args)
+        return
     if args.child:
         engine, src, out, max_count = args.child
         child(engine, src, out, int(max_count))

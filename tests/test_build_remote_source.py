@@ -126,3 +126,27 @@ def test_workers_use_the_drivers_s3_endpoint(
     s3fs.S3FileSystem.clear_instance_cache()  # as in a fresh worker process
     with open(os.path.join(corpus, item.ref), "rb") as f:
         assert source.load(item) == f.read()
+
+
+def test_a_large_s3_folder_is_listed_folder_by_folder_into_spill_files(
+    corpus: str, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the budget forced tiny, the listing goes through sorted runs on disk and the
+    # shuffle through buckets: the same shards as a local build under the same budget,
+    # and nothing of the listing is left in the filesystem's listing cache.
+    from shardkit import storage
+    from shardkit.builder import spill
+
+    _upload(corpus, f"s3://{s3_bucket}/large")
+    monkeypatch.setattr(spill, "ORDER_BUDGET", 8)
+    options = BuildOptions(max_count=16, workers=2, seed=5)
+    local = shardkit.build(corpus, tmp_path / "local", options=options)
+    remote = shardkit.build(f"s3://{s3_bucket}/large", tmp_path / "remote", options=options)
+    assert remote.samples == local.samples == 40 and remote.skipped == local.skipped
+    want, got = snapshot(str(tmp_path / "local")), snapshot(str(tmp_path / "remote"))
+    assert [n for n in want if n != "manifest.json"] == [n for n in got if n != "manifest.json"]
+    for name in want:
+        if name != "manifest.json":
+            assert got[name] == want[name], name
+    fs, _ = storage.filesystem(f"s3://{s3_bucket}/large")
+    assert not [path for path in fs.dircache if path.startswith(f"{s3_bucket}/large")]

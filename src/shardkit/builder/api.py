@@ -12,7 +12,8 @@ from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
 from .sources import Listing, list_image_folder
-from .store import LocalStore
+from .spill import Spill
+from .store import LocalStore, ObjectStore
 
 __all__ = ["build", "list_source"]
 
@@ -39,27 +40,38 @@ def build(
         from ..engines import check_reachable
 
         check_reachable(options.engine, options.address)
-    listing = list_source(source, out_path, options, to_sample)
-    if options.transforms and listing.kind not in ("image_folder", "table"):
-        raise ConfigError(
-            "resize, max_side and encode apply to image files (a folder or a CSV/JSONL list); "
-            f"a {listing.kind} source packs its samples as they are: transform them in "
-            "to_sample, or with shardkit proc / map_shards"
-        )
-    if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
-        from .store import ObjectStore
-
-        return run_build(ObjectStore(out_path, hash=options.hash), options, listing, progress)
-    _make_folder(out_path)
-    return run_build(LocalStore(out_path, hash=options.hash), options, listing, progress)
+    with Spill() as spill:  # a large listing is sorted and ordered here, then removed
+        listing = list_source(source, out_path, options, to_sample, spill=spill)
+        if options.transforms and listing.kind not in ("image_folder", "table"):
+            raise ConfigError(
+                "resize, max_side and encode apply to image files (a folder or a CSV/JSONL "
+                f"list); a {listing.kind} source packs its samples as they are: transform "
+                "them in to_sample, or with shardkit proc / map_shards"
+            )
+        store: LocalStore | ObjectStore
+        if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
+            store = ObjectStore(out_path, hash=options.hash)
+        else:
+            _make_folder(out_path)
+            store = LocalStore(out_path, hash=options.hash)
+        return run_build(store, options, listing, progress, spill)
 
 
 def _is_remote(out: str) -> bool:
     return "://" in out and not out.startswith("file:")
 
 
-def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = None) -> Listing:
-    """List any supported source (checks that ``out`` is not inside a source folder)."""
+def list_source(
+    source: Any,
+    out: str,
+    options: BuildOptions,
+    to_sample: Any = None,
+    *,
+    spill: Spill | None = None,
+) -> Listing:
+    """List any supported source (checks that ``out`` is not inside a source folder).
+
+    With a ``spill``, a large listing stays on disk there (:mod:`.spill`)."""
     if not isinstance(source, (str, os.PathLike)):
         from .pysources import list_python
 
@@ -80,9 +92,9 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
             raise BuildError(_not_a_file(path), url=path)
         from .tables import list_table
 
-        return list_table(path, options)
+        return list_table(path, options, spill)
     if "{" in path or is_shard_name(os.path.basename(path)):
-        return _list_shards(path, out, options)
+        return _list_shards(path, out, options, spill=spill)
     if remote:  # an image folder under an object-store prefix
         from .sources import list_remote_folder
 
@@ -90,14 +102,14 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
             raise BuildError(
                 f"the output {out!r} is inside the source folder: pick one outside it", url=path
             )
-        return list_remote_folder(path)
+        return list_remote_folder(path, spill)
     if os.path.isdir(path):
         if not _is_remote(out):
             _check_not_inside(out, path)
         shards = _shard_folder(path)
         if shards is not None:
-            return _list_shards(shards, out, options, path)
-        return list_image_folder(path)
+            return _list_shards(shards, out, options, path, spill)
+        return list_image_folder(path, spill)
     if not os.path.exists(path):
         raise BuildError("no such file or folder", url=path)
     raise BuildError(
@@ -108,7 +120,11 @@ def list_source(source: Any, out: str, options: BuildOptions, to_sample: Any = N
 
 
 def _list_shards(
-    spec: str | list[str], out: str, options: BuildOptions, path: str | None = None
+    spec: str | list[str],
+    out: str,
+    options: BuildOptions,
+    path: str | None = None,
+    spill: Spill | None = None,
 ) -> Listing:
     from .. import storage
     from .shards import list_shards
@@ -118,7 +134,7 @@ def _list_shards(
             folder = os.path.dirname(os.path.abspath(storage.local_path(url)))
             if os.path.realpath(folder) == os.path.realpath(out):
                 raise BuildError("the output folder holds the input shards", url=url)
-    return list_shards(spec, options.format, path=path)
+    return list_shards(spec, options.format, path=path, spill=spill)
 
 
 def _shard_folder(path: str) -> list[str] | None:

@@ -172,6 +172,7 @@ class WorkerAssembler:
         self.start = 0  # every chunk result feeds the cutter, from the first
         self.committed: dict[int, ShardRecord] = {}
         self.ready: list[ShardPlan] = []  # plans to submit
+        self.cut: list[int] = []  # samples of each shard cut so far, in order
         self._recorded: dict[int, tuple[ShardRecord, tuple[int, int]]] = {}
         self._uses: dict[int, int] = {}  # chunk -> plans not yet committed that read it
         self._closed: set[int] = set()  # chunks no later shard reads
@@ -245,6 +246,7 @@ class WorkerAssembler:
         if result.parts:
             self._parts[result.index] = result.parts[0].name
         self._take(self.cutter.add(result))
+        result.sizes = []  # journaled, and cut: the driver holds no per-sample figure
 
     def finish(self) -> None:
         """Cut the last shard (its plan joins :attr:`ready`)."""
@@ -252,6 +254,7 @@ class WorkerAssembler:
 
     def _take(self, plans: Iterator[ShardPlan]) -> None:
         for plan in plans:
+            self.cut.append(plan.samples)
             for chunk in plan.chunks:
                 self._uses[chunk] = self._uses.get(chunk, 0) + 1
             self._closed.update(plan.closes)

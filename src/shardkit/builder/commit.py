@@ -87,6 +87,7 @@ class Renamer:
         self.journal = journal
         self.final_name = final_name
         self.shards: list[ShardRecord] = []
+        self.cut: list[int] = []  # samples of each shard, in order
         self.start = 0
         self.pool = CommitPool(threads) if threads > 1 else None
         self._recorded: dict[int, Future[Any]] = {}  # task -> its journal write
@@ -136,6 +137,7 @@ class Renamer:
             else:
                 self.pool.submit(self._rename, part.name, final, recorded)
             self.shards.append(ShardRecord(final, part.samples, part.bytes, part.digest))
+            self.cut.append(part.samples)
 
     def _rename(self, part: str, final: str, recorded: Future[Any] | None) -> None:
         if recorded is not None:

@@ -17,10 +17,20 @@ from __future__ import annotations
 
 import posixpath
 import re
+import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["make_keys", "path_key", "relative_paths"]
+from .spill import Spill, bucket_count, bucketed
+
+__all__ = [
+    "key_base",
+    "make_keys",
+    "path_key",
+    "relative_path",
+    "relative_paths",
+    "spilled_keys",
+]
 
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
@@ -73,6 +83,50 @@ def make_keys(paths: Sequence[str]) -> list[str]:
     return _resolve(paths, base)
 
 
+def spilled_keys(paths: Callable[[], Iterable[str]], count: int, spill: Spill) -> dict[str, str]:
+    """:func:`make_keys` for ``count`` paths, perhaps too many to hold: ``paths()`` gives
+    one pass over them. Returns the paths whose key is not their :func:`path_key`, with
+    their key.
+
+    Colliding base keys are found bucket by bucket (spilled above the budget); a second
+    pass, only if some collide, gathers every path whose key the rules could touch: those
+    of a colliding base key and those whose base key extends one (``a_jpg``, ``a_jpg_2``
+    for ``a``). Memory grows with those paths only.
+    """
+    buckets = bucket_count(count)
+
+    def bucket_of(base: str) -> int:
+        return zlib.crc32(base.encode("utf-8", "surrogateescape")) % buckets
+
+    clashing: set[str] = set()
+    for chunk in bucketed((path_key(p) for p in paths()), buckets, bucket_of, spill):
+        seen: set[str] = set()
+        for base in chunk:
+            if base in seen:
+                clashing.add(base)
+            seen.add(base)
+    if not clashing:
+        return {}
+    involved = [p for p in paths() if _extends(path_key(p), clashing)]
+    return {
+        path: key
+        for path, key in zip(involved, make_keys(involved), strict=True)
+        if key != path_key(path)
+    }
+
+
+def _extends(base: str, clashing: set[str]) -> bool:
+    """Whether ``base`` is in ``clashing`` or is one of them plus ``_...``."""
+    if base in clashing:
+        return True
+    end = base.find("_")
+    while end > 0:
+        if base[:end] in clashing:
+            return True
+        end = base.find("_", end + 1)
+    return False
+
+
 def _resolve(paths: Sequence[str], base: list[str]) -> list[str]:
     """Keys when some base keys collide (the rules in the module docstring)."""
     split = [_split(p) for p in paths]
@@ -108,11 +162,25 @@ def relative_paths(locations: Sequence[str], root: str) -> list[str]:
     (``s3://bucket/a.jpg``; the host is the first folder). ``.`` and ``..`` are resolved
     first, by name. Distinct locations give distinct paths (feed them to :func:`make_keys`).
     """
-    parts = [_components(loc) for loc in locations]
+    base = key_base(locations, root)
+    return [relative_path(location, base) for location in locations]
+
+
+def key_base(locations: Iterable[str], root: str) -> list[str]:
+    """The folder :func:`relative_paths` makes paths relative to (one pass; components)."""
     base = _components(root)
-    if not all(len(p) > len(base) and p[: len(base)] == base for p in parts):
-        base = _common_folder(parts)
-    return ["/".join(p[len(base) :]) for p in parts]
+    inside, common = True, None
+    for location in locations:
+        parts = _components(location)
+        if inside and not (len(parts) > len(base) and parts[: len(base)] == base):
+            inside = False
+        common = parts[:-1] if common is None else _common(common, parts)
+    return base if inside else (common or [])
+
+
+def relative_path(location: str, base: list[str]) -> str:
+    """``location`` relative to ``base`` (from :func:`key_base`)."""
+    return "/".join(_components(location)[len(base) :])
 
 
 def _components(location: str) -> list[str]:
@@ -123,12 +191,10 @@ def _components(location: str) -> list[str]:
     return [scheme, *(p for p in path.split("/") if p)]
 
 
-def _common_folder(parts: list[list[str]]) -> list[str]:
-    """The longest leading components that every path's folder shares."""
-    common = parts[0][:-1] if parts else []
-    for p in parts[1:]:
-        n = 0
-        while n < len(common) and n < len(p) - 1 and common[n] == p[n]:
-            n += 1
-        del common[n:]
+def _common(common: list[str], parts: list[str]) -> list[str]:
+    """The leading components of ``common`` that the folder of ``parts`` shares."""
+    n = 0
+    while n < len(common) and n < len(parts) - 1 and common[n] == parts[n]:
+        n += 1
+    del common[n:]
     return common

@@ -18,15 +18,18 @@ rule, :class:`shardkit.formats.cut.Cut`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..formats import tar
+from . import spill as _spill
 from .options import BuildOptions
-from .sources import Item, folder_json
+from .sources import Item, Items, folder_json
+from .spill import Spill, bucket_count, bucketed
 
-__all__ = ["CHUNK", "Task", "chunk_items", "chunk_stream", "cut_tasks", "estimator", "order_items"]
+__all__ = ["CHUNK", "Task", "chunk_stream", "cut_tasks", "estimator", "order_items"]
 
 CHUNK = 256
 """Most items per task when shards are assembled from chunks (sizes not known up front);
@@ -44,12 +47,42 @@ class Task:
     items: list[Item]
 
 
-def order_items(items: list[Item], options: BuildOptions) -> list[Item]:
-    """The listing's order, shuffled with ``options.seed`` when ``options.shuffle``."""
-    ordered = list(items)
-    if options.shuffle:
+def order_items(items: Items, options: BuildOptions, spill: Spill | None = None) -> Iterable[Item]:
+    """The listing's order, shuffled with ``options.seed`` when ``options.shuffle``.
+
+    Up to :data:`~.spill.ORDER_BUDGET` items (or without a ``spill``): the whole listing
+    shuffled with ``random.Random(seed)``. More: each item goes to one of
+    :func:`~.spill.bucket_count` buckets by a hash of its key keyed with the seed; bucket
+    by bucket, its items are sorted by key and shuffled with ``random.Random("SEED:B")``.
+    Either way the order depends on the listing, the seed and the budget only.
+    """
+    if not options.shuffle:
+        return items
+    if spill is None or len(items) <= _spill.ORDER_BUDGET:
+        ordered = list(items)
         random.Random(options.seed).shuffle(ordered)
-    return ordered
+        return ordered
+    return _bucket_shuffle(items, options.seed, spill)
+
+
+def _bucket_shuffle(items: Items, seed: int, spill: Spill) -> Iterator[Item]:
+    buckets = bucket_count(len(items))
+    secret = hashlib.sha256(str(seed).encode()).digest()
+
+    def bucket_of(record: tuple[object, str, int, str, int, str]) -> int:
+        key = record[1].encode("utf-8", "surrogateescape")
+        digest = hashlib.blake2b(key, digest_size=8, key=secret).digest()
+        return int.from_bytes(digest, "big") % buckets
+
+    records = (tuple(item) for item in items)
+    for bucket, chunk in enumerate(bucketed(records, buckets, bucket_of, spill)):
+        chunk.sort(key=_identity)
+        random.Random(f"{seed}:{bucket}").shuffle(chunk)
+        yield from (Item(*record) for record in chunk)
+
+
+def _identity(record: tuple[object, str, int, str, int, str]) -> str:
+    return record[1]  # the key: unique in a listing
 
 
 def _padded(size: int) -> int:
@@ -104,33 +137,29 @@ def estimator(options: BuildOptions, classes: list[str]) -> Callable[[Item], int
 
 def cut_tasks(
     items: Iterable[Item], options: BuildOptions, estimate: Callable[[Item], int] | None
-) -> list[Task]:
-    """Cut ordered items into shard tasks where ``options.cut`` says, by estimated size."""
-    tasks: list[Task] = []
+) -> Iterator[Task]:
+    """Cut ordered items into shard tasks where ``options.cut`` says, by estimated size;
+    made as they are needed."""
+    index = 0
     full = options.cut.full
     current: list[Item] = []
     size = 0
     for item in items:
         grow = estimate(item) if estimate is not None else 0
         if full(len(current), size, grow):
-            tasks.append(Task(len(tasks), current))
+            yield Task(index, current)
+            index += 1
             current, size = [], 0
         current.append(item)
         size += grow
     if current:
-        tasks.append(Task(len(tasks), current))
-    return tasks
+        yield Task(index, current)
 
 
-def chunk_items(items: list[Item], size: int) -> list[Task]:
-    """Tasks of ``size`` consecutive items (the Cutter cuts the shards)."""
-    return [
-        Task(i, items[start : start + size]) for i, start in enumerate(range(0, len(items), size))
-    ]
-
-
-def chunk_stream(items: Iterator[Item], size: int) -> Iterator[Task]:
-    """Tasks of ``size`` items from a one-pass stream, made as they are needed."""
+def chunk_stream(items: Iterable[Item], size: int) -> Iterator[Task]:
+    """Tasks of ``size`` consecutive items (the Cutter cuts the shards), made as they are
+    needed."""
+    items = iter(items)
     index = 0
     while True:
         chunk: list[Item] = []

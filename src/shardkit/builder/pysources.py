@@ -96,13 +96,11 @@ def list_python(source: Any, to_sample: ToSample | None) -> Listing:
         count = len(source)
         if count == 0:
             raise ConfigError("the dataset is empty")
-        width = max(8, len(str(count - 1)))
-        items = [Item(i, f"{i:0{width}d}", -1, "", 0, "") for i in range(count)]
         return Listing(
             "dataset",
             name,
             DatasetSource(source, convert),
-            items,
+            _Indices(count),
             classes,
             fingerprint=f"{name}:{count}",
             sizes_known=False,
@@ -121,6 +119,20 @@ def list_python(source: Any, to_sample: ToSample | None) -> Listing:
         fingerprint=f"{name}:iterable",
         stream=_stream(source),
     )
+
+
+@dataclass(frozen=True)
+class _Indices:
+    """The items of a map-style dataset, made as they are read: its indices 0..count-1."""
+
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[Item]:
+        width = max(8, len(str(self.count - 1)))
+        return (Item(i, f"{i:0{width}d}", -1, "", 0, "") for i in range(self.count))
 
 
 def _stream(source: Iterable[Any]) -> Iterator[Item]:

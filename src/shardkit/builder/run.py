@@ -29,6 +29,7 @@ import itertools
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -43,9 +44,10 @@ from .folder import OutputFolder
 from .journal import Journal, output_lock
 from .manifest import MANIFEST_NAME, ShardRecord, make_manifest, write_manifest
 from .options import BuildOptions
-from .plan import CHUNK, Task, chunk_items, chunk_stream, cut_tasks, estimator, order_items
+from .plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
 from .results import BuildProgress, BuildResult, ProgressFn
 from .sources import Listing
+from .spill import Spill
 from .store import LocalStore, ObjectStore
 from .worker import WORKER_MODULE, TaskResult, WorkerContext, init_worker, run_task
 
@@ -67,8 +69,10 @@ class _Driver:
         listing: Listing,
         progress: ProgressFn | None,
         guard: Callable[[], None],
+        spill: Spill | None = None,
     ) -> None:
         self.store = store
+        self.spill = spill  # where a large listing is ordered (None: in memory)
         self.guard = guard  # raises if this build may no longer write (a lost lease)
         self.options = options
         self.listing = listing
@@ -98,6 +102,8 @@ class _Driver:
         self.counts = [0, 0, len(listing.skipped)]  # samples, bytes, skipped
         self.last_report = 0.0
         self.resumed = 0
+        self.class_counts: dict[int, int] = {}  # of chunks handed to the assembler
+        self.fetch = _FetchTally()
 
     # -- start
     def prepare(self) -> BuildResult | None:
@@ -143,13 +149,13 @@ class _Driver:
             if listing.stream is None:
                 raise BuildError("a one-pass source has no items to read")
             return filter(wanted, chunk_stream(listing.stream, self.chunk)), None
-        ordered = order_items(listing.items, options)
+        # Ordered and cut as the tasks are submitted: nothing holds every item or task.
+        ordered = order_items(listing.items, options, self.spill)
         if self.assemble:
-            tasks = chunk_items(ordered, self.chunk)
+            tasks = chunk_stream(ordered, self.chunk)
         else:
             tasks = cut_tasks(ordered, options, estimator(options, listing.classes))
-        pending = [t for t in tasks if wanted(t)]
-        return iter(pending), len(pending)
+        return _counted(filter(wanted, tasks), (options.workers or config.default_workers()) + 1)
 
     def _executor(self, pending: int | None) -> Executor:
         context = WorkerContext(
@@ -230,7 +236,13 @@ class _Driver:
         """Hand finished tasks to the committer in plan order (reports new shards)."""
         shards = len(self.committer.shards)
         while self.next_task in self.journal.done:
-            self.committer.add(self.journal.done[self.next_task])
+            result = self.journal.done[self.next_task]
+            self.committer.add(result)
+            self.fetch.add(result, self.committer.cut)
+            if isinstance(self.committer, WorkerAssembler):  # journaled already: fold in
+                for label, n in result.class_counts.items():  # (chunks: many, per item)
+                    self.class_counts[label] = self.class_counts.get(label, 0) + n
+                result.class_counts, result.fetch = {}, []
             self.next_task += 1
             if len(self.committer.shards) != shards:
                 shards = len(self.committer.shards)
@@ -271,7 +283,7 @@ class _Driver:
             self._count(result)
         self._report(force=True)
         skipped = sorted([*self.listing.skipped, *(s for r in results for s in r.skipped)])
-        counts: dict[int, int] = {}
+        counts = dict(self.class_counts)
         for result in results:
             for label, n in result.class_counts.items():
                 counts[label] = counts.get(label, 0) + n
@@ -290,7 +302,7 @@ class _Driver:
             class_counts=counts,
             skipped=skipped,
             timing=timing,
-            fetch=_fetch_by_shard(results, shards),
+            fetch=self.fetch.by_shard(self.committer.cut),
         )
         manifest["source"] = {**manifest["source"], "path": self.listing.path}
         self.guard()
@@ -328,19 +340,50 @@ class _Driver:
         )
 
 
-def _fetch_by_shard(results: list[TaskResult], shards: list[ShardRecord]) -> list[dict[str, int]]:
-    """Each shard's download counts by outcome. Shards hold the packed samples in plan
-    order, so a download's place among them (its task's offset plus its index in the
-    task) names its shard; one skipped after the last sample counts in the last shard."""
-    ends = list(itertools.accumulate(shard.samples for shard in shards))
-    counts: list[dict[str, int]] = [{} for _ in shards]
-    offset = 0
-    for result in results:
-        for index, category in result.fetch:
-            shard = min(bisect.bisect_right(ends, offset + index), len(shards) - 1)
-            counts[shard][category] = counts[shard].get(category, 0) + 1
-        offset += sum(part.samples for part in result.parts)
-    return [dict(sorted(c.items())) for c in counts]
+def _counted(tasks: Iterator[Task], limit: int) -> tuple[Iterator[Task], int | None]:
+    """``tasks`` as they were, and how many there are when fewer than ``limit`` (None:
+    at least that many; only so many are made to find out)."""
+    head = list(itertools.islice(tasks, limit))
+    return itertools.chain(head, tasks), len(head) if len(head) < limit else None
+
+
+class _FetchTally:
+    """Each shard's downloads by outcome, counted as results are cut in plan order.
+
+    Shards hold the packed samples in plan order, so a download's place among them (its
+    task's offset plus its index in the task) names its shard; one skipped after the last
+    sample counts in the last shard. A download waits only until a cut passes its place,
+    so what is held grows with one shard, not with the items."""
+
+    def __init__(self) -> None:
+        self.ends: list[int] = []  # samples up to the end of each shard cut so far
+        self.counts: list[dict[str, int]] = []
+        self.offset = 0  # samples packed by the results added
+        self.waiting: deque[tuple[int, str]] = deque()
+
+    def add(self, result: TaskResult, cut: list[int]) -> None:
+        """Count ``result`` (the next in plan order); ``cut``: samples of each shard cut."""
+        self._extend(cut)
+        self.waiting.extend((self.offset + index, category) for index, category in result.fetch)
+        self.offset += sum(part.samples for part in result.parts)
+        while self.waiting and self.ends and self.waiting[0][0] < self.ends[-1]:
+            self._count(*self.waiting.popleft())
+
+    def by_shard(self, cut: list[int]) -> list[dict[str, int]]:
+        """The counts, once every shard is cut."""
+        self._extend(cut)
+        while self.waiting:
+            self._count(*self.waiting.popleft())
+        return [dict(sorted(c.items())) for c in self.counts]
+
+    def _extend(self, cut: list[int]) -> None:
+        for samples in cut[len(self.ends) :]:
+            self.ends.append((self.ends[-1] if self.ends else 0) + samples)
+            self.counts.append({})
+
+    def _count(self, place: int, category: str) -> None:
+        counts = self.counts[min(bisect.bisect_right(self.ends, place), len(self.ends) - 1)]
+        counts[category] = counts.get(category, 0) + 1
 
 
 def _fetched(manifest: dict[str, Any]) -> dict[str, int]:
@@ -394,12 +437,17 @@ class _NullWriter:
 
 
 def run_build(
-    store: Store, options: BuildOptions, listing: Listing, progress: ProgressFn | None
+    store: Store,
+    options: BuildOptions,
+    listing: Listing,
+    progress: ProgressFn | None,
+    spill: Spill | None = None,
 ) -> BuildResult:
     """Build ``listing`` into ``store`` (a folder that exists, or an object-store prefix);
-    holds the output's lock (or lease) throughout."""
+    holds the output's lock (or lease) throughout. A large listing is ordered through
+    ``spill`` (:mod:`.spill`), which the caller removes."""
     with _locked(store) as guard:
-        driver = _Driver(store, options, listing, progress, guard)
+        driver = _Driver(store, options, listing, progress, guard, spill)
         try:
             done = driver.prepare()
             return done if done is not None else driver.run()

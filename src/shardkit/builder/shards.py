@@ -19,7 +19,8 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
-from collections.abc import Mapping
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -27,7 +28,8 @@ from .. import config, storage
 from ..errors import BuildError, DataError
 from ..formats import tfschema
 from ..reader import detect_format, iter_stream_samples, read_shard
-from .sources import Item, Listing
+from .sources import Item, Listing, SpilledItems
+from .spill import Spill, bucket_count, bucketed, held
 from .store import endpoint_options
 
 __all__ = ["ShardSource", "list_shards"]
@@ -46,23 +48,43 @@ def close_streams() -> None:
         _open.popitem()[1].close()
 
 
-def list_shards(spec: str | list[str], output_format: str, *, path: str | None = None) -> Listing:
+def list_shards(
+    spec: str | list[str],
+    output_format: str,
+    *,
+    path: str | None = None,
+    spill: Spill | None = None,
+) -> Listing:
     """List every sample of the shards ``spec`` names (a brace pattern, one path, or a list
-    of them); ``path`` names the source in errors and the manifest (default: ``spec``)."""
+    of them); ``path`` names the source in errors and the manifest (default: ``spec``).
+    Above the budget the samples are kept in ``spill`` files (:mod:`.spill`)."""
     where = path if path is not None else str(spec)
+    if spill is None:
+        with Spill() as own:  # everything is held in the end anyway
+            return list_shards(spec, output_format, path=path, spill=own)._held()
     urls = storage.expand_urls(spec)
     versions = [_version(url) for url in urls]
-    items: list[Item] = []
     digest = hashlib.sha256()
-    for index, (url, version) in enumerate(zip(urls, versions, strict=True)):
-        digest.update(f"{url}\0{version}\n".encode())
-        for sample in read_shard(url):
-            size = sum(len(v) for k, v in sample.items() if isinstance(v, bytes))
-            items.append(Item((index, sample["__offset__"]), sample["__key__"], -1, "", size, ""))
-    if not items:
+
+    def listed() -> Iterator[tuple[tuple[int, int], str, int]]:
+        for index, (url, version) in enumerate(zip(urls, versions, strict=True)):
+            digest.update(f"{url}\0{version}\n".encode())
+            for sample in read_shard(url):
+                size = sum(len(v) for v in sample.values() if isinstance(v, bytes))
+                yield (index, sample["__offset__"]), sample["__key__"], size
+
+    records = held(listed(), spill)
+    if not records:
         raise BuildError("the shards hold no samples", url=where)
-    if len({item.key for item in items}) < len(items):  # e.g. TFRecords without __key__
-        items = [item._replace(key=f"{item.ref[0]:06d}/{item.key}") for item in items]
+    # Keys that repeat (e.g. TFRecords without __key__) get their shard's number.
+    prefixed = _repeats((key for _, key, _ in records), len(records), spill)
+
+    def item(record: tuple[tuple[int, int], str, int]) -> Item:
+        ref, key, size = record
+        ref = (int(ref[0]), int(ref[1]))
+        return Item(ref, f"{ref[0]:06d}/{key}" if prefixed else key, -1, "", size, "")
+
+    items = [item(r) for r in records] if isinstance(records, list) else SpilledItems(records, item)
     return Listing(
         kind="shards",
         path=where,
@@ -107,6 +129,16 @@ class ShardSource:
 
     def json_text(self, item: Item, classes: tuple[str, ...]) -> str:
         return ""
+
+
+def _repeats(keys: Iterable[str], count: int, spill: Spill) -> bool:
+    """Whether any key repeats (checked bucket by bucket when there are many)."""
+    buckets = bucket_count(count)
+
+    def bucket_of(key: str) -> int:
+        return zlib.crc32(key.encode("utf-8", "surrogateescape")) % buckets
+
+    return any(len(set(chunk)) < len(chunk) for chunk in bucketed(keys, buckets, bucket_of, spill))
 
 
 def _version(url: str) -> str:

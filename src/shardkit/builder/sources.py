@@ -19,23 +19,26 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, NoReturn, Protocol
 
 from .. import config
 from ..codecs import normalize_image_extension
 from ..errors import BuildError, DataError, EmptyBuildError
-from .keys import make_keys
+from .keys import make_keys, path_key, spilled_keys
+from .spill import RecordFile, Sorter, Spill
 from .store import endpoint_options
-from .walk import FolderWalk, file_kind
+from .walk import FolderWalk, Found, file_kind
 
 __all__ = [
     "FOLDER_EXTENSIONS",
     "FileSource",
     "Item",
+    "Items",
     "Listing",
     "Source",
+    "SpilledItems",
     "check_listed_size",
     "folder_json",
     "list_image_folder",
@@ -73,6 +76,29 @@ class Source(Protocol):
     def json_text(self, item: Item, classes: tuple[str, ...]) -> str: ...
 
 
+class Items(Protocol):
+    """Listed items: how many, and one pass over them in listing order (a list, or
+    :class:`SpilledItems` when there are more than the driver holds at once)."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Item]: ...
+
+
+class SpilledItems:
+    """Items kept in a spill file as compact records, made into :class:`Item` s as read."""
+
+    def __init__(self, records: RecordFile, decode: Callable[[Any], Item]) -> None:
+        self.records = records
+        self.decode = decode
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[Item]:
+        return map(self.decode, self.records)
+
+
 @dataclass
 class Listing:
     """Everything the driver knows about a source before planning."""
@@ -80,7 +106,7 @@ class Listing:
     kind: str
     path: str
     source: Source
-    items: list[Item] | None  # None for a one-pass iterable
+    items: Items | None  # None for a one-pass iterable
     classes: list[str]
     skipped: list[tuple[str, str]] = field(default_factory=list)
     fingerprint: str = ""
@@ -90,6 +116,12 @@ class Listing:
     @property
     def splittable(self) -> bool:
         return self.items is not None
+
+    def _held(self) -> Listing:
+        """This listing with its items in memory (before its spill folder goes)."""
+        if self.items is not None and not isinstance(self.items, list):
+            self.items = list(self.items)
+        return self
 
 
 def read_file(path: str, size: int) -> bytes:
@@ -219,13 +251,23 @@ def _plain(text: str) -> bool:
 # --------------------------------------------------------------------------- image folder
 
 
-def list_image_folder(root: str) -> Listing:
+def list_image_folder(root: str, spill: Spill | None = None) -> Listing:
     """List ``root/<class>/**/<image>``; classes are the sorted subfolder names.
 
-    Links, special files and unreadable folders follow the rules of :mod:`.walk`."""
+    Links, special files and unreadable folders follow the rules of :mod:`.walk`. With a
+    ``spill``, a folder of more files than the driver holds at once is sorted and kept
+    on disk (:mod:`.spill`); the items and their order are the same either way."""
     if not os.path.isdir(root):
         raise BuildError("no such folder", url=root)
-    walk = FolderWalk(root, not_an_image)
+    if spill is None:
+        with Spill() as own:  # everything is held in the end anyway
+            return list_image_folder(root, own)._held()
+    sorter = Sorter(spill)
+
+    def found(f: Found) -> None:  # sorted by (class, path): the (label, path) order
+        sorter.add((f.cls, f.rel, f.size, f.mtime_ns))
+
+    walk = FolderWalk(root, not_an_image, found)
     try:
         top = walk.top()
     except OSError as exc:
@@ -236,19 +278,24 @@ def list_image_folder(root: str) -> Listing:
         )
     walk.walk(top)
     classes = walk.classes
-    label_of = {name: label for label, name in enumerate(classes)}
-    found = [(label_of[f.cls], f.rel, f.size, f.mtime_ns) for f in walk.found]
-    walk.found.clear()
     skipped = sorted(walk.skipped)
-    if not found:
+    if not sorter.count:
         nothing_found("no images found in the class folders", skipped, root)
-    found.sort()  # by (label, path): paths are unique, so the rest is never compared
-    fingerprint = _fingerprint(classes, ((rel, size, mtime) for _, rel, size, mtime in found))
+    label_of = {name: label for label, name in enumerate(classes)}
+    spilled = sorter.spilled
+    entries = ((label_of[c], rel, size, mtime) for c, rel, size, mtime in sorter.sorted())
+    items: Items
+    if spilled:
+        items, fingerprint = _spilled_folder_items(entries, classes, spill)
+    else:
+        found_list = list(entries)
+        fingerprint = _fingerprint(classes, ((r, size, m) for _, r, size, m in found_list))
+        items = _folder_items(found_list, classes)
     return Listing(
         kind="image_folder",
         path=root,
         source=FileSource(os.path.abspath(root)),
-        items=_folder_items(found, classes),
+        items=items,
         classes=classes,
         skipped=skipped,
         fingerprint=fingerprint,
@@ -270,66 +317,120 @@ def not_an_image(name: str) -> str:
     return "" if ext in FOLDER_EXTENSIONS else f"not an image file (extension {ext or 'none'!r})"
 
 
-def list_remote_folder(url: str) -> Listing:
-    """List ``url/<class>/**/<image>`` in an object store (same rules as on disk)."""
+def list_remote_folder(url: str, spill: Spill | None = None) -> Listing:
+    """List ``url/<class>/**/<image>`` in an object store (same rules as on disk).
+
+    Folder by folder (one paginated listing per folder, dropped from the filesystem's
+    listing cache once read), so the driver holds one folder's listing at a time; the
+    files go through the same sorted runs as a local folder's."""
     from .. import storage
 
     root = url.rstrip("/")
+    if spill is None:
+        with Spill() as own:  # everything is held in the end anyway
+            return list_remote_folder(url, own)._held()
+    sorter = Sorter(spill)
+    skipped: list[tuple[str, str]] = []
     try:
         fs, base = storage.filesystem(root)
-        found_objects = fs.find(base, detail=True)
+        classes = _walk_remote(fs, base.rstrip("/"), sorter, skipped)
+    except FileNotFoundError:
+        classes = None
     except OSError as exc:
         raise BuildError(f"cannot list the source: {exc}", url=root) from exc
-    base = base.rstrip("/")
-    if not found_objects:
+    if classes is None:
         raise BuildError("no such folder, or it holds no objects", url=root)
-    objects = _relative(found_objects, base)
-    classes = sorted(
-        {rel.split("/", 1)[0] for rel in objects if "/" in rel and not rel.startswith(".")}
-    )
     if not classes:
         raise BuildError(
             "no class subfolders: expected SRC/<class>/<image> (ImageFolder layout)", url=root
         )
-    label_of = {name: label for label, name in enumerate(classes)}
-    skipped: list[tuple[str, str]] = []
-    found: list[tuple[int, str, int, Any]] = []
-    for rel, info in sorted(objects.items()):
-        parts = rel.split("/")
-        if any(part.startswith(".") for part in parts):
-            continue
-        if len(parts) == 1:
-            skipped.append((rel, "not inside a class folder"))
-            continue
-        problem = not_an_image(parts[-1])
-        if problem:
-            skipped.append((rel, problem))
-            continue
-        version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
-        found.append((label_of[parts[0]], rel, int(info.get("size") or 0), version))
-    if not found:
+    skipped.sort()
+    if not sorter.count:
         nothing_found("no images found in the class folders", skipped, root)
-    found.sort()  # by (label, path), as on disk
-    fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
+    label_of = {name: label for label, name in enumerate(classes)}
+    spilled = sorter.spilled
+    entries = ((label_of[c], rel, size, v) for c, rel, size, v in sorter.sorted())
+    items: Items
+    if spilled:
+        items, fingerprint = _spilled_folder_items(entries, classes, spill)
+    else:
+        found = list(entries)
+        fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
+        items = _folder_items(found, classes)
     return Listing(
         kind="image_folder",
         path=root,
         source=FileSource(root),
-        items=_folder_items(found, classes),
+        items=items,
         classes=classes,
         skipped=skipped,
         fingerprint=fingerprint,
     )
 
 
-def _relative(objects: dict[str, Any], base: str) -> dict[str, Any]:
-    """Object infos by path relative to ``base`` (directory markers left out)."""
-    prefix = base + "/"
-    return {
-        name[len(prefix) :]: info
-        for name, info in objects.items()
-        if name.startswith(prefix) and info.get("type") != "directory" and not name.endswith("/")
-    }
+def _walk_remote(
+    fs: Any, base: str, sorter: Sorter, skipped: list[tuple[str, str]]
+) -> list[str] | None:
+    """Walk ``base`` folder by folder into ``sorter`` (class, path, size, version) and
+    ``skipped``; returns the class names, sorted (None: ``base`` holds no object).
+
+    A class is a top-level folder that holds any object (hidden ones too); names starting
+    with ``.`` are left out, as on disk."""
+    classes: set[str] = set()
+    stack: list[tuple[str, str]] = [(base, "")]  # (folder, its path relative to base)
+    anything = False
+    while stack:
+        folder, rel = stack.pop()
+        listed = fs.ls(folder, detail=True)
+        fs.invalidate_cache(folder)
+        folders = []
+        for info in sorted(listed, key=lambda i: str(i["name"])):
+            name, is_dir = str(info["name"]), info.get("type") == "directory"
+            if (name.endswith("/") and not is_dir) or name.rstrip("/") == folder:
+                continue  # a directory marker, or the folder itself
+            anything = True
+            leaf = name.rstrip("/").rpartition("/")[2]
+            path = f"{rel}/{leaf}" if rel else leaf
+            if rel:
+                classes.add(rel.split("/", 1)[0])
+            if leaf.startswith("."):
+                continue
+            if is_dir:
+                folders.append((name.rstrip("/"), path))
+            elif not rel:
+                skipped.append((path, "not inside a class folder"))
+            elif problem := not_an_image(leaf):
+                skipped.append((path, problem))
+            else:
+                version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
+                size = int(info.get("size") or 0)
+                sorter.add((path.split("/", 1)[0], path, size, str(version)))
+        stack.extend(reversed(folders))
+    return sorted(classes) if anything else None
+
+
+def _spilled_folder_items(
+    entries: Iterator[tuple[int, str, int, Any]], classes: list[str], spill: Spill
+) -> tuple[SpilledItems, str]:
+    """Sorted ``entries`` (label, path, size, version) written to a spill file as they are
+    fingerprinted; their items are made as they are read (keys as :func:`make_keys`)."""
+    records = spill.new_file()
+
+    def recorded() -> Iterator[tuple[str, int, Any]]:
+        for label, rel, size, version in entries:
+            records.append((label, rel, size))
+            yield rel, size, version
+
+    fingerprint = _fingerprint(classes, recorded())
+    keys = spilled_keys(lambda: (rel for _, rel, _ in records), len(records), spill)
+    normal = {ext: normalize_image_extension(ext) for ext in FOLDER_EXTENSIONS}
+
+    def decode(record: tuple[int, str, int]) -> Item:
+        label, rel, size = record
+        key = keys.get(rel) or path_key(rel)
+        return Item(rel, key, label, normal[rel.rpartition(".")[2].lower()], size, "")
+
+    return SpilledItems(records, decode), fingerprint
 
 
 def _folder_items(found: list[tuple[int, str, int, Any]], classes: list[str]) -> list[Item]:

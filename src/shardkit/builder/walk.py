@@ -60,15 +60,22 @@ class FolderWalk:
     """The images of ``root/<class>/**`` under the rules of the module docstring.
 
     ``classes`` and ``found`` hold the result, ``skipped`` what was left out.
-    ``is_image(name)`` returns the reason to skip a file by its name, or ``""``.
+    ``is_image(name)`` returns the reason to skip a file by its name, or ``""``. With
+    ``sink``, each image is passed to it as it is found instead (``found`` stays empty).
     """
 
-    def __init__(self, root: str, is_image: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        root: str,
+        is_image: Callable[[str], str],
+        sink: Callable[[Found], None] | None = None,
+    ) -> None:
         self.root = root
         self._is_image = is_image
         self.real_root = os.path.realpath(root)
         self.classes: list[str] = []
         self.found: list[Found] = []
+        self._sink = sink if sink is not None else self.found.append
         self.skipped: list[tuple[str, str]] = []
         self._visited: set[tuple[int, int]] = set()
         self._links: deque[tuple[str, str, str]] = deque()  # path, rel, class
@@ -187,7 +194,7 @@ class FolderWalk:
         if not stat.S_ISREG(info.st_mode):
             self.skipped.append((rel, f"not a regular file ({file_kind(info.st_mode)})"))
             return
-        self.found.append(Found(cls, rel, info.st_size, info.st_mtime_ns))
+        self._sink(Found(cls, rel, info.st_size, info.st_mtime_ns))
 
 
 def _name(entry: os.DirEntry[str]) -> str:
