@@ -279,22 +279,35 @@ def list_image_folder(root: str, spill: Spill | None = None) -> Listing:
     walk.walk(top)
     classes = walk.classes
     skipped = sorted(walk.skipped)
+    return _folder_listing(root, FileSource(os.path.abspath(root)), sorter, classes, skipped, spill)
+
+
+def _folder_listing(
+    root: str,
+    source: FileSource,
+    sorter: Sorter,
+    classes: list[str],
+    skipped: list[tuple[str, str]],
+    spill: Spill,
+) -> Listing:
+    """The listing of an image folder, local or remote, from its walk: ``sorter`` holds
+    (class, path, size, version) in path order."""
     if not sorter.count:
         nothing_found("no images found in the class folders", skipped, root)
     label_of = {name: label for label, name in enumerate(classes)}
-    spilled = sorter.spilled
-    entries = ((label_of[c], rel, size, mtime) for c, rel, size, mtime in sorter.sorted())
+    spilled = sorter.spilled  # before sorted(), which may spill the last run
+    entries = ((label_of[c], rel, size, v) for c, rel, size, v in sorter.sorted())
     items: Items
     if spilled:
         items, fingerprint = _spilled_folder_items(entries, classes, spill)
     else:
-        found_list = list(entries)
-        fingerprint = _fingerprint(classes, ((r, size, m) for _, r, size, m in found_list))
-        items = _folder_items(found_list, classes)
+        found = list(entries)
+        fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
+        items = _folder_items(found, classes)
     return Listing(
         kind="image_folder",
         path=root,
-        source=FileSource(os.path.abspath(root)),
+        source=source,
         items=items,
         classes=classes,
         skipped=skipped,
@@ -345,27 +358,7 @@ def list_remote_folder(url: str, spill: Spill | None = None) -> Listing:
             "no class subfolders: expected SRC/<class>/<image> (ImageFolder layout)", url=root
         )
     skipped.sort()
-    if not sorter.count:
-        nothing_found("no images found in the class folders", skipped, root)
-    label_of = {name: label for label, name in enumerate(classes)}
-    spilled = sorter.spilled
-    entries = ((label_of[c], rel, size, v) for c, rel, size, v in sorter.sorted())
-    items: Items
-    if spilled:
-        items, fingerprint = _spilled_folder_items(entries, classes, spill)
-    else:
-        found = list(entries)
-        fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
-        items = _folder_items(found, classes)
-    return Listing(
-        kind="image_folder",
-        path=root,
-        source=FileSource(root),
-        items=items,
-        classes=classes,
-        skipped=skipped,
-        fingerprint=fingerprint,
-    )
+    return _folder_listing(root, FileSource(root), sorter, classes, skipped, spill)
 
 
 def _walk_remote(
