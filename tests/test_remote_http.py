@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -218,3 +220,35 @@ def test_cache_dir_keeps_complete_copies(
     assert sorted(keys(list(Dataset(pattern, cache_dir=cache).shuffle(3)))) == ALL
     monkeypatch.setenv("SHARDKIT_CACHE_DIR", cache)  # the default cache
     assert keys(list(Dataset(pattern))) == ALL
+
+
+def test_a_folder_lists_again_after_a_forked_child_let_go_of_the_parents_filesystem(
+    nginx_shards: tuple[str, str],
+) -> None:
+    """A forked child (a DataLoader worker) that frees the parent's fsspec filesystem runs
+    its finalizer, which closes the inherited keep-alive connections; that must not take
+    them out of the parent's event loop (an epoll set parent and child share), or the
+    parent's next request on one waits forever. In a subprocess, with a time limit, so a
+    regression fails instead of hanging."""
+    folder, url = nginx_shards
+    os.remove(os.path.join(folder, "manifest.json"))  # the listing is one request
+    code = (
+        "import gc, os, shardkit\n"
+        f"url = {url + '/'!r}\n"
+        "print(len(shardkit.Dataset(url).shards.urls), flush=True)\n"  # a keep-alive connection
+        "pid = os.fork()\n"
+        "if pid == 0:\n"  # a worker: reads the shards through a filesystem of its own
+        "    print(len(list(shardkit.Dataset(url))), flush=True)\n"
+        "    gc.collect()\n"  # frees the parent's filesystem: its finalizer runs here
+        "    os._exit(0)\n"
+        "assert os.waitpid(pid, 0)[1] == 0\n"
+        "print(len(shardkit.Dataset(url).shards.urls), flush=True)\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"listing the folder again hangs after the fork: {exc.stdout!r}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3", "12", "3"], done.stdout

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import selectors
+import sys
 from typing import Any
 
 from .._optional import missing
@@ -66,6 +68,47 @@ _SCHEME_MODULES = {
     "http": "aiohttp",
     "https": "aiohttp",
 }
+
+
+# fsspec's IO loop as a fork begins (None when there is none), for the child to detach.
+_loop_at_fork: list[Any] = [None]
+
+
+def _note_loop_at_fork() -> None:
+    asyn = sys.modules.get("fsspec.asyn")
+    _loop_at_fork[0] = None if asyn is None else asyn.loop[0]
+
+
+def _detach_inherited_loop() -> None:
+    """In a forked child: give the parent's fsspec IO loop a selector of its own.
+
+    The child inherits the parent's loop (fsspec starts a new one there) and, with it, the
+    parent's epoll set: one kernel object the two processes share. When the child frees a
+    filesystem it inherited (a DataLoader worker's garbage collection does), fsspec's
+    finalizer closes that filesystem's HTTP session, and each keep-alive connection it
+    closes is taken out of the shared epoll set. The parent's loop then never hears the
+    answer on that connection again, and its next request through it waits forever.
+    Given an empty selector, the dead loop in the child touches nothing of the parent's.
+    (fsspec's finalizer does not check that it runs in the process that made the session.)
+    """
+    loop, _loop_at_fork[0] = _loop_at_fork[0], None
+    epoll = getattr(selectors, "EpollSelector", None)  # kqueue and poll are not shared
+    if epoll is None or not isinstance(getattr(loop, "_selector", None), epoll):
+        return
+    inherited, loop._selector = loop._selector, selectors.SelectSelector()
+    inherited.close()  # closes the child's descriptor only: the parent's set stays as it is
+
+
+def _forget_loop_at_fork() -> None:
+    _loop_at_fork[0] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_note_loop_at_fork,
+        after_in_parent=_forget_loop_at_fork,
+        after_in_child=_detach_inherited_loop,
+    )
 
 
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
