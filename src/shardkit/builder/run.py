@@ -289,7 +289,7 @@ class _Driver:
     # -- finish
     def _finish(self) -> BuildResult:
         if self.journal.done:  # every task is committed (in order) before this
-            raise BuildError("tasks are left uncommitted after every task finished (a shardkit bug)")
+            raise BuildError("tasks are left uncommitted after every task ran (a shardkit bug)")
         skipped = sorted([*self.listing.skipped, *self.skipped])
         self.counts = [*self.packed, len(skipped)]
         self._report(force=True)
