@@ -253,7 +253,7 @@ def main() -> None:
     parser.add_argument("--build", default="", help="items in whole-build runs, a,b,...")
     args = parser.parse_args()
     if args.driver_memory:
-        args.items = [int(n) for n in args.items.split(",")]
+        args.items = [int(n) for n in args.items.split(",") if n]
         os.makedirs(ROOT, exist_ok=True)
         driver_memory(args)
         return
