@@ -120,11 +120,13 @@ def driver_child(kind: str, count: int, out: str) -> None:
     options = BuildOptions(max_count=1000, format="tfrecord", workers=2)
     start = time.perf_counter()
     if kind == "build":
+        held = _count_held_records()
         shutil.rmtree(out, ignore_errors=True)
         result = build(source, out, options=options)
         shutil.rmtree(out, ignore_errors=True)
         seconds = time.perf_counter() - start
-        print(json.dumps({"list_s": 0.0, "order_s": seconds, "tasks": len(result.shards)}))
+        figures = {"list_s": 0.0, "order_s": seconds, "tasks": len(result.shards)}
+        print(json.dumps({**figures, **held}))
         return
     spill_module = None
     if "spill" in inspect.signature(api.list_source).parameters:
@@ -141,6 +143,42 @@ def driver_child(kind: str, count: int, out: str) -> None:
         number = sum(1 for _ in tasks)
     done = time.perf_counter()
     print(json.dumps({"list_s": listed - start, "order_s": done - listed, "tasks": number}))
+
+
+def _count_held_records() -> dict[str, int]:
+    """Hook the driver's manifest step: the task records (TaskResult) alive then, and
+    their size (a ``sys.getsizeof`` walk, allocator overhead not counted), filled in the
+    returned dict when the build reaches it."""
+    import gc
+
+    from shardkit.builder import run
+    from shardkit.builder.worker import TaskResult
+
+    held = {"records": 0, "records_bytes": 0}
+    finish = run._Driver._finish
+
+    def size(obj: Any, seen: set[int]) -> int:
+        if id(obj) in seen:
+            return 0
+        seen.add(id(obj))
+        total = sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            total += sum(size(k, seen) + size(v, seen) for k, v in obj.items())
+        elif isinstance(obj, list | tuple | set):
+            total += sum(size(x, seen) for x in obj)
+        elif hasattr(obj, "__dict__"):
+            total += size(vars(obj), seen)
+        return total
+
+    def counting(driver: Any) -> Any:
+        gc.collect()
+        records = [o for o in gc.get_objects() if isinstance(o, TaskResult)]
+        seen: set[int] = set()
+        held.update(records=len(records), records_bytes=sum(size(r, seen) for r in records))
+        return finish(driver)
+
+    run._Driver._finish = counting  # type: ignore[method-assign]
+    return held
 
 
 def _report_self() -> None:
@@ -205,9 +243,10 @@ def driver_memory(args: argparse.Namespace) -> None:
         runs += [(kind, t, n) for t in trees for n in counts if t == "now" or n <= args.base_max]
     print(
         "| source | tree | items | list s | order+cut s (build: all) | tasks | CPU s "
-        "(with workers) | driver peak RSS MB | with workers (wait4) |"
+        "(with workers) | driver peak RSS MB | with workers (wait4) | task records held at "
+        "the manifest (build) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     peaks: dict[str, dict[int, float]] = {}
     for kind, tree, count in runs:
         if tree == "base" and count > args.base_max:
@@ -217,7 +256,7 @@ def driver_memory(args: argparse.Namespace) -> None:
         print(
             f"| {kind} | {tree} | {count:,} | {row['list_s']:.1f} | {row['order_s']:.1f} | "
             f"{row['tasks']:,} | {row['cpu_s']:.1f} | {row['self_mb']:.0f} | "
-            f"{row['rss_mb']:.0f} |",
+            f"{row['rss_mb']:.0f} | {_held(row)} |",
             flush=True,
         )
     for tree, by_count in peaks.items():
@@ -225,6 +264,12 @@ def driver_memory(args: argparse.Namespace) -> None:
             low, high = min(by_count), max(by_count)
             slope = (by_count[high] - by_count[low]) * 2**20 / (high - low)
             print(f"\n{tree}: peak RSS slope {slope:.1f} bytes/item ({low:,} -> {high:,} items)")
+
+
+def _held(row: dict[str, Any]) -> str:
+    if "records" not in row:
+        return ""
+    return f"{row['records']:,} ({row['records_bytes'] / 2**20:.1f} MB)"
 
 
 def cluster_rss_mb() -> float:
@@ -253,7 +298,7 @@ def main() -> None:
     parser.add_argument("--build", default="", help="items in whole-build runs, a,b,...")
     args = parser.parse_args()
     if args.driver_memory:
-        args.items = [int(n) for n in args.items.split(",")]
+        args.items = [int(n) for n in args.items.split(",") if n]
         os.makedirs(ROOT, exist_ok=True)
         driver_memory(args)
         return

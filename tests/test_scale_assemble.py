@@ -3,6 +3,7 @@ output is the same bytes as a local build, and an interrupted build resumes exac
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -180,3 +181,34 @@ def _merged(taken: list[tuple[str, int]]) -> list[tuple[str, int]]:
         else:
             out.append((name, size))
     return out
+
+
+def test_the_driver_keeps_no_record_per_chunk_once_it_is_cut(
+    corpus: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's record is folded into the totals once journaled and cut: what the driver
+    holds at the manifest does not grow with the chunks (here 45, of 2 items each)."""
+    import gc
+
+    from shardkit.builder import run
+
+    held: list[int] = []
+    finish = run._Driver._finish
+
+    def counting(self: Any) -> Any:
+        gc.collect()
+        held.append(sum(isinstance(o, TaskResult) for o in gc.get_objects()))
+        held.append(len(self.committer._uses) + len(self.committer._closed))
+        return finish(self)
+
+    monkeypatch.setattr(run._Driver, "_finish", counting)
+    options = BuildOptions(workers=1, **{**RESIZED, "max_count": 2})  # type: ignore[arg-type]
+    result = shardkit.build(corpus, tmp_path / "out", options=options)
+    assert len(result.shards) >= 45 and result.samples == 90
+    assert held[0] <= 2, held  # not one per chunk
+    assert held[1] <= 2, held
+    with open(tmp_path / "out" / "manifest.json", encoding="utf-8") as f:
+        manifest = json.load(f)  # every count folded in, as the whole records gave them
+    assert manifest["samples"] == 90 and manifest["bytes"] > 0
+    assert manifest["class_counts"] == {"circle": 30, "square": 30, "stripes": 30}
+    assert len(manifest["skipped"]) == 5  # the corpus's bad files, each named once

@@ -245,6 +245,8 @@ class WorkerAssembler:
     def add(self, result: TaskResult) -> None:
         if result.parts:
             self._parts[result.index] = result.parts[0].name
+        else:  # no shard reads it: the pool still waits for its record before the manifest
+            self._writes.pop(result.index, None)
         self._take(self.cutter.add(result))
         result.sizes = []  # journaled, and cut: the driver holds no per-sample figure
 
@@ -296,9 +298,12 @@ class WorkerAssembler:
         unused, writes = [], []
         for chunk in plan.chunks:
             self._uses[chunk] -= 1
-            if not self._uses[chunk] and chunk in self._closed and chunk in self._parts:
-                unused.append(self._parts.pop(chunk))
-                writes += self._writes.pop(chunk, [])
+            if not self._uses[chunk] and chunk in self._closed:  # no shard reads it now
+                del self._uses[chunk]  # (nothing is kept per chunk once it is used up)
+                self._closed.discard(chunk)
+                if chunk in self._parts:
+                    unused.append(self._parts.pop(chunk))
+                    writes += self._writes.pop(chunk, [])
         if self.pool is None:
             self.store.remove(unused)
         elif unused:

@@ -102,7 +102,11 @@ class _Driver:
         self.counts = [0, 0, len(listing.skipped)]  # samples, bytes, skipped
         self.last_report = 0.0
         self.resumed = 0
-        self.class_counts: dict[int, int] = {}  # of chunks handed to the assembler
+        # What the manifest needs of the tasks committed so far, folded in as each one is
+        # handed to the committer (its record is dropped then: it is in the journal).
+        self.packed = [0, 0]  # samples, input bytes
+        self.skipped: list[tuple[str, str]] = []  # grows with failures, not with items
+        self.class_counts: dict[int, int] = {}
         self.fetch = _FetchTally()
 
     # -- start
@@ -142,8 +146,8 @@ class _Driver:
         listing, options, done = self.listing, self.options, self.journal.done
         first = self.committer.start
 
-        def wanted(task: Task) -> bool:
-            return task.index >= first and task.index not in done
+        def wanted(task: Task) -> bool:  # tasks before next_task are committed: done
+            return task.index >= max(first, self.next_task) and task.index not in done
 
         if listing.items is None:
             if listing.stream is None:
@@ -236,17 +240,24 @@ class _Driver:
         """Hand finished tasks to the committer in plan order (reports new shards)."""
         shards = len(self.committer.shards)
         while self.next_task in self.journal.done:
-            result = self.journal.done[self.next_task]
+            # Journaled already: cut, folded into the totals and forgotten, so the driver
+            # holds no record per task (per chunk of items when it assembles).
+            result = self.journal.done.pop(self.next_task)
             self.committer.add(result)
             self.fetch.add(result, self.committer.cut)
-            if isinstance(self.committer, WorkerAssembler):  # journaled already: fold in
-                for label, n in result.class_counts.items():  # (chunks: many, per item)
-                    self.class_counts[label] = self.class_counts.get(label, 0) + n
-                result.class_counts, result.fetch = {}, []
+            self._fold(result)
             self.next_task += 1
             if len(self.committer.shards) != shards:
                 shards = len(self.committer.shards)
                 self._report(force=True)
+
+    def _fold(self, result: TaskResult) -> None:
+        """Add a committed task to what the manifest counts."""
+        self.packed[0] += sum(p.samples for p in result.parts)
+        self.packed[1] += result.input_bytes
+        self.skipped += result.skipped
+        for label, n in result.class_counts.items():
+            self.class_counts[label] = self.class_counts.get(label, 0) + n
 
     # -- progress
     def _count(self, result: TaskResult) -> None:
@@ -277,16 +288,12 @@ class _Driver:
 
     # -- finish
     def _finish(self) -> BuildResult:
-        results = [self.journal.done[i] for i in sorted(self.journal.done)]
-        self.counts = [0, 0, len(self.listing.skipped)]
-        for result in results:
-            self._count(result)
+        if self.journal.done:  # every task is committed (in order) before this
+            raise BuildError("tasks are left uncommitted after every task ran (a shardkit bug)")
+        skipped = sorted([*self.listing.skipped, *self.skipped])
+        self.counts = [*self.packed, len(skipped)]
         self._report(force=True)
-        skipped = sorted([*self.listing.skipped, *(s for r in results for s in r.skipped)])
-        counts = dict(self.class_counts)
-        for result in results:
-            for label, n in result.class_counts.items():
-                counts[label] = counts.get(label, 0) + n
+        counts = self.class_counts
         timing = {
             "seconds": round(time.perf_counter() - self.started, 3),
             "workers": self.options.workers or config.default_workers(),
