@@ -124,7 +124,9 @@ def test_five_epochs_of_many_shards_without_leaks(many_shards: str, persistent: 
     assert len(set(orders)) == EPOCHS  # a new shuffle each epoch
     fds = [e["fds"] for e in epochs]
     rss = [e["rss"] for e in epochs]
-    assert fds[1:] == [fds[0]] * (EPOCHS - 1), f"open fds per epoch: {fds}"
+    # No epoch ends holding more fds than the first did. (Fewer is fine: the first count
+    # can still include a worker pipe that a feeder thread closes a moment later.)
+    assert max(fds[1:]) <= fds[0], f"open fds per epoch: {fds}"
     assert max(rss[1:]) - rss[0] < RSS_SLACK, f"RSS per epoch (MB): {[r >> 20 for r in rss]}"
     workers = last["workers"] - before
     assert workers, "the loader started no worker process"
