@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from conftest_build import run_cli, snapshot
+from conftest_procs import descendants, still_alive
 
 from shardkit.demo import make_image_folder
 
@@ -67,39 +68,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
     return folder
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except FileNotFoundError:
-        return []
-
-
-def _descendants(pid: int) -> list[int]:
-    found = []
-    for child in _children(pid):
-        found += [child, *_descendants(child)]
-    return found
-
-
-def _gone(pids: list[int], timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if os.path.exists(f"/proc/{p}") and not _zombie(p)]
-        if not alive:
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def _kill_at_time(cmd: list[str], out: str, delay: float) -> list[int]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
@@ -107,7 +75,7 @@ def _kill_at_time(cmd: list[str], out: str, delay: float) -> list[int]:
         assert time.monotonic() < deadline, "the build never started"
         time.sleep(0.002)
     time.sleep(delay)
-    kids = _descendants(proc.pid)
+    kids = descendants(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     return kids
@@ -123,7 +91,7 @@ def _kill_at_event(cmd: list[str], event: str, env: dict[str, str]) -> list[int]
         seen.append(line.strip())
         if line.strip() == event:
             break
-    kids = _descendants(proc.pid)
+    kids = descendants(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stderr.close()
@@ -201,7 +169,7 @@ def test_kill_9_at_ten_seeded_moments_then_rerun_is_identical(
         else:
             cmd = [sys.executable, "-c", HOOKED, corpus, out, *args]
             kids = _kill_at_event(cmd, when, hooked_env)
-        assert _gone(kids), f"workers outlived the killed build ({what})"
+        assert not still_alive(kids), f"workers outlived the killed build ({what})"
         finished += _check_after_kill(out, expected, what)
         rerun = run_cli(corpus, out, *args)
         assert rerun.returncode == 0, f"{what}: {rerun.stderr}"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from conftest_pipeline import write_shards
+from conftest_procs import descendants, still_alive
 
 from shardkit import Dataset
 
@@ -47,44 +48,6 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _children(pid: int | None = None) -> set[int]:
-    """Every living descendant of ``pid`` (this process by default), from /proc."""
-    pid = os.getpid() if pid is None else pid
-    found: set[int] = set()
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                kids = [int(k) for k in f.read().split()]
-        except FileNotFoundError:
-            continue
-        for kid in kids:
-            if _alive(kid):
-                found |= {kid, *_children(kid)}
-    return found
-
-
-def _wait_gone(pids: set[int], timeout: float = 15) -> set[int]:
-    """The processes of ``pids`` still alive (not zombies) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    alive = set(pids)
-    while alive and time.monotonic() < deadline:
-        alive = {p for p in alive if _alive(p)}
-        time.sleep(0.05)
-    return alive
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 def _read_epochs(manifest: str, *, persistent: bool) -> list[dict[str, Any]]:
     """Read EPOCHS epochs; per epoch: the keys seen, fds and RSS measured after it."""
     from torch.utils.data import DataLoader
@@ -100,7 +63,7 @@ def _read_epochs(manifest: str, *, persistent: bool) -> list[dict[str, Any]]:
         keys = []
         for batch in loader:
             keys += [key for key, cls in batch if int(key[1:]) == int(cls)]
-            workers |= _children()
+            workers |= set(descendants())
         gc.collect()
         fds = _fds(int(epochs[0]["fds"]) if epochs else None)
         epochs.append({"keys": keys, "fds": fds, "rss": _rss()})
@@ -112,7 +75,7 @@ def _read_epochs(manifest: str, *, persistent: bool) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
 def test_five_epochs_of_many_shards_without_leaks(many_shards: str, persistent: bool) -> None:
-    before = _children()
+    before = set(descendants())
     *epochs, last = _read_epochs(many_shards, persistent=persistent)
     expected = {f"s{i:05d}" for i in range(TOTAL)}
     orders = []
@@ -130,5 +93,5 @@ def test_five_epochs_of_many_shards_without_leaks(many_shards: str, persistent: 
     assert max(rss[1:]) - rss[0] < RSS_SLACK, f"RSS per epoch (MB): {[r >> 20 for r in rss]}"
     workers = last["workers"] - before
     assert workers, "the loader started no worker process"
-    assert not _wait_gone(workers), "worker processes left after the loader was deleted"
-    assert _children() <= before
+    assert not still_alive(workers, timeout=15), "workers left after the loader was deleted"
+    assert set(descendants()) <= before

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest_build import make_corpus, run_cli
+from conftest_procs import descendants, still_alive
 from conftest_scale import address_of, s3_bucket, snapshot_local, snapshot_s3, text_samples
 
 import shardkit
@@ -157,31 +158,6 @@ def test_interrupted_build_resumes_from_another_process(
     assert LOCK not in _names(url) and not [n for n in _names(url) if n.startswith(".")]
 
 
-def _descendants(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            children = [int(c) for c in f.read().split()]
-    except FileNotFoundError:
-        return []
-    return [p for c in children for p in (c, *_descendants(c))]
-
-
-def _gone(pids: list[int], timeout: float = 10) -> bool:
-    def alive(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except FileNotFoundError:
-            return False
-
-    deadline = time.monotonic() + timeout
-    while any(alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def _wait_for(condition: Callable[[], bool], what: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -225,14 +201,14 @@ def test_kill_9_of_the_driver_then_resume(
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "@@ committed"
-        kids = _descendants(proc.pid)
+        kids = descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.kill()
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
-    assert kids and _gone(kids), "workers outlived the killed driver"
+    assert kids and not still_alive(kids), "workers outlived the killed driver"
     names = _names(url)
     assert "manifest.json" not in names
     assert len([n for n in names if n.startswith("shard-")]) >= 3  # in any order
