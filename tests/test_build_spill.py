@@ -14,6 +14,7 @@ import tempfile
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -27,6 +28,7 @@ from shardkit.builder.plan import chunk_stream, order_items
 from shardkit.builder.pysources import list_python
 from shardkit.builder.sources import list_image_folder
 from shardkit.builder.spill import Spill, remove_stale
+from shardkit.errors import BuildError
 
 BUDGET = 16
 
@@ -395,3 +397,41 @@ def test_the_spill_cleanup_removes_a_folder_without_a_lock_file_only_while_empty
     (tmp_path / "shardkit-spill-a-file").write_bytes(b"not a folder")
     assert remove_stale(str(tmp_path)) == [empty.name]
     assert filled.exists() and (tmp_path / "shardkit-spill-a-file").exists()
+
+
+def _racing_mkdtemp(monkeypatch: pytest.MonkeyPatch, parent: str, races: int) -> list[str]:
+    """Make the first ``races`` new spill folders lose to another build's cleanup, which
+    runs between their making and their locking; returns the folders made."""
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def raced(*args: Any, **kwargs: Any) -> str:
+        path = mkdtemp(*args, **kwargs)
+        made.append(path)
+        if len(made) <= races:
+            assert remove_stale(parent) == [os.path.basename(path)]
+        return path
+
+    monkeypatch.setattr(tempfile, "tempdir", parent)
+    monkeypatch.setattr(tempfile, "mkdtemp", raced)
+    return made
+
+
+def test_a_spill_folder_a_cleanup_took_before_it_was_locked_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _racing_mkdtemp(monkeypatch, str(tmp_path), races=1)
+    with Spill() as spill:
+        file = spill.new_file()
+        file.extend(range(5))
+        assert spill.path == made[1] and list(file) == list(range(5))
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_spill_folder_that_keeps_being_taken_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _racing_mkdtemp(monkeypatch, str(tmp_path), races=100)
+    with pytest.raises(BuildError, match="cannot make a spill folder"), Spill() as spill:
+        spill.new_file()
+    assert os.listdir(tmp_path) == []
