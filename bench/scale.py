@@ -32,7 +32,10 @@ smallest and the largest count. ``--base SRC`` runs the same steps with another 
 empty ``.jpg`` files under /tmp (a real walk, sort and key check), ``--table N[,M]`` a CSV
 list of N http URLs (read, checked for repeats, keyed; nothing is fetched); ``--build
 N[,M]`` a whole ``shardkit.build`` of N tiny samples (TFRecord, 2 workers), whose driver
-RSS includes running, journaling and committing the tasks.
+RSS includes running, journaling and committing the tasks; ``--resume N[,M]`` the same
+build interrupted (in another process) once all but its last shards are done, then
+resumed: the row is the resumed driver's (its journal holds all but the last few chunks), with
+the task records alive after it loaded the journal and at the manifest.
 """
 
 from __future__ import annotations
@@ -111,6 +114,7 @@ class TinyDataset:
 def driver_child(kind: str, count: int, out: str) -> None:
     """List, order and cut (or build) in this process; prints seconds as JSON."""
     import inspect
+    import resource
 
     from shardkit import BuildOptions, build
     from shardkit.builder import api, plan
@@ -119,13 +123,23 @@ def driver_child(kind: str, count: int, out: str) -> None:
     source: Any = makers[kind](count) if kind in makers else TinyDataset(count)
     options = BuildOptions(max_count=1000, format="tfrecord", workers=2)
     start = time.perf_counter()
-    if kind == "build":
-        held = _count_held_records()
+    if kind in ("build", "resume"):
         shutil.rmtree(out, ignore_errors=True)
+        if kind == "resume":  # the interrupted build runs in another process
+            code = f"import scale; scale.interrupted_build({count}, {out!r})"
+            subprocess.run([sys.executable, "-c", code], check=True)
+            start = time.perf_counter()
+            first = resource.getrusage(resource.RUSAGE_CHILDREN)  # not the resumed build's
+            first_cpu = first.ru_utime + first.ru_stime
+        held = _count_held_records()
         result = build(source, out, options=options)
+        if kind == "resume" and not result.resumed_tasks:
+            raise SystemExit("the resumed build resumed nothing")
         shutil.rmtree(out, ignore_errors=True)
         seconds = time.perf_counter() - start
         figures = {"list_s": 0.0, "order_s": seconds, "tasks": len(result.shards)}
+        if kind == "resume":
+            figures["first_cpu_s"] = first_cpu
         print(json.dumps({**figures, **held}))
         return
     spill_module = None
@@ -145,17 +159,42 @@ def driver_child(kind: str, count: int, out: str) -> None:
     print(json.dumps({"list_s": listed - start, "order_s": done - listed, "tasks": number}))
 
 
+def interrupted_build(count: int, out: str) -> None:
+    """The ``--resume`` row's first run: the build of :func:`driver_child`, stopped (as
+    by Ctrl-C) once all but its last 2 shards are done, leaving its journal in ``out``."""
+    from shardkit import BuildOptions, BuildProgress, build
+
+    options = BuildOptions(max_count=1000, format="tfrecord", workers=2)
+    last = -(-count // options.max_count) - 2
+
+    def stop(progress: BuildProgress) -> None:
+        if progress.shards >= last:
+            raise KeyboardInterrupt
+
+    with contextlib.suppress(KeyboardInterrupt):
+        build(TinyDataset(count), out, options=options, progress=stop)
+        raise SystemExit("the build to resume was not interrupted")
+
+
 def _count_held_records() -> dict[str, int]:
     """Hook the driver's manifest step: the task records (TaskResult) alive then, and
     their size (a ``sys.getsizeof`` walk, allocator overhead not counted), filled in the
-    returned dict when the build reaches it."""
+    returned dict when the build reaches it; and the records alive once the driver has
+    loaded (and checked) the journal of a build it resumes."""
     import gc
 
     from shardkit.builder import run
     from shardkit.builder.worker import TaskResult
 
     held = {"records": 0, "records_bytes": 0}
-    finish = run._Driver._finish
+    finish, prepare = run._Driver._finish, run._Driver.prepare
+
+    def preparing(driver: Any) -> Any:
+        done = prepare(driver)
+        if driver.resumed:
+            gc.collect()
+            held["loaded"] = sum(type(o) is TaskResult for o in gc.get_objects())
+        return done
 
     def size(obj: Any, seen: set[int]) -> int:
         if id(obj) in seen:
@@ -178,6 +217,7 @@ def _count_held_records() -> dict[str, int]:
         return finish(driver)
 
     run._Driver._finish = counting  # type: ignore[method-assign]
+    run._Driver.prepare = preparing  # type: ignore[method-assign]
     return held
 
 
@@ -228,7 +268,7 @@ def run_driver(kind: str, count: int, src: str) -> dict[str, Any]:
     lines = stdout.strip().splitlines()
     data: dict[str, Any] = {**json.loads(lines[-2]), **json.loads(lines[-1])}
     data["rss_mb"] = usage.ru_maxrss / 1024
-    data["cpu_s"] = usage.ru_utime + usage.ru_stime
+    data["cpu_s"] = usage.ru_utime + usage.ru_stime - data.pop("first_cpu_s", 0.0)
     return data
 
 
@@ -238,13 +278,13 @@ def driver_memory(args: argparse.Namespace) -> None:
     if args.base:
         trees["base"] = args.base
     runs: list[tuple[str, str, int]] = [("dataset", t, n) for t in trees for n in args.items]
-    for kind in ("folder", "table", "build"):
+    for kind in ("folder", "table", "build", "resume"):
         counts = [int(n) for n in getattr(args, kind).split(",") if n]
         runs += [(kind, t, n) for t in trees for n in counts if t == "now" or n <= args.base_max]
     print(
         "| source | tree | items | list s | order+cut s (build: all) | tasks | CPU s "
         "(with workers) | driver peak RSS MB | with workers (wait4) | task records held at "
-        "the manifest (build) |"
+        "the manifest (build; resume: after loading the journal, at the manifest) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     peaks: dict[str, dict[int, float]] = {}
@@ -269,7 +309,8 @@ def driver_memory(args: argparse.Namespace) -> None:
 def _held(row: dict[str, Any]) -> str:
     if "records" not in row:
         return ""
-    return f"{row['records']:,} ({row['records_bytes'] / 2**20:.1f} MB)"
+    loaded = f"{row['loaded']:,}, " if "loaded" in row else ""
+    return f"{loaded}{row['records']:,} ({row['records_bytes'] / 2**20:.1f} MB)"
 
 
 def cluster_rss_mb() -> float:
@@ -296,6 +337,7 @@ def main() -> None:
     parser.add_argument("--folder", default="", help="files in image folder runs, a,b,...")
     parser.add_argument("--table", default="", help="rows of CSV lists of URLs, a,b,...")
     parser.add_argument("--build", default="", help="items in whole-build runs, a,b,...")
+    parser.add_argument("--resume", default="", help="items in resumed-build runs, a,b,...")
     args = parser.parse_args()
     if args.driver_memory:
         args.items = [int(n) for n in args.items.split(",") if n]

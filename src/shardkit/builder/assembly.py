@@ -25,6 +25,7 @@ and the manifest waits for every commit (:meth:`WorkerAssembler.drain`).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import threading
 from collections.abc import Iterator
@@ -192,8 +193,9 @@ class WorkerAssembler:
     def shards(self) -> list[ShardRecord]:
         return [self.committed[i] for i in sorted(self.committed)]
 
-    def resume(self) -> list[int]:
-        """Keep the journaled shards found intact; returns chunks to run again."""
+    def resume(self) -> Iterator[int]:
+        """Keep the journaled shards found intact; yields chunks to run again (chunk
+        results are read back from the journal in plan order, twice: none is held)."""
         matches = self.store.matcher()
         for position, record in enumerate(self.journal.shards):
             index = int(record.get("index", position))
@@ -205,23 +207,25 @@ class WorkerAssembler:
             if matches(shard.name, shard.bytes, shard.digest):
                 end = (int(record["end"][0]), int(record["end"][1]))
                 self._recorded[index] = (shard, end)
-        done, needed = self.journal.done, set[int]()
+        needed = _Spans()  # chunks a shard still to be made reads
         dry = Cutter(self.options, self.cutter.final_name)
-        task = 0
-        while task in done:
-            for plan in dry.add(done[task]):
+        task = 0  # the unbroken prefix of chunks the cut goes through
+        for result in self.journal.read_back():
+            if result.index != task:
+                break
+            for plan in dry.add(result):
                 if not self._is_recorded(plan):
-                    needed.update(plan.chunks)
+                    needed.add(plan.chunks)
             task += 1
         last = self._recorded.get(dry.index)
         if last is None or last[1] != FINAL:
-            needed.update(dry.open_chunks())
-        return [
-            t
-            for t, result in done.items()
-            if (t >= task or t in needed)
-            and not all(matches(p.name, p.bytes, p.digest) for p in result.parts)
-        ]
+            needed.add(dry.open_chunks())
+        for result in self.journal.read_back():
+            t = result.index
+            if (t >= task or t in needed) and not all(
+                matches(p.name, p.bytes, p.digest) for p in result.parts
+            ):
+                yield t
 
     def record(self, result: TaskResult) -> None:
         """Journal a finished chunk (through the pool: its part's deletion waits for it)."""
@@ -308,6 +312,29 @@ class WorkerAssembler:
             self.store.remove(unused)
         elif unused:
             self.pool.submit(_remove_after, self.store, unused, writes)
+
+
+class _Spans:
+    """A set of chunks, as spans: shards read consecutive chunks and are cut in plan
+    order, so this grows with the shards still to be made, not with the chunks."""
+
+    def __init__(self) -> None:
+        self._firsts: list[int] = []
+        self._lasts: list[int] = []
+
+    def add(self, chunks: tuple[int, ...]) -> None:
+        if not chunks:
+            return
+        first, last = min(chunks), max(chunks)
+        if self._lasts and first <= self._lasts[-1] + 1:
+            self._lasts[-1] = max(self._lasts[-1], last)
+        else:
+            self._firsts.append(first)
+            self._lasts.append(last)
+
+    def __contains__(self, chunk: int) -> bool:
+        at = bisect.bisect_right(self._firsts, chunk) - 1
+        return at >= 0 and chunk <= self._lasts[at]
 
 
 def _remove_after(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -107,16 +107,15 @@ class Renamer:
         self.journal.done[result.index] = result  # here: the driver commits in this order
         self._recorded[result.index] = self.pool.submit(self.journal.write, result)
 
-    def resume(self) -> list[int]:
-        """Check recorded tasks' files (part or final name); returns tasks to run again."""
-        done, redo = self.journal.done, []
+    def resume(self) -> Iterator[int]:
+        """Check recorded tasks' files (part or final name), reading them back in plan
+        order; yields the tasks to run again."""
         matches = self.store.matcher()
-        index, contiguous = 0, True
-        for task in range(max(done, default=-1) + 1):
-            result = done.get(task)
-            if result is None:
+        index, contiguous, expected = 0, True, 0
+        for result in self.journal.read_back():
+            if result.index != expected:
                 contiguous = False
-                continue
+            expected = result.index + 1
             ok = True
             for part in result.parts:
                 where = [part.name]
@@ -125,8 +124,7 @@ class Renamer:
                 ok = ok and any(matches(name, part.bytes, part.digest) for name in where)
                 index += 1
             if not ok:
-                redo.append(task)
-        return redo
+                yield result.index
 
     def add(self, result: TaskResult) -> None:
         recorded = self._recorded.pop(result.index, None)

@@ -103,12 +103,13 @@ class OutputFolder:
 
     def remove_strays(self) -> None:
         """Remove temporary and part files that no recorded task still needs."""
-        keep = {p.name for r in self.journal.done.values() for p in r.parts}
-        self.store.remove(
-            name
-            for name in self.store.sizes()
-            if name.startswith(self.hidden) and name not in keep and name not in _OURS
-        )
+        hidden = [n for n in self.store.sizes() if n.startswith(self.hidden) and n not in _OURS]
+        if not hidden:
+            return
+        strays = set(hidden)  # what the output holds: the tasks are read back, not held
+        for result in self.journal.results():
+            strays.difference_update(part.name for part in result.parts)
+        self.store.remove(name for name in hidden if name in strays)
 
 
 def _same_build(manifest: dict[str, Any], identity: dict[str, Any]) -> bool:

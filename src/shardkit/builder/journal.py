@@ -15,12 +15,18 @@ are missing. A torn last line (the process died mid-write) is ignored. The journ
 back from the output, so it is not trusted: a record naming a file that is not a bare name
 inside the output (``../victim``, an absolute path) stops the build with a BuildError.
 
+The rerun reads the journal as a stream and keeps, per finished task, only where its record
+is (8 bytes, :class:`_Finished`); a record is read again from the log when the resume
+checks its files, counts it and commits it, one at a time, so a resumed driver holds no
+record per finished task.
+
 In an object store (no append) the same records are objects under
 ``OUT/.shardkit-build/``, written by the driver: ``header.json``, one
 ``task-NNNNNNNNN.json`` per finished task and one ``shard-NNNNNNNNN.json`` per shard
 assembled. Each is one atomic upload, so none is ever torn; a resume lists and
-reads them (from any machine: nothing is kept on the driver's disk). The lock of an
-object-store OUT is a lease object (:mod:`.lease`).
+reads them (from any machine: nothing is kept on the driver's disk), 1,000 records per
+batch, into a temporary local copy it reads them back from. The lock of an object-store
+OUT is a lease object (:mod:`.lease`).
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
-from typing import Any, Protocol
+import tempfile
+from array import array
+from collections.abc import Generator, Iterator
+from typing import IO, Any, Protocol
 
 from .._flock import lock_exclusive
 from ..errors import BuildError, StorageError
@@ -48,6 +56,8 @@ __all__ = [
 LOCK_NAME = ".shardkit-build.lock"
 JOURNAL_NAME = ".shardkit-build.journal"
 JOURNAL_DIR = ".shardkit-build"
+_BATCH = 1000  # journal objects per read_many on resume
+_BLOCK = 4096  # tasks per block of :class:`_Finished`
 
 
 @contextlib.contextmanager
@@ -77,12 +87,17 @@ def output_lock(out: str) -> Iterator[None]:
 
 
 class Journal:
-    """Record of finished tasks (and assembled shards) for one build identity."""
+    """Record of finished tasks (and assembled shards) for one build identity.
+
+    ``done`` holds the results this run finished that wait for their turn to be committed;
+    ``finished`` the tasks an earlier run journaled that are not committed yet (where
+    their records are: :meth:`read_back` and :meth:`take` read them again)."""
 
     def __init__(self, store: LocalStore | ObjectStore, header: dict[str, Any]) -> None:
         self.url = store.url
         self.header = header
         self.done: dict[int, TaskResult] = {}
+        self.finished = _Finished()
         self.shards: list[dict[str, Any]] = []  # shards assembled from chunks
         self._log: _Log = (
             _FileLog(store.join(JOURNAL_NAME))
@@ -96,25 +111,74 @@ class Journal:
     def load(self) -> bool:
         """Read an existing journal; False when there is none. Raises if it differs."""
         records = self._log.read()
-        if records is None:
-            return False
-        if records[0] != self.header:
+        try:
+            first = next(records, None)
+            if first is None:
+                return False
+            if first[0] != self.header:
+                raise BuildError(
+                    "the output holds an interrupted build with different options or "
+                    "inputs; rerun with the same ones to resume, or use --overwrite",
+                    url=self.url,
+                )
+            for record, offset in records:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    if "shard" in record:
+                        self._confine(record["shard"]["name"])
+                        self.shards.append(record["shard"])
+                        continue
+                    result = _decode(record)
+                    for part in result.parts:
+                        self._confine(part.name)
+                    self.finished.put(result.index, offset)
+        finally:
+            records.close()
+        return True
+
+    def is_done(self, task: int) -> bool:
+        """Whether ``task`` is finished (this run or an earlier one) and not committed."""
+        return task in self.done or task in self.finished
+
+    def pending(self) -> int:
+        """Finished tasks not committed yet."""
+        return len(self.done) + len(self.finished)
+
+    def take(self, task: int) -> TaskResult:
+        """A finished task's result, to commit (it is forgotten here)."""
+        result = self.done.pop(task, None)
+        return result if result is not None else self._read(task, self.finished.pop(task))
+
+    def forget(self, task: int) -> None:
+        """An earlier run's task whose files are gone: it runs again."""
+        self.finished.pop(task)
+
+    def read_back(self) -> Iterator[TaskResult]:
+        """The earlier runs' finished tasks not committed yet, in plan order, each read
+        back from the log (none is held)."""
+        for task, offset in self.finished.items():
+            yield self._read(task, offset)
+
+    def results(self) -> Iterator[TaskResult]:
+        """Every finished task not committed yet (this run's, then read back)."""
+        yield from list(self.done.values())
+        yield from self.read_back()
+
+    def clear(self) -> None:
+        self.done.clear()
+        self.finished = _Finished()
+
+    def _read(self, task: int, offset: int) -> TaskResult:
+        try:
+            result = _decode(self._log.record_at(offset))
+        except (ValueError, KeyError, TypeError):
+            result = None
+        if result is None or result.index != task:
             raise BuildError(
-                "the output holds an interrupted build with different options or "
-                "inputs; rerun with the same ones to resume, or use --overwrite",
+                f"the build journal changed while this build ran (task {task}'s record); "
+                "rerun the same command to resume",
                 url=self.url,
             )
-        for record in records[1:]:
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                if "shard" in record:
-                    self._confine(record["shard"]["name"])
-                    self.shards.append(record["shard"])
-                    continue
-                result = _decode(record)
-                for part in result.parts:
-                    self._confine(part.name)
-                self.done[result.index] = result
-        return True
+        return result
 
     def _confine(self, name: object) -> None:
         problem = bare_name_problem(name)
@@ -159,7 +223,12 @@ class Journal:
 class _Log(Protocol):
     def exists(self) -> bool: ...
 
-    def read(self) -> list[dict[str, Any]] | None: ...
+    def read(self) -> Generator[tuple[Any, int], None, None]:
+        """The header first (nothing when there is no journal), then each record (a dict)
+        with the offset :meth:`record_at` reads it back from."""
+        ...
+
+    def record_at(self, offset: int) -> Any: ...
 
     def start(self, fresh: bool, header: dict[str, Any]) -> None: ...
 
@@ -176,27 +245,36 @@ class _FileLog:
     def __init__(self, path: str) -> None:
         self.path = path
         self._stream: Any = None
+        self._reader: IO[bytes] | None = None  # reads records back on resume
 
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
-    def read(self) -> list[dict[str, Any]] | None:
+    def read(self) -> Generator[tuple[Any, int], None, None]:
         try:
-            with open(self.path, encoding="utf-8") as f:
-                lines = f.read().split("\n")
+            f = open(self.path, "rb")  # noqa: SIM115 (closed below)
         except FileNotFoundError:
-            return None
-        try:
-            header = json.loads(lines[0])
-        except ValueError:
-            return None  # torn before the header was complete: nothing was recorded
-        records = [header]
-        for line in lines[1:]:
-            with contextlib.suppress(ValueError):  # a torn last line
-                record = json.loads(line)
-                if isinstance(record, dict):
-                    records.append(record)
-        return records
+            return
+        with f:
+            try:
+                header = json.loads(f.readline())
+            except ValueError:
+                return  # torn before the header was complete: nothing was recorded
+            yield header, 0
+            while True:
+                offset = f.tell()
+                line = f.readline()
+                if not line:
+                    return
+                with contextlib.suppress(ValueError):  # a torn line (the last one's)
+                    record = json.loads(line)
+                    if isinstance(record, dict):
+                        yield record, offset
+
+    def record_at(self, offset: int) -> Any:
+        if self._reader is None:
+            self._reader = open(self.path, "rb")  # noqa: SIM115 (closed by close())
+        return _line_at(self._reader, offset)
 
     def start(self, fresh: bool, header: dict[str, Any]) -> None:
         self._stream = open(self.path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115
@@ -218,6 +296,8 @@ class _FileLog:
             ) from exc
 
     def close(self) -> None:
+        _close(self._reader)
+        self._reader = None
         if self._stream is not None:
             stream, self._stream = self._stream, None
             # Every record was flushed when written; what a failed write left in the
@@ -235,6 +315,7 @@ class _ObjectLog:
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
+        self._copy: IO[bytes] | None = None  # the records read on resume, one a line
 
     def _name(self, name: str) -> str:
         return f"{JOURNAL_DIR}/{name}"
@@ -242,21 +323,33 @@ class _ObjectLog:
     def exists(self) -> bool:
         return "header.json" in self.store.sizes(JOURNAL_DIR)
 
-    def read(self) -> list[dict[str, Any]] | None:
+    def read(self) -> Generator[tuple[Any, int], None, None]:
         names = sorted(self.store.sizes(JOURNAL_DIR))
         if "header.json" not in names:
-            return None
-        found = self.store.read_many([self._name(n) for n in names])
+            return
         try:
-            records = [json.loads(found[self._name("header.json")])]
-        except (KeyError, ValueError):
-            return None  # removed meanwhile: nothing to resume
-        for name in names:
-            with contextlib.suppress(KeyError, ValueError):
-                record = json.loads(found[self._name(name)])
-                if name != "header.json" and isinstance(record, dict):
-                    records.append(record)
-        return records
+            header = json.loads(self.store.read_bytes(self._name("header.json")) or b"")
+        except ValueError:
+            return  # removed meanwhile: nothing to resume
+        yield header, 0
+        names.remove("header.json")
+        _close(self._copy)
+        self._copy = copy = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
+        for start in range(0, len(names), _BATCH):
+            batch = [self._name(n) for n in names[start : start + _BATCH]]
+            found = self.store.read_many(batch)
+            for name in batch:
+                with contextlib.suppress(KeyError, ValueError):
+                    record = json.loads(found[name])
+                    if isinstance(record, dict):
+                        offset = copy.tell()
+                        copy.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+                        yield record, offset
+
+    def record_at(self, offset: int) -> Any:
+        if self._copy is None:
+            raise BuildError("no journal record was read", url=self.store.url)
+        return _line_at(self._copy, offset)
 
     def start(self, fresh: bool, header: dict[str, Any]) -> None:
         if fresh:
@@ -278,7 +371,9 @@ class _ObjectLog:
             ) from exc
 
     def close(self) -> None:
-        """Nothing is held open: every record was uploaded when written."""
+        """Every record was uploaded when written; drop the copy read on resume."""
+        _close(self._copy)
+        self._copy = None
 
     def remove(self) -> None:
         names = self.store.sizes(JOURNAL_DIR)
@@ -287,6 +382,61 @@ class _ObjectLog:
         if names:
             self.store.remove([self._name("header.json")])
             self.store.remove_folder(JOURNAL_DIR)
+
+
+class _Finished:
+    """Tasks an earlier run journaled, each with the offset of its record (8 bytes a task,
+    in blocks: a journal naming task 10**12 costs one block, not terabytes)."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, array[int]] = {}
+        self._count = 0
+
+    def put(self, task: int, offset: int) -> None:
+        """Note ``task``'s record (a later record of the same task replaces it)."""
+        if task < 0:
+            raise ValueError(f"task {task}")
+        block = self._blocks.get(task // _BLOCK)
+        if block is None:
+            block = self._blocks[task // _BLOCK] = array("q", [-1]) * _BLOCK
+        if block[task % _BLOCK] < 0:
+            self._count += 1
+        block[task % _BLOCK] = offset
+
+    def pop(self, task: int) -> int:
+        """The offset of ``task``'s record, forgetting it; KeyError if it has none."""
+        block = self._blocks.get(task // _BLOCK) if task >= 0 else None
+        offset = -1 if block is None else block[task % _BLOCK]
+        if block is None or offset < 0:
+            raise KeyError(task)
+        block[task % _BLOCK] = -1
+        self._count -= 1
+        return offset
+
+    def __contains__(self, task: int) -> bool:
+        block = self._blocks.get(task // _BLOCK) if task >= 0 else None
+        return block is not None and block[task % _BLOCK] >= 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def items(self) -> Iterator[tuple[int, int]]:
+        """(task, offset) in task order; a task popped meanwhile is passed over."""
+        for number in sorted(self._blocks):
+            block = self._blocks[number]
+            for slot in range(_BLOCK):
+                if block[slot] >= 0:
+                    yield number * _BLOCK + slot, block[slot]
+
+
+def _line_at(f: IO[bytes], offset: int) -> Any:
+    f.seek(offset)
+    return json.loads(f.readline())
+
+
+def _close(f: IO[bytes] | None) -> None:
+    if f is not None:
+        f.close()
 
 
 def _ends_with_newline(path: str) -> bool:

@@ -120,16 +120,17 @@ class _Driver:
         if resumed:
             for task in self.committer.resume():
                 logger.warning("task %d: files missing or changed, running it again", task)
-                del self.journal.done[task]
-            self.resumed = len(self.journal.done)
+                self.journal.forget(task)
+            self.resumed = len(self.journal.finished)
         self.folder.remove_strays()
         self.journal.start(fresh=not resumed)
         return None
 
     # -- run
     def run(self) -> BuildResult:
-        for result in self.journal.done.values():
-            self._count(result)
+        if self.progress_fn is not None:  # read back one at a time: none is held
+            for result in self.journal.read_back():
+                self._count(result)
         self.next_task = self.committer.start
         self._commit_ready()
         self._report(force=True)
@@ -143,11 +144,11 @@ class _Driver:
         return self._finish()
 
     def _pending_tasks(self) -> tuple[Iterator[Task], int | None]:
-        listing, options, done = self.listing, self.options, self.journal.done
+        listing, options, journal = self.listing, self.options, self.journal
         first = self.committer.start
 
         def wanted(task: Task) -> bool:  # tasks before next_task are committed: done
-            return task.index >= max(first, self.next_task) and task.index not in done
+            return task.index >= max(first, self.next_task) and not journal.is_done(task.index)
 
         if listing.items is None:
             if listing.stream is None:
@@ -239,10 +240,11 @@ class _Driver:
     def _commit_ready(self) -> None:
         """Hand finished tasks to the committer in plan order (reports new shards)."""
         shards = len(self.committer.shards)
-        while self.next_task in self.journal.done:
+        while self.journal.is_done(self.next_task):
             # Journaled already: cut, folded into the totals and forgotten, so the driver
-            # holds no record per task (per chunk of items when it assembles).
-            result = self.journal.done.pop(self.next_task)
+            # holds no record per task (per chunk of items when it assembles). A task an
+            # earlier run finished is read back from the journal now, one at a time.
+            result = self.journal.take(self.next_task)
             self.committer.add(result)
             self.fetch.add(result, self.committer.cut)
             self._fold(result)
@@ -288,7 +290,7 @@ class _Driver:
 
     # -- finish
     def _finish(self) -> BuildResult:
-        if self.journal.done:  # every task is committed (in order) before this
+        if self.journal.pending():  # every task is committed (in order) before this
             raise BuildError("tasks are left uncommitted after every task ran (a shardkit bug)")
         skipped = sorted([*self.listing.skipped, *self.skipped])
         self.counts = [*self.packed, len(skipped)]
@@ -322,7 +324,7 @@ class _Driver:
     def _nothing_packed(self, skipped: list[tuple[str, str]]) -> None:
         """Leave OUT without a manifest, journal or parts, so a rerun starts afresh; raise."""
         self.journal.remove()
-        self.journal.done.clear()
+        self.journal.clear()
         self.folder.remove_strays()
         what = f"all {len(skipped)} items were skipped" if skipped else "the source has no items"
         message = f"no sample was packed: {what}; nothing was written"
