@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -162,14 +164,30 @@ def faulty_server(files: dict[str, bytes], faults: Faults) -> Iterator[str]:
 
 
 @contextmanager
+def slow_proxy(upstream: str, delay: float, jitter: float = 0.0, seed: int = 0) -> Iterator[str]:
+    """A loopback TCP proxy to ``upstream`` that holds every request ``delay`` seconds
+    before passing it on, plus up to ``jitter`` more (random, from ``seed``): a distant
+    server, one added round trip per request (connections wait independently, so
+    requests sent at once overlap as they would over a long link)."""
+    wait = random.Random(seed)
+    with cutting_proxy(upstream, [], [], delay=lambda: delay + jitter * wait.random()) as url:
+        yield url
+
+
+@contextmanager
 def cutting_proxy(
-    upstream: str, cut_after: list[int], requests: list[str], swallow: list[str] | None = None
+    upstream: str,
+    cut_after: list[int],
+    requests: list[str],
+    swallow: list[str] | None = None,
+    delay: Callable[[], float] | None = None,
 ) -> Iterator[str]:
     """A loopback TCP proxy to ``upstream`` (``http://host:port``) that closes the
     connection of the first GETs after ``cut_after[i]`` response bytes; every request
     line and Range header seen is appended to ``requests``. The first request whose
     request line starts with ``swallow[i]`` is never forwarded and never answered: its
-    connection stays open and silent (a server that lost it)."""
+    connection stays open and silent (a server that lost it). With ``delay``, what a
+    client sends waits ``delay()`` seconds before it is passed on."""
     swallow = [] if swallow is None else swallow
     host, port = upstream.removeprefix("http://").split(":")
     listener = socket.create_server(("127.0.0.1", 0))
@@ -220,6 +238,8 @@ def cutting_proxy(
                 swallow.pop(next(i for i, p in enumerate(swallow) if text.startswith(p)))
                 stop.wait(120)  # silent until the proxy stops
                 break
+            if delay is not None:
+                time.sleep(delay())
             try:
                 server.sendall(data)
             except OSError:

@@ -11,7 +11,12 @@ from .._optional import missing
 from ..errors import StorageError
 from ._urls import is_local, local_path
 
-__all__ = ["filesystem", "protocol", "url_exists"]
+__all__ = ["REQUESTS_IN_FLIGHT", "filesystem", "protocol", "url_exists"]
+
+REQUESTS_IN_FLIGHT = 16
+"""How many independent requests one process keeps in flight to an object store at once,
+where it has many to make: the build driver's commits (``builder.commit``) and the
+folders of an image folder it lists (``builder.sources``)."""
 
 
 def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
