@@ -245,3 +245,35 @@ def test_folders_are_listed_with_requests_in_flight_at_once(
     assert len(items) == 40 and len(classes) == 40
     assert seconds < 41 * 0.1 / 2, f"{seconds:.2f} s: the folders were listed one at a time"
     assert held.peak == storage.REQUESTS_IN_FLIGHT, f"{held.peak} requests at once at most"
+
+
+def test_a_folder_that_cannot_be_listed_stops_the_listing_with_one_error(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One class folder is refused (403) while others are in flight: one BuildError naming
+    # the source, no folder listed after it, and no listing thread left behind.
+    import threading
+
+    import s3fs
+
+    url = f"s3://{s3_bucket}/refused"
+    _classes_bucket(url, classes=40, per_class=1)
+    listed: list[str] = []
+    ls = s3fs.S3FileSystem._ls
+
+    async def refusing_ls(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        listed.append(path)
+        if path.endswith("/c005"):
+            raise PermissionError("Access Denied")
+        return await ls(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_ls", refusing_ls)
+    s3fs.S3FileSystem.clear_instance_cache()  # a filesystem made with the refusing _ls
+    try:
+        with pytest.raises(shardkit.BuildError, match="cannot list the source: Access") as e:
+            _listed(url)
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert e.value.url == url
+    assert len(listed) < 1 + 40  # the folders not yet started when it failed never were
+    assert not [t for t in threading.enumerate() if t.name.startswith("shardkit-list")]
