@@ -5,11 +5,17 @@ The budget is forced tiny here so a small corpus takes the spilled path."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 from conftest_build import make_corpus, read_samples, snapshot, write
@@ -21,7 +27,8 @@ from shardkit.builder.options import BuildOptions as _Options
 from shardkit.builder.plan import chunk_stream, order_items
 from shardkit.builder.pysources import list_python
 from shardkit.builder.sources import list_image_folder
-from shardkit.builder.spill import Spill
+from shardkit.builder.spill import Spill, remove_stale
+from shardkit.errors import BuildError
 
 BUDGET = 16
 
@@ -294,27 +301,137 @@ def test_a_whole_build_does_not_hold_per_sample_results(
     assert large - small < 30_000 * 10, (small, large)  # holding them: ~15 bytes/sample
 
 
-def test_a_spilled_build_removes_what_a_killed_build_left(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import subprocess
-    import sys
-
+def _gone_pid() -> int:
+    """The pid of a process that has exited (as a pid of another namespace looks here)."""
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         check=True,
         capture_output=True,
         text=True,
     )
-    dead = Path(tempfile.gettempdir(), f"shardkit-spill-{int(gone.stdout)}-test")
-    alive = Path(tempfile.gettempdir(), f"shardkit-spill-{os.getpid()}-test")
-    for folder in (dead, alive):
-        folder.mkdir()
-        (folder / "000001.bin").write_bytes(b"x")
+    return int(gone.stdout)
+
+
+def _spill_folder(parent: str, pid: int) -> Path:
+    """A spill folder as a build makes it (named for ``pid``), with its lock file and a
+    spill file; nobody holds its lock."""
+    folder = Path(parent, f"shardkit-spill-{pid}-test")
+    folder.mkdir()
+    (folder / "lock").touch()
+    (folder / "000001.bin").write_bytes(b"x")
+    return folder
+
+
+@contextlib.contextmanager
+def _locked_elsewhere(lock: Path) -> Iterator[None]:
+    """Hold the flock on ``lock`` from another live process for the block: a build in
+    another container, whose pid means nothing here."""
+    code = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        assert holder.stdout is not None
+        holder.stdout.close()
+
+
+def test_a_spilled_build_removes_what_a_killed_build_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Liveness is the folder's lock, not the pid in its name: a folder nobody locks goes
+    even if its pid names a live process (a recycled pid); one locked by a live process
+    stays even if its pid exists nowhere here (another pid namespace sharing TMPDIR)."""
+    left = _spill_folder(tempfile.gettempdir(), os.getpid())
+    held = _spill_folder(tempfile.gettempdir(), _gone_pid())
     try:
         made = _tiny(monkeypatch)
-        shardkit.build(_corpus(tmp_path), str(tmp_path / "out"), options=BuildOptions(workers=1))
-        assert made and not dead.exists() and alive.exists()
+        with _locked_elsewhere(held / "lock"):
+            options = BuildOptions(workers=1)
+            shardkit.build(_corpus(tmp_path), str(tmp_path / "out"), options=options)
+            assert made
+            assert (left.exists(), (held / "000001.bin").exists()) == (False, True)
+        assert not _left(made)
     finally:
-        for folder in (dead, alive):
+        for folder in (left, held):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_live_builds_spill_folder_outlives_another_builds_cleanup(tmp_path: Path) -> None:
+    parent = str(tmp_path)
+    gone = _spill_folder(parent, _gone_pid())
+    with mock.patch.object(tempfile, "tempdir", parent), Spill() as spill:
+        file = spill.new_file()  # the cleanup that comes first removes the dead folder
+        assert spill.path is not None and not gone.exists()
+        file.extend(range(10))
+        file.flush()
+        assert remove_stale(parent) == []  # another build's cleanup: this one is locked
+        assert list(file) == list(range(10))
+    assert os.listdir(parent) == []  # closed: removed
+
+
+def test_the_spill_cleanup_removes_a_folder_without_a_lock_file_only_while_empty(
+    tmp_path: Path,
+) -> None:
+    """No lock file: a folder being made this instant (its build locks it next) or one
+    whose build died first. Removed only while empty, so never one a build has locked."""
+    empty = tmp_path / f"shardkit-spill-{os.getpid()}-new"
+    empty.mkdir()
+    filled = tmp_path / f"shardkit-spill-{os.getpid()}-old"
+    filled.mkdir()
+    (filled / "000001.bin").write_bytes(b"x")
+    (tmp_path / "shardkit-spill-a-file").write_bytes(b"not a folder")
+    assert remove_stale(str(tmp_path)) == [empty.name]
+    assert filled.exists() and (tmp_path / "shardkit-spill-a-file").exists()
+
+
+def _racing_mkdtemp(monkeypatch: pytest.MonkeyPatch, parent: str, races: int) -> list[str]:
+    """Make the first ``races`` new spill folders lose to another build's cleanup, which
+    runs between their making and their locking; returns the folders made."""
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def raced(*args: Any, **kwargs: Any) -> str:
+        path = mkdtemp(*args, **kwargs)
+        made.append(path)
+        if len(made) <= races:
+            assert remove_stale(parent) == [os.path.basename(path)]
+        return path
+
+    monkeypatch.setattr(tempfile, "tempdir", parent)
+    monkeypatch.setattr(tempfile, "mkdtemp", raced)
+    return made
+
+
+def test_a_spill_folder_a_cleanup_took_before_it_was_locked_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _racing_mkdtemp(monkeypatch, str(tmp_path), races=1)
+    with Spill() as spill:
+        file = spill.new_file()
+        file.extend(range(5))
+        assert spill.path == made[1] and list(file) == list(range(5))
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_spill_folder_that_keeps_being_taken_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _racing_mkdtemp(monkeypatch, str(tmp_path), races=100)
+    with pytest.raises(BuildError, match="cannot make a spill folder"), Spill() as spill:
+        spill.new_file()
+    assert os.listdir(tmp_path) == []

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import random
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,3 +214,50 @@ def test_an_interrupted_url_build_resumes_to_the_same_shards_and_counts(
     resumed = snapshot(str(tmp_path / "out"))
     assert resumed == snapshot(str(tmp_path / "fresh"))
     assert resumed["manifest.json"]["fetch"]["total"]["ok"] == GOOD
+
+
+_FORKS_MID_BUILD = """
+import os, sys, shardkit
+source, out = sys.argv[1], sys.argv[2]
+options = shardkit.BuildOptions(max_count=16, seed=2, workers=1, fetch_timeout=5)
+forked = []
+
+def fork_a_build(progress):
+    if forked or not progress.samples:  # once a task has downloaded
+        return
+    pid = os.fork()
+    if pid == 0:  # lets go of the download session it inherited, builds with its own
+        result = shardkit.build(source, os.path.join(out, "child"), options=options)
+        print("child", sorted(result.fetch.items()), flush=True)
+        os._exit(0)
+    forked.append(os.waitpid(pid, 0)[1])
+
+result = shardkit.build(source, os.path.join(out, "parent"), options=options, progress=fork_a_build)
+print("parent", sorted(result.fetch.items()), forked, flush=True)
+"""
+
+
+def test_a_url_build_downloads_on_after_a_forked_child_let_go_of_its_session(
+    served: tuple[list[str], dict[str, bytes]], tmp_path: Path
+) -> None:
+    """A build (inline: its download loop lives in this process, with keep-alive
+    connections) forks mid-build a child that builds from URLs too. The child frees the
+    download session it inherited; aiohttp's finalizer then closes the inherited
+    connections, which must not take them out of the epoll set parent and child share:
+    else the parent's next downloads on them wait until their timeout and the breaker
+    skips the host. In a subprocess, with a time limit, so a regression fails, not hangs."""
+    urls, _ = served
+    expected = [("http 404", MISSING), ("invalid image", BROKEN), ("ok", GOOD)]
+    script = tmp_path / "forks.py"
+    script.write_text(_FORKS_MID_BUILD)
+    args = [sys.executable, str(script), _list(tmp_path, urls), str(tmp_path)]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the build hangs after the fork: {exc.stdout!r}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"child {expected}",
+        f"parent {expected} [0]",
+    ], done.stdout
+    assert snapshot(str(tmp_path / "parent")) == snapshot(str(tmp_path / "child"))

@@ -64,7 +64,7 @@ def hooked_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
     folder = str(tmp_path_factory.mktemp("src"))
-    make_image_folder(folder, count=1500, seed=4)
+    make_image_folder(folder, count=600, seed=4)  # 15 shards of 40
     return folder
 
 

@@ -42,6 +42,32 @@ def test_killed_worker_is_retried_and_output_identical(engine: str, tmp_path: An
     assert snapshot_local(str(tmp_path / "cluster")) == snapshot_local(str(tmp_path / "local"))
 
 
+def test_a_dask_worker_dying_with_the_only_copy_of_the_context_is_retried(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Regression: the build's context is scattered to the workers, and scattered data
+    # cannot be recomputed. When the last worker holding it died, Dask cancelled every
+    # task that needed it and the build failed with FutureCancelledError (seen in CI with
+    # the two-worker test cluster, when only one worker had a copy). One worker here makes
+    # that deterministic.
+    from distributed import LocalCluster
+
+    samples = text_samples(40)
+    done = tmp_path / "crashed-before"
+    done.write_text("")  # the local reference build does not crash
+    local = BuildOptions(**PYTHON)
+    shardkit.build(CrashOnce(samples, 21, str(done)), tmp_path / "local", options=local)
+    marker = tmp_path / "crashed"
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster:
+        options = BuildOptions(engine="dask", address=cluster.scheduler_address, **PYTHON)
+        shardkit.build(CrashOnce(samples, 21, str(marker)), tmp_path / "cluster", options=options)
+    assert marker.exists(), "the worker never crashed: the test proves nothing"
+    assert "lost the build's context" in caplog.text  # it did go through the resend
+    assert snapshot_local(str(tmp_path / "cluster")) == snapshot_local(str(tmp_path / "local"))
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_task_error_reraises_with_type_url_and_key(engine: str, tmp_path: Any) -> None:
     corpus = make_corpus(str(tmp_path / "images"), count=30)

@@ -24,6 +24,8 @@ import logging
 import os
 from typing import BinaryIO
 
+from ._flock import lock_exclusive
+
 __all__ = ["LOCK_NAME", "enforce_limit", "lock_shared", "open_cached"]
 
 logger = logging.getLogger(__name__)
@@ -100,21 +102,12 @@ def _complete_copies(cache_dir: str) -> list[tuple[float, int, str]]:
 def _evict(path: str) -> bool:
     """Unlink ``path`` unless someone holds a lock on it; whether it was removed."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return False
+        fd = lock_exclusive(path)
+    except BlockingIOError:
+        return False  # being read
+    if fd is None:
+        return False  # gone, or replaced by a fresh copy meanwhile: leave that one
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # being read
-        same = os.fstat(fd)
-        try:
-            now = os.stat(path)
-        except FileNotFoundError:
-            return False
-        if same.st_nlink == 0 or (now.st_ino, now.st_dev) != (same.st_ino, same.st_dev):
-            return False  # replaced by a fresh copy meanwhile: leave that one
         os.unlink(path)
         return True
     finally:

@@ -3,7 +3,10 @@
 A worker process keeps one event loop in a background thread with one aiohttp session
 (one connection pool, reused across tasks). A task submits up to ``fetch_concurrency``
 downloads ahead of the item it is writing and takes their results in plan order, so the
-shard bytes are those of a one-at-a-time fetch, whatever the concurrency.
+shard bytes are those of a one-at-a-time fetch, whatever the concurrency. A forked child
+never uses the parent's loop (it makes its own), and the loop goes through the storage
+layer's fork hooks (:func:`~shardkit.storage.detach_loop_at_fork`), so that a child
+freeing the session it inherited cannot take the parent's connections out of its loop.
 
 Each download is bounded: ``fetch_timeout`` seconds in all (connecting included) and at
 most :data:`~shardkit.formats.tar.MAX_MEMBER_SIZE` bytes. A host that refuses or times
@@ -30,6 +33,7 @@ from urllib.parse import urlsplit
 
 from .._optional import require
 from ..formats.tar import MAX_MEMBER_SIZE
+from ..storage import detach_loop_at_fork
 from .sources import Item
 
 __all__ = ["HOST_FAILURES", "Download", "close_fetcher", "prefetch"]
@@ -57,6 +61,7 @@ class _Fetcher:
         self.timeout = timeout
         self.failures: dict[str, tuple[int, str]] = {}  # host -> failures in a row, last
         self.loop = asyncio.new_event_loop()
+        detach_loop_at_fork(self.loop)  # a forked child that frees this must not deafen it
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="shardkit-fetch", daemon=True
         )

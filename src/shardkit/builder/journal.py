@@ -26,12 +26,12 @@ object-store OUT is a lease object (:mod:`.lease`).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from .._flock import lock_exclusive
 from ..errors import BuildError, StorageError
 from ..formats.names import bare_name_problem
 from .store import LocalStore, ObjectStore
@@ -54,34 +54,23 @@ JOURNAL_DIR = ".shardkit-build"
 def output_lock(out: str) -> Iterator[None]:
     """Hold the build lock of ``out``; raises BuildError at once if another build has it."""
     path = os.path.join(out, LOCK_NAME)
-    while True:
+    fd = None
+    while fd is None:  # None: the lock file was removed (by a build that finished) meanwhile
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise BuildError(f"cannot write to the output folder: {exc.strerror}", url=out) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = lock_exclusive(path, create=True)
         except BlockingIOError:
-            os.close(fd)
             raise BuildError(
                 "another build is writing to this folder (it holds the lock "
                 f"{LOCK_NAME}); wait for it to finish",
                 url=out,
             ) from None
-        # The lock file may have been removed (by a build that finished) between our open
-        # and flock: then we hold a lock nobody else can see; retry on the new file.
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
+        except OSError as exc:
+            raise BuildError(f"cannot write to the output folder: {exc.strerror}", url=out) from exc
     try:
         yield
     finally:
-        # Removed while still held: a build that opened the old file sees a different
-        # inode above and retries, so two builds never both believe they hold the lock.
+        # Removed while still held: a build that opened the old file finds it gone once it
+        # has its lock, and retries, so two builds never both believe they hold the lock.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         os.close(fd)

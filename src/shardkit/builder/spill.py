@@ -3,8 +3,12 @@
 A listing or an order that holds more than :data:`ORDER_BUDGET` records at once goes
 through a :class:`Spill`: a private temporary folder (``mkdtemp``, mode 0700, under the
 driver's temporary directory, ``TMPDIR``; never the output) that is removed when the
-build ends, whether it succeeded or failed (a folder a killed build left behind is
-removed by the next build that spills on the same host). Records are tuples of strings and integers
+build ends, whether it succeeded or failed. The build holds an exclusive ``flock`` on a
+lock file inside it for as long as the folder exists; the kernel drops it when the build
+dies, however it dies. So a folder a killed build left behind is removed by the next
+build that spills into the same ``TMPDIR``, and a live build's folder never is, even seen
+from another container sharing ``TMPDIR`` but not the process ids (the pid in the name
+is only for people). Records are tuples of strings and integers
 (and a list's rows: dicts of JSON values), written in length-prefixed ``marshal``
 batches and read back only by the process that wrote them.
 
@@ -25,6 +29,9 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .._flock import lock_exclusive
+from ..errors import BuildError
+
 __all__ = [
     "ORDER_BUDGET",
     "RecordFile",
@@ -43,6 +50,8 @@ as before spilling existed; a larger one is ordered through spill files. Part of
 shuffle order: changing it changes the order of builds larger than it."""
 
 _PREFIX = "shardkit-spill-"  # then the driver's pid: shardkit-spill-1234-xxxxxx
+_LOCK = "lock"  # in a spill folder: its build holds an exclusive flock on it
+_ATTEMPTS = 8  # new folders tried, each taken by another build's cleanup before it was locked
 _BATCH = 4096  # records per marshal batch
 _FAN_IN = 64  # sorted runs merged at once (each holds one open file and one batch)
 _FLUSH = 1 << 17  # records buffered across all open record files before they are written
@@ -53,6 +62,7 @@ class Spill:
 
     def __init__(self) -> None:
         self._path: str | None = None
+        self._lock: int | None = None  # holds the folder's lock while it exists
         self._files = 0
 
     def __enter__(self) -> Spill:
@@ -69,19 +79,43 @@ class Spill:
     def new_file(self, batch: int = _BATCH) -> RecordFile:
         if self._path is None:
             remove_stale()
-            self._path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+            self._path, self._lock = _locked_folder()
         self._files += 1
         return RecordFile(os.path.join(self._path, f"{self._files:06d}.bin"), batch)
 
     def close(self) -> None:
         path, self._path = self._path, None
+        lock, self._lock = self._lock, None
         if path is not None:
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)  # still locked: nobody else removes it
+        if lock is not None:
+            os.close(lock)
+
+
+def _locked_folder() -> tuple[str, int]:
+    """A new spill folder, and the descriptor holding the lock on its lock file."""
+    for _ in range(_ATTEMPTS):
+        path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+        try:
+            lock = lock_exclusive(os.path.join(path, _LOCK), create=True)
+        except (BlockingIOError, FileNotFoundError):
+            lock = None  # another build's cleanup took the folder while it had no lock yet
+        if lock is not None:
+            return path, lock
+    raise BuildError(
+        f"cannot make a spill folder: other builds' cleanup removed {_ATTEMPTS} new ones in a row",
+        url=tempfile.gettempdir(),
+    )
 
 
 def remove_stale(folder: str | None = None) -> list[str]:
-    """Remove the spill folders a killed build left in ``folder`` (default: the temporary
-    directory): those named for a process of this host that no longer exists."""
+    """Remove the spill folders that builds killed before their cleanup left in ``folder``
+    (default: the temporary directory): those whose lock nobody holds.
+
+    Each is removed while holding its lock, so its build cannot be alive. A folder with no
+    lock file is one being made at this instant (its build takes the lock next) or one
+    whose build died before that: it is removed only while it is still empty, so never
+    once its build has locked it (the build then makes another)."""
     folder = folder or tempfile.gettempdir()
     removed: list[str] = []
     try:
@@ -89,22 +123,25 @@ def remove_stale(folder: str | None = None) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        pid = name[len(_PREFIX) :].partition("-")[0]
-        if not name.startswith(_PREFIX) or not pid.isdigit() or _alive(int(pid)):
+        if not name.startswith(_PREFIX):
             continue
-        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        path = os.path.join(folder, name)
+        try:
+            lock = lock_exclusive(os.path.join(path, _LOCK))
+        except OSError:  # held by a live build; or another user's folder (mode 0700)
+            continue
+        if lock is None:
+            try:
+                os.rmdir(path)  # only while empty
+            except OSError:
+                continue
+        else:
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+            finally:
+                os.close(lock)
         removed.append(name)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
 
 
 class RecordFile:

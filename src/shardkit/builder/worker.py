@@ -177,11 +177,12 @@ def run_task(task: Task) -> TaskResult:
             packed += 1
             result.input_bytes += item.size
             progress.add(1, item.size, 0)
-    except BaseException:
+        progress.flush()
+        parts = writer.close()
+    except BaseException:  # a part being written is never left behind, even by a signal
         writer.abort()
         raise
-    progress.flush()
-    result.parts = [PartInfo(*part) for part in writer.close()]
+    result.parts = [PartInfo(*part) for part in parts]
     result.sizes = writer.sizes
     return result
 

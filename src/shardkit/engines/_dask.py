@@ -4,6 +4,11 @@ A task whose worker dies is run again by the scheduler, up to
 ``distributed.scheduler.allowed-failures`` times (3 by default; then ``KilledWorker``).
 Dask's own ``retries=`` is left at 0: it would also re-run tasks that raised an error,
 and a bad sample fails the same way every time.
+
+The run's context is scattered to the workers once. Scattered data cannot be recomputed:
+when the last worker holding it dies (one worker, or every worker replaced since), Dask
+cancels every task that needs it. The executor then scatters the context again and
+submits those tasks again, up to ``retries`` times per task.
 """
 
 from __future__ import annotations
@@ -83,28 +88,33 @@ class DaskExecutor:
         self.workers = max(1, sum(self._client.nthreads().values()))
         self._run_id = uuid.uuid4().hex
         self._init = init
+        self._retries = retries
+        self._raw_context = context
         self._context: Any = None
         self._queue: Any = None
         self._queue_name: str | None = None
         if init is not None:
-            self._context = self._client.scatter(context, broadcast=True, hash=False)
+            self._context = self._scatter()
             self._queue_name = f"shardkit-progress-{self._run_id}"
             self._queue = distributed.Queue(self._queue_name, client=self._client)
         self._futures: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._closing = False
+
+    def _scatter(self) -> Any:
+        return self._client.scatter(self._raw_context, broadcast=True, hash=False)
 
     def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
-        inner = self._client.submit(
-            _task,
-            self._run_id,
-            self._context,
-            self._init,
-            self._queue_name,
-            fn,
-            arg,
-            pure=False,
-        )
         out: Future[R] = Future()
+        self._launch(out, fn, arg, self._retries)
+        return out
+
+    def _launch(self, out: Future[Any], fn: Callable[[Any], Any], arg: Any, tries: int) -> None:
+        with self._lock:
+            context = self._context
+        inner = self._client.submit(
+            _task, self._run_id, context, self._init, self._queue_name, fn, arg, pure=False
+        )
         key = id(out)
         with self._lock:
             self._futures[key] = inner
@@ -114,11 +124,30 @@ class DaskExecutor:
                 self._futures.pop(key, None)
             try:
                 out.set_result(finished.result())
+            except distributed.client.FutureCancelledError as exc:
+                if context is None or self._closing:
+                    out.set_exception(exc)
+                    return
+                if tries <= 0:
+                    error = BuildError(
+                        f"the Dask cluster lost the build's context {self._retries + 1} times "
+                        "(its workers keep dying?); rerun the same command to resume"
+                    )
+                    error.__cause__ = exc
+                    out.set_exception(error)
+                    return
+                try:
+                    with self._lock:
+                        if self._context is context:  # once for all the tasks that needed it
+                            logger.warning("the Dask cluster lost the build's context; resending")
+                            self._context = self._scatter()
+                    self._launch(out, fn, arg, tries - 1)
+                except BaseException as again:  # the client closed meanwhile: never a hang
+                    out.set_exception(unwrap(again))
             except BaseException as exc:
                 out.set_exception(unwrap(exc))
 
         inner.add_done_callback(done)
-        return out
 
     def progress(self) -> list[Counts]:
         if self._queue is None:
@@ -130,6 +159,7 @@ class DaskExecutor:
         return counts
 
     def close(self, *, cancel: bool = False) -> None:
+        self._closing = True
         with self._lock:
             futures = list(self._futures.values())
         if cancel and futures:

@@ -16,6 +16,11 @@ A worker exits as soon as the driver process dies (a thread waits on a pidfd of 
 driver), so ``kill -9`` of a build leaves no orphan still writing. Without that, pool
 workers of a killed parent wait forever: each holds both ends of its task queue, and the
 forkserver stays alive for as long as its children do.
+
+A run that fails stops its other workers with SIGTERM. A worker in the middle of a task
+unwinds it first (the task's ``finally`` and ``except`` blocks run, so a part being
+written is discarded, not left in the output as a temporary file) and then exits; an
+idle one exits at once.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import multiprocessing
 import os
 import queue
 import select
+import signal
 import sys
 import threading
 import time
@@ -33,6 +39,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, TypeVar
 
 __all__ = [
+    "STOP_TIMEOUT_S",
     "UNGUARDED_SCRIPT",
     "InlineExecutor",
     "ProcessExecutor",
@@ -84,8 +91,34 @@ def _report_to_queue(samples: int, nbytes: int, skipped: int) -> None:
     _queue.put((samples, nbytes, skipped))
 
 
+class _Stopped(BaseException):
+    """Raised in a worker's task by SIGTERM: the run is being cancelled."""
+
+
+_in_task = False
+
+
+def _run(fn: Callable[[T], R], arg: T) -> R:
+    """A task in a pool worker; a SIGTERM during it unwinds it, then ends the process."""
+    global _in_task
+    _in_task = True
+    try:
+        return fn(arg)
+    except _Stopped:
+        os._exit(1)  # the task has cleaned up; a cancelled run takes no further task
+    finally:
+        _in_task = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    if not _in_task:
+        os._exit(1)
+    raise _Stopped
+
+
 def _init_process(init: InitFn | None, context: Any, progress_queue: Any, driver: int) -> None:
     global _queue
+    signal.signal(signal.SIGTERM, _on_sigterm)
     _exit_with(driver)
     _queue = progress_queue
     if init is not None:
@@ -125,6 +158,8 @@ UNGUARDED_SCRIPT = (
     "shardkit.build under `if __name__ == '__main__':`"
 )
 _PRELOAD = ["__main__"]
+STOP_TIMEOUT_S = 10.0
+"""Seconds a cancelled run's worker has to unwind its task before it is killed."""
 
 
 def check_not_bootstrapping() -> None:
@@ -177,7 +212,7 @@ class ProcessExecutor:
         )
 
     def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
-        return self._pool.submit(fn, arg)
+        return self._pool.submit(_run, fn, arg)
 
     def progress(self) -> list[Counts]:
         counts: list[Counts] = []
@@ -188,11 +223,28 @@ class ProcessExecutor:
 
     def close(self, *, cancel: bool = False) -> None:
         if cancel:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            processes = getattr(self._pool, "_processes", None) or {}
-            for process in list(processes.values()):
-                with contextlib.suppress(Exception):
-                    process.terminate()
-        self._pool.shutdown(wait=True, cancel_futures=cancel)
+            self._stop()
+        else:
+            self._pool.shutdown(wait=True)
         self._queue.close()
         self._queue.join_thread()
+
+    def _stop(self) -> None:
+        """Cancel the tasks not started, and stop the workers (see the module doc): they
+        unwind the task they are in and exit; a worker that has not exited after
+        :data:`STOP_TIMEOUT_S` is killed. Returns once every worker is gone."""
+        # Taken first: shutdown() forgets the processes and the manager thread.
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())
+        manager = getattr(self._pool, "_executor_manager_thread", None)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.terminate()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+        if manager is not None:
+            manager.join()

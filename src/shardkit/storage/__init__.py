@@ -7,10 +7,11 @@ gs) only makes an object visible when its upload completes, and an upload that f
 discarded. No partial file ever carries a final name.
 
 One module per job, behind these names: ``_urls`` (the URL grammar: brace patterns, local
-paths; no fsspec), ``_filesystems`` (fsspec, imported on first remote use), ``_reading``
-(:func:`open_read`, and :func:`map_file` for local files read in place), ``_remote``
-(remote reads that resume after transient failures), ``_cache`` (``cache_dir``
-copies) and ``_writing`` (:class:`AtomicFile`, :class:`Tally`).
+paths; no fsspec), ``_filesystems`` (fsspec, imported on first remote use, and the fork
+hooks of event loops that run in a thread), ``_reading`` (:func:`open_read`, and
+:func:`map_file` for local files read in place), ``_remote`` (remote reads that resume
+after transient failures), ``_cache`` (``cache_dir`` copies) and ``_writing``
+(:class:`AtomicFile`, :class:`Tally`).
 :func:`atomic_write` lives here and goes through :func:`open_atomic`, so every write in
 shardkit passes one name.
 """
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO, cast
 
 from ._cache import cache_path
-from ._filesystems import REQUESTS_IN_FLIGHT, filesystem, url_exists
+from ._filesystems import REQUESTS_IN_FLIGHT, detach_loop_at_fork, filesystem, url_exists
 from ._reading import map_file, open_read
 from ._remote import READ_RETRIES, is_transient, read_failure, wait_to_retry
 from ._urls import (
@@ -47,6 +48,7 @@ __all__ = [
     "cache_path",
     "check_data_url",
     "data_url_problem",
+    "detach_loop_at_fork",
     "expand_urls",
     "filesystem",
     "is_executing",

@@ -1,17 +1,22 @@
-"""fsspec, imported only when a remote URL is opened."""
+"""fsspec, imported only when a remote URL is opened; and the fork hooks that keep an event
+loop running in a thread (fsspec's, the build's downloads) usable across ``fork``."""
 
 from __future__ import annotations
 
 import os
 import selectors
 import sys
-from typing import Any
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from .._optional import missing
 from ..errors import StorageError
 from ._urls import is_local, local_path
 
-__all__ = ["REQUESTS_IN_FLIGHT", "filesystem", "protocol", "url_exists"]
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["REQUESTS_IN_FLIGHT", "detach_loop_at_fork", "filesystem", "protocol", "url_exists"]
 
 REQUESTS_IN_FLIGHT = 16
 """How many independent requests one process keeps in flight to an object store at once,
@@ -86,44 +91,59 @@ _SCHEME_MODULES = {
 }
 
 
-# fsspec's IO loop as a fork begins (None when there is none), for the child to detach.
-_loop_at_fork: list[Any] = [None]
+# Event loops that run in a thread of their own and hold keep-alive connections: fsspec's
+# IO loop (looked up as each fork begins) and those registered by detach_loop_at_fork (the
+# build's download loop, builder/fetch.py). The ones there are as a fork begins, for the
+# child to detach.
+_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+_loops_at_fork: list[Any] = []
 
 
-def _note_loop_at_fork() -> None:
+def detach_loop_at_fork(loop: asyncio.AbstractEventLoop) -> None:
+    """Have every child forked from now on give ``loop`` a selector of its own
+    (:func:`_detach_inherited_loops`), so that nothing the child frees reaches the
+    parent's sockets. For a loop running in a thread whose objects a child inherits."""
+    _loops.add(loop)
+
+
+def _note_loops_at_fork() -> None:
     asyn = sys.modules.get("fsspec.asyn")
-    _loop_at_fork[0] = None if asyn is None else asyn.loop[0]
+    fsspec_loop = None if asyn is None else asyn.loop[0]  # fsspec forgets it in the child
+    _loops_at_fork[:] = [loop for loop in (fsspec_loop, *_loops) if loop is not None]
 
 
-def _detach_inherited_loop() -> None:
-    """In a forked child: give the parent's fsspec IO loop a selector of its own.
+def _detach_inherited_loops() -> None:
+    """In a forked child: give each event loop inherited from the parent (fsspec's IO
+    loop, the download loop) a selector of its own.
 
-    The child inherits the parent's loop (fsspec starts a new one there) and, with it, the
-    parent's epoll set: one kernel object the two processes share. When the child frees a
-    filesystem it inherited (a DataLoader worker's garbage collection does), fsspec's
-    finalizer closes that filesystem's HTTP session, and each keep-alive connection it
-    closes is taken out of the shared epoll set. The parent's loop then never hears the
-    answer on that connection again, and its next request through it waits forever.
-    Given an empty selector, the dead loop in the child touches nothing of the parent's.
-    (fsspec's finalizer does not check that it runs in the process that made the session.)
+    The child inherits the loop and, with it, the parent's epoll set: one kernel object
+    the two processes share. When the child frees what it inherited (a DataLoader worker's
+    garbage collection frees an fsspec filesystem; a forked build lets go of the parent's
+    download session), a finalizer closes that HTTP session, and each keep-alive
+    connection it closes is taken out of the shared epoll set. The parent's loop then
+    never hears the answer on that connection again: its next request through it waits
+    forever, or until its timeout (fsspec's and aiohttp's finalizers do not check that
+    they run in the process that made the session). Given an empty selector, the dead
+    loop in the child touches nothing of the parent's.
     """
-    loop, _loop_at_fork[0] = _loop_at_fork[0], None
+    loops, _loops_at_fork[:] = list(_loops_at_fork), []
     epoll = getattr(selectors, "EpollSelector", None)  # kqueue and poll are not shared
-    if epoll is None or not isinstance(getattr(loop, "_selector", None), epoll):
-        return
-    inherited, loop._selector = loop._selector, selectors.SelectSelector()
-    inherited.close()  # closes the child's descriptor only: the parent's set stays as it is
+    for loop in loops:
+        if epoll is None or not isinstance(getattr(loop, "_selector", None), epoll):
+            continue
+        inherited, loop._selector = loop._selector, selectors.SelectSelector()
+        inherited.close()  # closes the child's descriptor only: the parent's set stays
 
 
-def _forget_loop_at_fork() -> None:
-    _loop_at_fork[0] = None
+def _forget_loops_at_fork() -> None:
+    _loops_at_fork.clear()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(
-        before=_note_loop_at_fork,
-        after_in_parent=_forget_loop_at_fork,
-        after_in_child=_detach_inherited_loop,
+        before=_note_loops_at_fork,
+        after_in_parent=_forget_loops_at_fork,
+        after_in_child=_detach_inherited_loops,
     )
 
 

@@ -195,10 +195,12 @@ class AtomicFile:
                 if self._fsync:
                     os.fsync(self.stream.fileno())
             os.replace(self._tmp, self._path)
-        except OSError as exc:
+        except BaseException as exc:  # a signal too: the temporary file never stays
             with contextlib.suppress(OSError):
                 os.unlink(self._tmp)
-            self._raise(exc)
+            if isinstance(exc, OSError):
+                self._raise(exc)
+            raise
 
     def _commit_remote(self) -> None:
         try:
