@@ -14,7 +14,8 @@ the tests use), as a distant server would. SeaweedFS itself answers in ~1 ms.
 
 ``--base SRC`` runs the same listing with another tree's ``src`` (before: one folder at a
 time). ``--in-flight N,...`` runs this tree with ``storage.REQUESTS_IN_FLIGHT`` set to each
-N (the default is the tree's own, 16). Each row gives the wall time, the listing requests
+N (the default is the tree's own, 16; the S3 client's connection pool stays at 16, so
+values above it are capped there). Each row gives the wall time, the listing requests
 the proxy saw, the most it held at once (requests the client had on the wire at the
 same time), the child's CPU time (``os.wait4``) and its peak RSS.
 """
