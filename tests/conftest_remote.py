@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -161,15 +163,55 @@ def faulty_server(files: dict[str, bytes], faults: Faults) -> Iterator[str]:
         listener.close()
 
 
+@dataclass
+class Held:
+    """What a :func:`slow_proxy` held: request lines (GET and HEAD), and the most
+    requests held at once (sent by the client at the same time)."""
+
+    requests: list[str] = field(default_factory=list)
+    now: int = 0
+    peak: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@contextmanager
+def slow_proxy(
+    upstream: str, delay: float, jitter: float = 0.0, seed: int = 0, held: Held | None = None
+) -> Iterator[str]:
+    """A loopback TCP proxy to ``upstream`` that holds every request ``delay`` seconds
+    before passing it on, plus up to ``jitter`` more (random, from ``seed``): a distant
+    server, one added round trip per request (connections wait independently, so
+    requests sent at once overlap as they would over a long link). What it held is
+    counted in ``held``. Used by bench/listing.py too."""
+    wait, held = random.Random(seed), Held() if held is None else held
+
+    def hold() -> None:
+        with held.lock:
+            held.now += 1
+            held.peak = max(held.peak, held.now)
+            seconds = delay + jitter * wait.random()
+        time.sleep(seconds)
+        with held.lock:
+            held.now -= 1
+
+    with cutting_proxy(upstream, [], held.requests, hold=hold) as url:
+        yield url
+
+
 @contextmanager
 def cutting_proxy(
-    upstream: str, cut_after: list[int], requests: list[str], swallow: list[str] | None = None
+    upstream: str,
+    cut_after: list[int],
+    requests: list[str],
+    swallow: list[str] | None = None,
+    hold: Callable[[], None] | None = None,
 ) -> Iterator[str]:
     """A loopback TCP proxy to ``upstream`` (``http://host:port``) that closes the
     connection of the first GETs after ``cut_after[i]`` response bytes; every request
     line and Range header seen is appended to ``requests``. The first request whose
     request line starts with ``swallow[i]`` is never forwarded and never answered: its
-    connection stays open and silent (a server that lost it)."""
+    connection stays open and silent (a server that lost it). With ``hold``, what a
+    client sends is passed on once ``hold()`` returns."""
     swallow = [] if swallow is None else swallow
     host, port = upstream.removeprefix("http://").split(":")
     listener = socket.create_server(("127.0.0.1", 0))
@@ -220,6 +262,8 @@ def cutting_proxy(
                 swallow.pop(next(i for i, p in enumerate(swallow) if text.startswith(p)))
                 stop.wait(120)  # silent until the proxy stops
                 break
+            if hold is not None:
+                hold()
             try:
                 server.sendall(data)
             except OSError:

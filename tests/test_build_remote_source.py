@@ -4,10 +4,14 @@ prefix, a CSV list beside its images, and existing shards read back by ranged re
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest_build import make_corpus, read_samples, snapshot
+from conftest_remote import Held, slow_proxy
 from conftest_scale import s3_bucket
 
 import shardkit
@@ -150,3 +154,126 @@ def test_a_large_s3_folder_is_listed_folder_by_folder_into_spill_files(
             assert got[name] == want[name], name
     fs, _ = storage.filesystem(f"s3://{s3_bucket}/large")
     assert not [path for path in fs.dircache if path.startswith(f"{s3_bucket}/large")]
+
+
+def _classes_bucket(url: str, classes: int, per_class: int, *, nested: bool = False) -> None:
+    """``classes`` class folders of ``per_class`` tiny JPEGs each (one ``sub/`` folder more
+    in each with ``nested``), a skipped file in each, uploaded at once."""
+    import s3fs
+    from conftest_build import make_corpus_jpeg
+
+    fs = s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL"], skip_instance_cache=True)
+    objects = {}
+    for c in range(classes):
+        for i in range(per_class):
+            sub = "sub/" if nested and i % 2 else ""
+            objects[f"{url.removeprefix('s3://')}/c{c:03d}/{sub}{i:03d}.jpg"] = make_corpus_jpeg(i)
+        objects[f"{url.removeprefix('s3://')}/c{c:03d}/notes.txt"] = b"notes\n"
+    fs.pipe(objects)
+
+
+def _listed(url: str) -> tuple[list[Any], list[str], list[tuple[str, str]], str]:
+    from shardkit.builder.sources import list_remote_folder
+
+    listing = list_remote_folder(url)
+    return list(listing.items or []), listing.classes, listing.skipped, listing.fingerprint
+
+
+@contextmanager
+def _through(proxy: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """S3 requests of the code under test go through ``proxy`` (a fresh filesystem)."""
+    import s3fs
+
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield
+    finally:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        s3fs.S3FileSystem.clear_instance_cache()  # none is left bound to the proxy
+
+
+def test_folders_listed_concurrently_give_the_serial_listing(
+    s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Listings come back in any order (each request waits a random 0-20 ms more): the
+    # items, classes, skipped files and fingerprint are those of a listing one folder at
+    # a time, through sorted runs on disk as through memory, and so are the shards.
+    from shardkit import storage
+    from shardkit.builder import spill
+
+    url = f"s3://{s3_bucket}/many"
+    _classes_bucket(url, classes=12, per_class=4, nested=True)
+    options = BuildOptions(max_count=8, workers=1, seed=5)
+    with monkeypatch.context() as one_at_a_time:
+        one_at_a_time.setattr(storage, "REQUESTS_IN_FLIGHT", 1)
+        serial = _listed(url)
+        shardkit.build(url, tmp_path / "serial", options=options)
+    shardkit.build(url, tmp_path / "concurrent", options=options)
+    proxy = slow_proxy(os.environ["AWS_ENDPOINT_URL"], 0.0, jitter=0.02)
+    with proxy as endpoint, _through(endpoint, monkeypatch):
+        concurrent = _listed(url)
+        monkeypatch.setattr(spill, "ORDER_BUDGET", 8)
+        spilled = _listed(url)
+    assert len(serial[0]) == 12 * 4 and len(serial[1]) == 12 and len(serial[2]) == 12
+    assert concurrent == serial
+    assert spilled == serial
+    want, got = snapshot(str(tmp_path / "serial")), snapshot(str(tmp_path / "concurrent"))
+    assert len(want) > 2 and want == got
+
+
+def test_folders_are_listed_with_requests_in_flight_at_once(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 40 class folders behind a server 0.2 s away: 41 listings one after another take
+    # 8.2 s or more; with REQUESTS_IN_FLIGHT at once (all of them on the wire: the S3
+    # client's connection pool is as large), a few round trips.
+    import time
+
+    from shardkit import storage
+
+    url = f"s3://{s3_bucket}/far"
+    _classes_bucket(url, classes=40, per_class=1)
+    held = Held()
+    proxy = slow_proxy(os.environ["AWS_ENDPOINT_URL"], 0.2, held=held)
+    with proxy as endpoint, _through(endpoint, monkeypatch):
+        _listed(url)  # the client is made, untimed
+        started = time.perf_counter()
+        items, classes, _, _ = _listed(url)
+        seconds = time.perf_counter() - started
+    assert len(items) == 40 and len(classes) == 40
+    assert seconds < 41 * 0.2 / 2, f"{seconds:.2f} s: the folders were listed one at a time"
+    assert held.peak == storage.REQUESTS_IN_FLIGHT, f"{held.peak} requests at once at most"
+
+
+def test_a_folder_that_cannot_be_listed_stops_the_listing_with_one_error(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One class folder is refused (403) while others are in flight: one BuildError naming
+    # the source, no folder listed after it, and no listing thread left behind.
+    import threading
+
+    import s3fs
+
+    url = f"s3://{s3_bucket}/refused"
+    _classes_bucket(url, classes=40, per_class=1)
+    listed: list[str] = []
+    ls = s3fs.S3FileSystem._ls
+
+    async def refusing_ls(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        listed.append(path)
+        if path.endswith("/c005"):
+            raise PermissionError("Access Denied")
+        return await ls(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_ls", refusing_ls)
+    s3fs.S3FileSystem.clear_instance_cache()  # a filesystem made with the refusing _ls
+    try:
+        with pytest.raises(shardkit.BuildError, match="cannot list the source: Access") as e:
+            _listed(url)
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert e.value.url == url
+    assert len(listed) < 1 + 40  # the folders not yet started when it failed never were
+    assert not [t for t in threading.enumerate() if t.name.startswith("shardkit-list")]

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from .. import storage
 from .journal import Journal
 from .manifest import ShardRecord
 from .store import LocalStore, ObjectStore
@@ -38,7 +39,7 @@ __all__ = ["COMMIT_THREADS", "CommitPool", "Namer", "Renamer"]
 Namer = Callable[[int], str]
 AnyStore = LocalStore | ObjectStore
 
-COMMIT_THREADS = 16  # commits in flight to an object store
+COMMIT_THREADS = storage.REQUESTS_IN_FLIGHT  # commits in flight to an object store
 
 
 class CommitPool:

@@ -20,6 +20,7 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, NoReturn, Protocol
 
@@ -334,8 +335,10 @@ def list_remote_folder(url: str, spill: Spill | None = None) -> Listing:
     """List ``url/<class>/**/<image>`` in an object store (same rules as on disk).
 
     Folder by folder (one paginated listing per folder, dropped from the filesystem's
-    listing cache once read), so the driver holds one folder's listing at a time; the
-    files go through the same sorted runs as a local folder's."""
+    listing cache once read), up to :data:`~shardkit.storage.REQUESTS_IN_FLIGHT` folders
+    at once, so the driver holds at most that many folders' listings at a time; the files
+    go through the same sorted runs as a local folder's, so the order in which the
+    listings come back does not matter."""
     from .. import storage
 
     root = url.rstrip("/")
@@ -370,12 +373,10 @@ def _walk_remote(
     A class is a top-level folder that holds any object (hidden ones too); names starting
     with ``.`` are left out, as on disk."""
     classes: set[str] = set()
-    stack: list[tuple[str, str]] = [(base, "")]  # (folder, its path relative to base)
     anything = False
-    while stack:
-        folder, rel = stack.pop()
-        listed = fs.ls(folder, detail=True)
-        fs.invalidate_cache(folder)
+
+    def visit(folder: str, rel: str, listed: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        nonlocal anything
         folders = []
         for info in sorted(listed, key=lambda i: str(i["name"])):
             name, is_dir = str(info["name"]), info.get("type") == "directory"
@@ -398,8 +399,41 @@ def _walk_remote(
                 version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
                 size = int(info.get("size") or 0)
                 sorter.add((path.split("/", 1)[0], path, size, str(version)))
-        stack.extend(reversed(folders))
+        return folders
+
+    _list_folders(fs, base, visit)
     return sorted(classes) if anything else None
+
+
+_Visit = Callable[[str, str, list[dict[str, Any]]], list[tuple[str, str]]]
+
+
+def _list_folders(fs: Any, base: str, visit: _Visit) -> None:
+    """List ``base`` and every folder ``visit`` returns, up to ``REQUESTS_IN_FLIGHT`` at
+    once, each on a thread of its own; ``visit(folder, rel, listed)`` runs on this thread
+    as each listing comes back (in any order) and returns the (folder, rel) to list next.
+    The first error is raised once the listings in flight are back; none starts after it."""
+    from .. import storage
+
+    threads = storage.REQUESTS_IN_FLIGHT
+    pending = [(base, "")]  # depth first, as a stack: few folders wait at a time
+    running: dict[Future[list[dict[str, Any]]], tuple[str, str]] = {}
+    with ThreadPoolExecutor(threads, thread_name_prefix="shardkit-list") as pool:
+        while pending or running:
+            while pending and len(running) < threads:
+                folder, rel = pending.pop()
+                running[pool.submit(_ls, fs, folder)] = (folder, rel)
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                folder, rel = running.pop(future)
+                pending.extend(reversed(visit(folder, rel, future.result())))
+
+
+def _ls(fs: Any, folder: str) -> list[dict[str, Any]]:
+    """One folder's listing, dropped from the filesystem's listing cache once read."""
+    listed: list[dict[str, Any]] = fs.ls(folder, detail=True)
+    fs.invalidate_cache(folder)
+    return listed
 
 
 def _spilled_folder_items(

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO, cast
 
 from ._cache import cache_path
-from ._filesystems import detach_loop_at_fork, filesystem, url_exists
+from ._filesystems import REQUESTS_IN_FLIGHT, detach_loop_at_fork, filesystem, url_exists
 from ._reading import map_file, open_read
 from ._remote import READ_RETRIES, is_transient, read_failure, wait_to_retry
 from ._urls import (
@@ -40,6 +40,7 @@ from ._writing import AtomicFile, Tally, open_atomic
 
 __all__ = [
     "READ_RETRIES",
+    "REQUESTS_IN_FLIGHT",
     "AtomicFile",
     "Tally",
     "atomic_write",

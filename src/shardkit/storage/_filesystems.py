@@ -16,7 +16,12 @@ from ._urls import is_local, local_path
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["detach_loop_at_fork", "filesystem", "protocol", "url_exists"]
+__all__ = ["REQUESTS_IN_FLIGHT", "detach_loop_at_fork", "filesystem", "protocol", "url_exists"]
+
+REQUESTS_IN_FLIGHT = 16
+"""How many independent requests one process keeps in flight to an object store at once,
+where it has many to make: the build driver's commits (``builder.commit``) and the
+folders of an image folder it lists (``builder.sources``)."""
 
 
 def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
@@ -25,7 +30,7 @@ def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
     except ImportError as exc:  # pragma: no cover - fsspec is a required dependency
         raise StorageError("fsspec is required for remote URLs", url=url) from exc
     try:
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(url, **_pooled(url, storage_options or {}))
     except ImportError as exc:
         scheme = url.partition("://")[0].lower()
         if scheme in _SCHEME_MODULES:
@@ -36,6 +41,17 @@ def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
     if type(fs).__module__.partition(".")[0] == "s3fs" and not fs.asynchronous:
         _send_bodies_at_once(fs)
     return fs, path
+
+
+def _pooled(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with, for S3, a connection pool of ``REQUESTS_IN_FLIGHT`` (botocore's
+    default, 10, would hold the 11th request in flight back until one returns), unless
+    the caller chose one."""
+    if url.partition("://")[0].lower() not in ("s3", "s3a"):
+        return options
+    config = dict(options.get("config_kwargs") or {})
+    config.setdefault("max_pool_connections", REQUESTS_IN_FLIGHT)
+    return {**options, "config_kwargs": config}
 
 
 def protocol(fs: Any) -> str:

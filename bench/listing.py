@@ -1,0 +1,132 @@
+"""Listing benchmark: an image folder in an object store, listed by the build driver.
+
+Run: ``PATH=.venv/bin:$PATH scripts/test-services .venv/bin/python bench/listing.py
+[--folders 200] [--objects 50] [--rtt 20] [--base /work/wt/base/src] [--in-flight 16]``
+(SeaweedFS on this machine; any S3 endpoint in ``SHARDKIT_TEST_S3_ENDPOINT`` or
+``AWS_ENDPOINT_URL`` with ``AWS_*`` keys works).
+
+A bucket of ``--folders`` class folders of ``--objects`` tiny ``.jpg`` objects each is
+uploaded first, untimed. What is timed is ``list_remote_folder`` (what ``shardkit build
+s3://...`` does before it plans): every folder's listing, the sorted runs and the items,
+each run in a process of its own, through a loopback proxy that holds every request
+``--rtt`` ms before passing it on (``slow_proxy`` of ``tests/conftest_remote.py``, the one
+the tests use), as a distant server would. SeaweedFS itself answers in ~1 ms.
+
+``--base SRC`` runs the same listing with another tree's ``src`` (before: one folder at a
+time). ``--in-flight N,...`` runs this tree with ``storage.REQUESTS_IN_FLIGHT`` set to each
+N (the default is the tree's own, 16; the S3 client's connection pool stays at 16, so
+values above it are capped there). Each row gives the wall time, the listing requests
+the proxy saw, the most it held at once (requests the client had on the wire at the
+same time), the child's CPU time (``os.wait4``) and its peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # the tests' proxy: one copy
+
+
+def child(url: str, in_flight: int, repeats: int) -> None:
+    """List ``url`` once untimed (the client is made, its first connections opened), then
+    ``repeats`` times; print the best wall time, the median and the item count as JSON."""
+    from shardkit import storage
+    from shardkit.builder.sources import list_remote_folder
+
+    if in_flight:
+        storage.REQUESTS_IN_FLIGHT = in_flight
+    items = len(list_remote_folder(url).items or [])
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        list_remote_folder(url)
+        times.append(time.perf_counter() - started)
+    row = {"best": min(times), "median": statistics.median(times), "items": items}
+    row["in_flight"] = getattr(storage, "REQUESTS_IN_FLIGHT", 1)  # before it: one at a time
+    print(json.dumps(row))
+
+
+def run_child(url: str, src: str, endpoint: str, in_flight: int, repeats: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, src]), "AWS_ENDPOINT_URL": endpoint}
+    code = f"import listing; listing.child({url!r}, {in_flight}, {repeats})"
+    argv = [sys.executable, "-c", code]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    stdout = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"listing with {src} failed")
+    row: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    row["cpu_s"] = usage.ru_utime + usage.ru_stime
+    row["rss_mb"] = usage.ru_maxrss / 1024
+    return row
+
+
+def upload(fs: Any, prefix: str, folders: int, objects: int) -> None:
+    names = [f"{prefix}/c{c:05d}/{i:06d}.jpg" for c in range(folders) for i in range(objects)]
+    for start in range(0, len(names), 2000):
+        fs.pipe({name: b"x" for name in names[start : start + 2000]})
+
+
+def main() -> None:
+    from conftest_remote import Held, slow_proxy
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folders", type=int, default=200)
+    parser.add_argument("--objects", type=int, default=50, help="objects per folder")
+    parser.add_argument("--rtt", type=float, default=20.0, metavar="MS", help="added per request")
+    parser.add_argument("--base", help="another tree's src to compare (before)")
+    parser.add_argument("--in-flight", default="", help="comma-separated REQUESTS_IN_FLIGHT")
+    parser.add_argument("--repeats", type=int, default=3, help="timed listings per row")
+    args = parser.parse_args()
+    endpoint = os.environ.get("SHARDKIT_TEST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        raise SystemExit("no S3 endpoint: run under scripts/test-services")
+    import s3fs
+
+    fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+    bucket = f"listing-{uuid.uuid4().hex[:10]}"
+    fs.mkdir(bucket)
+    trees = [("now", os.path.abspath(os.path.join(HERE, "..", "src")), 0)]
+    trees += [("now", trees[0][1], int(n)) for n in args.in_flight.split(",") if n]
+    if args.base:
+        trees.append(("before", args.base, 0))
+    try:
+        upload(fs, bucket, args.folders, args.objects)
+        url = f"s3://{bucket}"
+        print(
+            f"{args.folders} folders x {args.objects} objects, {args.rtt:g} ms added per "
+            f"request; seconds per listing, best (median) of {args.repeats}"
+        )
+        print(
+            "| tree | in flight | most at once at the server | items | requests per listing | "
+            "seconds | ms per folder | CPU s (all listings) | peak RSS MB |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, src, in_flight in trees:
+            held = Held()
+            with slow_proxy(endpoint, args.rtt / 1000, held=held) as proxy:
+                row = run_child(url, src, proxy, in_flight, args.repeats)
+            listed = sum(1 for line in held.requests if "list-type=2" in line)
+            listed //= args.repeats + 1
+            best, median = row["best"], row["median"]
+            print(
+                f"| {name} | {row['in_flight']} | {held.peak} | {row['items']:,} | {listed:,} | "
+                f"{best:.2f} ({median:.2f}) | {best * 1000 / args.folders:.1f} | "
+                f"{row['cpu_s']:.2f} | {row['rss_mb']:.0f} |",
+                flush=True,
+            )
+    finally:
+        fs.rm(bucket, recursive=True)
+
+
+if __name__ == "__main__":
+    main()
