@@ -13,7 +13,8 @@ from conftest_scale import text_samples
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.engines.testing import FailWhileAnotherLoads
+from shardkit.engines.testing import CrashOnce, FailWhileAnotherLoads
+from shardkit.errors import BuildError
 
 
 def test_a_failed_build_leaves_no_temporary_file_of_its_other_workers(tmp_path: Path) -> None:
@@ -52,4 +53,20 @@ def test_a_task_stopped_after_its_last_sample_leaves_no_temporary_file(
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         shardkit.build(text_samples(20), out, options=BuildOptions(workers=1, max_count=8))
+    assert not [n for n in os.listdir(out) if ".tmp-" in n]
+
+
+def test_a_worker_that_dies_mid_part_leaves_no_temporary_file(tmp_path: Path) -> None:
+    # A worker killed part way through a part (os._exit, as the OOM killer would) cannot
+    # unwind; the driver removes what it left once the run has stopped, while it still
+    # holds the output's lock. Item 12 is the fifth of its task (8 per task).
+    marker = tmp_path / "crashed"
+    out = tmp_path / "out"
+    with pytest.raises(BuildError):
+        shardkit.build(
+            CrashOnce(text_samples(40), 12, str(marker)),
+            out,
+            options=BuildOptions(workers=2, max_count=8, shuffle=False),
+        )
+    assert marker.exists(), "the worker never crashed: the test proves nothing"
     assert not [n for n in os.listdir(out) if ".tmp-" in n]

@@ -25,13 +25,13 @@ import os
 from typing import BinaryIO
 
 from ._flock import lock_exclusive
+from .formats.names import TEMPORARY_MARK
 
 __all__ = ["LOCK_NAME", "enforce_limit", "lock_shared", "open_cached"]
 
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = ".shardkit-cache.lock"
-_TMP = ".tmp-"
 
 
 def lock_shared(fd: int) -> bool:
@@ -88,7 +88,7 @@ def _complete_copies(cache_dir: str) -> list[tuple[float, int, str]]:
     copies = []
     with os.scandir(cache_dir) as entries:
         for entry in entries:
-            if entry.name.startswith(".") or _TMP in entry.name:
+            if entry.name.startswith(".") or TEMPORARY_MARK in entry.name:
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)

@@ -9,6 +9,7 @@ from typing import Any
 from ..digest import entry_digest
 from ..errors import BuildError
 from ..formats.manifest import decode_name, encode_names
+from ..formats.names import TEMPORARY_MARK
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from .manifest import MANIFEST_NAME, ShardRecord, read_manifest
 from .options import BuildOptions
@@ -31,7 +32,7 @@ class OutputFolder:
         ext = re.escape(options.extension)
         self.final = re.compile(rf"{re.escape(options.prefix)}-\d{{6}}\.{ext}")
         prefix = options.prefix
-        self.hidden = (f".{prefix}-", f"..{prefix}-", f".{MANIFEST_NAME}.tmp-")
+        self.hidden = (f".{prefix}-", f"..{prefix}-", f".{MANIFEST_NAME}{TEMPORARY_MARK}")
 
     def final_name(self, index: int) -> str:
         return f"{self.options.prefix}-{index:06d}.{self.options.extension}"
@@ -100,6 +101,15 @@ class OutputFolder:
         )
         self.journal.remove()
         self.remove_strays()
+
+    def remove_temporaries(self) -> None:
+        """Remove the temporary files of a local OUT (``.NAME.tmp-PID``), once a failed
+        run has stopped its workers: this build still holds OUT's lock, so nothing else
+        writes them, and a worker that died mid-write (killed, out of memory) cannot
+        remove its own. An object store has none (its uploads are atomic)."""
+        if isinstance(self.store, LocalStore):
+            names = self.store.sizes()
+            self.store.remove(n for n in names if n.startswith(self.hidden) and TEMPORARY_MARK in n)
 
     def remove_strays(self) -> None:
         """Remove temporary and part files that no recorded task still needs."""

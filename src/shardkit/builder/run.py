@@ -222,6 +222,8 @@ class _Driver:
                         self._finished(_result_of(future))
         except BaseException:
             executor.close(cancel=True)
+            with contextlib.suppress(Exception):  # never in place of the run's own error
+                self.folder.remove_temporaries()
             raise
         executor.close()
 

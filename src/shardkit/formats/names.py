@@ -37,6 +37,7 @@ __all__ = [
     "MANIFEST_NAME",
     "MAX_PATTERN_WIDTH",
     "SHARD_SUFFIXES",
+    "TEMPORARY_MARK",
     "TFRECORD_SUFFIXES",
     "Format",
     "bare_name_problem",
@@ -54,6 +55,10 @@ Format = Literal["tar", "tfrecord"]
 FORMATS: tuple[Format, ...] = ("tar", "tfrecord")
 
 MANIFEST_NAME = "manifest.json"
+
+TEMPORARY_MARK = ".tmp-"
+"""In the name of every file being written (``storage.AtomicFile``: ``.NAME.tmp-PID``; a
+cache copy: ``NAME.tmp-PID-ID``), and in no finished file's: what a cleanup may remove."""
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
 SHARD_SUFFIXES = (".tar", ".tgz", *TFRECORD_SUFFIXES)  # each optionally followed by .gz

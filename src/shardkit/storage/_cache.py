@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from ..formats.names import TEMPORARY_MARK
 from ._remote import _ResumableReader
 from ._urls import basename
 
@@ -49,7 +50,7 @@ class _CachingReader(io.RawIOBase):
         self._check = check
         self._limit = limit
         self._written = 0
-        self._tmp = f"{path}.tmp-{os.getpid()}-{id(self):x}"
+        self._tmp = f"{path}{TEMPORARY_MARK}{os.getpid()}-{id(self):x}"
         self._out: BinaryIO | None = open(self._tmp, "wb")  # noqa: SIM115
 
     def readable(self) -> bool:

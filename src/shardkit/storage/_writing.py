@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from ..digest import format_digest, new_hasher
 from ..errors import StorageError
+from ..formats.names import TEMPORARY_MARK
 from ._filesystems import _fs, protocol
 from ._urls import is_local, local_path
 
@@ -94,7 +95,7 @@ class AtomicFile:
 
     def _open_local(self, path: str, buffering: int) -> None:
         folder, name = os.path.split(os.path.abspath(path))
-        self._path, self._tmp = path, os.path.join(folder, f".{name}.tmp-{os.getpid()}")
+        self._path, self._tmp = path, os.path.join(folder, f".{name}{TEMPORARY_MARK}{os.getpid()}")
         try:
             os.makedirs(folder, exist_ok=True)  # a fresh out/ folder, as build makes OUT
             self.stream = open(self._tmp, "wb", buffering=buffering)  # noqa: SIM115
@@ -106,7 +107,7 @@ class AtomicFile:
     def _open_remote(self, url: str, storage_options: dict[str, Any] | None) -> None:
         self._fs, self._path = _fs(url, storage_options)
         if protocol(self._fs) not in ("s3", "s3a", "gs", "gcs", "memory"):  # no atomic upload
-            self._tmp = f"{self._path}.tmp-{os.getpid()}"
+            self._tmp = f"{self._path}{TEMPORARY_MARK}{os.getpid()}"
         try:
             self.stream = self._fs.open(self._tmp or self._path, "wb")
         except OSError as exc:
