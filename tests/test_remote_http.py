@@ -252,3 +252,27 @@ def test_a_folder_lists_again_after_a_forked_child_let_go_of_the_parents_filesys
         pytest.fail(f"listing the folder again hangs after the fork: {exc.stdout!r}")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["3", "12", "3"], done.stdout
+
+
+def test_a_cache_copy_never_writes_into_another_readers_copy_in_progress(
+    nginx_shards: tuple[str, str], tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression: a copy in progress was named NAME.tmp-PID-ID (the reader object's id) and
+    # opened with truncation; two processes sharing the cache folder from two containers
+    # can have the same pid and the same id, and one would then truncate and interleave
+    # into the other's copy. Here the other reader's copy is planted under the name this
+    # process would have chosen.
+    from shardkit.storage import _cache
+
+    _, url = nginx_shards
+    cache = os.path.join(str(tmp_path), "cache")
+    shard = url + "/shard-000001.tar"
+    copy = storage.cache_path(shard, cache)
+    os.makedirs(os.path.dirname(copy), exist_ok=True)
+    monkeypatch.setattr(_cache, "id", lambda _: 0x5EED, raising=False)
+    planted = f"{copy}.tmp-{os.getpid()}-5eed"
+    with open(planted, "wb") as f:
+        f.write(b"another reader's copy, half written")
+    assert len(list(Dataset(shard, cache_dir=cache))) > 0
+    assert read_bytes(planted) == b"another reader's copy, half written"
+    assert os.path.exists(copy)  # this reader made its own copy and committed it

@@ -8,6 +8,7 @@ import io
 import logging
 import os
 import re
+import secrets
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -50,8 +51,12 @@ class _CachingReader(io.RawIOBase):
         self._check = check
         self._limit = limit
         self._written = 0
-        self._tmp = f"{path}{TEMPORARY_MARK}{os.getpid()}-{id(self):x}"
-        self._out: BinaryIO | None = open(self._tmp, "wb")  # noqa: SIM115
+        # Unique across processes that share the folder, in containers too (where two
+        # processes can have the same pid), and created exclusively: a copy never writes
+        # into another reader's copy in progress.
+        self._tmp = f"{path}{TEMPORARY_MARK}{os.getpid()}-{secrets.token_hex(8)}"
+        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        self._out: BinaryIO | None = open(fd, "wb")  # noqa: SIM115
 
     def readable(self) -> bool:
         return True
