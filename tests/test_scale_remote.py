@@ -266,6 +266,40 @@ def test_second_build_into_the_same_bucket_fails_fast(corpus: str, s3_bucket: st
     assert LOCK not in names and "manifest.json" in names
 
 
+def test_a_live_lease_from_another_pid_namespace_of_this_host_is_not_taken_over(
+    s3_bucket: str,
+) -> None:
+    # Regression: a lease naming this host and a pid that does not exist here was taken
+    # over at once, as a killed build's. But containers that share the host name (host
+    # networking) each have their own pids: the holder was a live build in another
+    # container, whose next renewal then found its lease gone. Its pid space differs.
+    from shardkit.builder import lease
+
+    url = f"s3://{s3_bucket}/namespaced"
+    lock = f"{s3_bucket}/namespaced/{LOCK}"
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    holder = {
+        "owner": "x",
+        "host": socket.gethostname(),
+        "pid": int(gone.stdout),
+        "ttl": 60.0,
+        "pid_space": "another-boot/4026531836",
+        "expires": time.time() + 300,
+    }
+    _fs().pipe_file(lock, json.dumps(holder).encode())
+    options = BuildOptions(workers=1, max_count=8)
+    with pytest.raises(BuildError, match="another build is writing to this output"):
+        shardkit.build(text_samples(20), url, options=options)
+    # The same dead pid in this very pid space is a killed build's: taken over at once.
+    _fs().pipe_file(lock, json.dumps({**holder, "pid_space": lease._pid_space()}).encode())
+    assert shardkit.build(text_samples(20), url, options=options).samples == 20
+
+
 def test_an_expired_lease_is_taken_over_and_a_live_one_is_not(s3_bucket: str) -> None:
     url = f"s3://{s3_bucket}/leased"
     lock = f"{s3_bucket}/leased/{LOCK}"

@@ -9,7 +9,10 @@ it expires. The driver writes it before touching OUT, a heartbeat thread renews 
   :class:`~shardkit.errors.BuildError` naming the holder.
 - An expired lease (its driver was killed, or lost the network for longer than ``ttl``)
   is taken over; so is a lease held by a process of this very host that no longer exists
-  (a ``kill -9``'ed build rerun on the same machine does not wait for the expiry).
+  (a ``kill -9``'ed build rerun on the same machine does not wait for the expiry). A pid
+  is judged only where it means the same process: the same host name, boot and pid
+  namespace (containers that share a host name, with host networking, each have their
+  own pids, and one must not take over another's live lease).
 - On S3 the writes are conditional (``If-None-Match: *`` to create, ``If-Match: ETAG`` to
   take over or renew), so of two drivers racing for the same lease exactly one wins, and a
   driver whose lease was taken over learns it at its next renewal. Other stores (no
@@ -67,6 +70,7 @@ class Lease:
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        self.pid_space = _pid_space()
         self.expires = 0.0
         self._etag = ""
         self._lost = ""  # why the lease was lost, once it was
@@ -83,6 +87,7 @@ class Lease:
             "owner": self.owner,
             "host": self.host,
             "pid": self.pid,
+            "pid_space": self.pid_space,
             "expires": round(expires, 3),
             "ttl": self.ttl,
         }
@@ -128,8 +133,9 @@ class Lease:
     def _alive(self, holder: dict[str, Any]) -> bool:
         if not holder:
             return False  # unreadable: not a lease anyone can renew
-        if holder.get("host") == self.host and not _pid_alive(holder.get("pid")):
-            return False  # its driver on this machine is gone
+        same_pids = holder.get("host") == self.host and holder.get("pid_space") == self.pid_space
+        if same_pids and not _pid_alive(holder.get("pid")):
+            return False  # its driver on this machine (and in this pid namespace) is gone
         expires = holder.get("expires")
         return isinstance(expires, (int, float)) and expires > time.time()
 
@@ -198,6 +204,18 @@ def _parse(data: bytes) -> dict[str, Any]:
     except ValueError:
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def _pid_space() -> str:
+    """What makes a pid name one process here: this boot of this machine and this pid
+    namespace (``""`` where /proc cannot tell; then only the host name is compared)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""
+    return f"{boot}/{namespace}"
 
 
 def _pid_alive(pid: object) -> bool:
