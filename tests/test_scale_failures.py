@@ -111,3 +111,35 @@ def test_interrupted_s3_build_resumes_to_identical_bytes(
     assert snapshot_s3(url) == snapshot_local(str(tmp_path / "local"))
     again = shardkit.build(samples, url, options=options(engine, **PYTHON))
     assert again.resumed_tasks == -1 and again.shards == result.shards
+
+
+def test_a_cancelled_ray_run_settles_every_task_before_it_lets_go_of_ray(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A CI run lost its pytest worker in a Ray test whose tasks failed: the run was
+    # cancelled and Ray shut down while the done callbacks of the other tasks'
+    # ObjectRef.future() were still pending, a path on which Ray can crash the process.
+    # close(cancel=True) now lets go of Ray only once every task has ended and its future
+    # is set; and it ends running tasks (a plain ray.cancel did not interrupt a task in
+    # time.sleep: it ran on, as a cancelled build's task would go on writing its part).
+    import time
+
+    import ray
+
+    from shardkit.engines import make_executor
+
+    futures: list[Any] = []
+    settled_at_shutdown: list[bool] = []
+    shutdown = ray.shutdown
+
+    def noted_shutdown(*args: Any, **kwargs: Any) -> None:
+        settled_at_shutdown.append(all(future.done() for future in futures))
+        shutdown(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "shutdown", noted_shutdown)
+    executor = make_executor("ray", address_of("ray"))
+    futures += [executor.submit(time.sleep, 60) for _ in range(4)]
+    started = time.monotonic()
+    executor.close(cancel=True)
+    assert time.monotonic() - started < 30, "close waited for the tasks to run to the end"
+    assert settled_at_shutdown == [True]

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -17,13 +18,16 @@ from ray import exceptions as ray_errors
 from ..errors import BuildError
 from . import _remote
 
-__all__ = ["RayExecutor"]
+__all__ = ["SETTLE_TIMEOUT_S", "RayExecutor"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
 Counts = tuple[int, int, int]
+
+SETTLE_TIMEOUT_S = 30.0
+"""Seconds a cancelled run waits for its Ray tasks to end before it lets go of Ray."""
 
 
 class _Sink:
@@ -92,7 +96,7 @@ class RayExecutor:
         self._box = [ray.put(context)] if init is not None else [None]
         self._sink = _SinkActor.remote() if init is not None else None
         self._drain: Any = self._sink.drain.remote() if self._sink is not None else None
-        self._refs: dict[int, Any] = {}
+        self._refs: dict[int, tuple[Any, Future[Any]]] = {}  # id(out) -> (ref, out)
         self._lock = threading.Lock()
         self._options = _remote_task.options(max_retries=retries, retry_exceptions=False)
 
@@ -101,18 +105,32 @@ class RayExecutor:
         out: Future[R] = Future()
         key = id(out)
         with self._lock:
-            self._refs[key] = ref
+            self._refs[key] = (ref, out)
 
         def done(inner: Future[Any]) -> None:
-            with self._lock:
-                self._refs.pop(key, None)
             try:
                 out.set_result(inner.result())
             except BaseException as exc:
                 out.set_exception(unwrap(exc, self._retries))
+            finally:
+                with self._lock:
+                    self._refs.pop(key, None)
 
         ref.future().add_done_callback(done)
         return out
+
+    def _settle(self, refs: list[Any]) -> None:
+        """Wait (up to :data:`SETTLE_TIMEOUT_S`) until the cancelled tasks have ended and
+        their done callbacks have run: a callback of ``ObjectRef.future()`` still pending
+        when Ray shuts down can crash the process (a CI run lost its pytest worker so)."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        with contextlib.suppress(Exception):
+            ray.wait(refs, num_returns=len(refs), timeout=SETTLE_TIMEOUT_S)
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._refs:
+                    return
+            time.sleep(0.01)
 
     def progress(self) -> list[Counts]:
         if self._drain is None:
@@ -127,10 +145,11 @@ class RayExecutor:
     def close(self, *, cancel: bool = False) -> None:
         if cancel:
             with self._lock:
-                refs = list(self._refs.values())
-            for ref in refs:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref)
+                refs = [ref for ref, _ in self._refs.values()]
+            for ref in refs:  # force: a running task is not interrupted otherwise, and
+                with contextlib.suppress(Exception):  # would go on writing to the output
+                    ray.cancel(ref, force=True)
+            self._settle(refs)
         if self._sink is not None:
             with contextlib.suppress(Exception):
                 ray.kill(self._sink)
