@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .. import config, storage
-from ..errors import BuildError, DataError
+from ..errors import BuildError, DataError, FormatError
 from ..formats import tfschema
-from ..reader import detect_format, iter_stream_samples, read_shard
+from ..formats.index import ShardIndex, check_shard_size
+from ..reader import detect_format, iter_stream_samples, load_index, read_shard
 from .sources import Item, Listing, SpilledItems
 from .spill import Spill, bucket_count, bucketed, held
 from .store import endpoint_options
@@ -66,12 +67,12 @@ def list_shards(
     versions = [_version(url) for url in urls]
     digest = hashlib.sha256()
 
+    indexes = _indexes(urls, versions)
+
     def listed() -> Iterator[tuple[tuple[int, int], str, int]]:
         for index, (url, version) in enumerate(zip(urls, versions, strict=True)):
             digest.update(f"{url}\0{version}\n".encode())
-            for sample in read_shard(url):
-                size = sum(len(v) for v in sample.values() if isinstance(v, bytes))
-                yield (index, sample["__offset__"]), sample["__key__"], size
+            yield from _samples(index, url, indexes[index])
 
     records = held(listed(), spill)
     if not records:
@@ -88,7 +89,7 @@ def list_shards(
     return Listing(
         kind="shards",
         path=where,
-        source=ShardSource(tuple(urls), output_format),
+        source=ShardSource(tuple(urls), output_format, prefixed=prefixed),
         items=items,
         classes=[],
         fingerprint=digest.hexdigest(),
@@ -105,6 +106,7 @@ class ShardSource:
     versions: tuple[str, ...] = ()  # per URL, as listed (see _version)
     kind: str = "shards"
     s3_endpoint: str | None = field(default_factory=config.s3_endpoint)  # the driver's
+    prefixed: bool = False  # keys were listed as "<shard number>/<key>" (repeats)
 
     def load(self, item: Item) -> Mapping[str, Any]:
         index, offset = item.ref
@@ -114,6 +116,14 @@ class ShardSource:
         stream.seek(offset)
         fmt = detect_format(url)[0]
         for sample in iter_stream_samples(stream, url=url, format=fmt):
+            listed = item.key.split("/", 1)[1] if self.prefixed else item.key
+            if fmt == "tar" and sample["__key__"] != listed:  # listed from a lying index
+                raise FormatError(
+                    f"the index says sample {listed!r}, the shard has {sample['__key__']!r} "
+                    "here (stale index?)",
+                    url=url,
+                    offset=offset,
+                )
             sample.pop("__url__", None)
             sample.pop("__offset__", None)
             sample["__key__"] = item.key
@@ -129,6 +139,46 @@ class ShardSource:
 
     def json_text(self, item: Item, classes: tuple[str, ...]) -> str:
         return ""
+
+
+def _indexes(urls: list[str], versions: list[str]) -> list[ShardIndex | None]:
+    """The ``.idx`` file of each shard that has one (remote ones fetched a few at once);
+    FormatError for a bad one, or a stale one (made for a shard of another size: the
+    rule :class:`~shardkit.pipeline.Dataset` applies)."""
+
+    def load(url: str, version: str) -> ShardIndex | None:
+        index = load_index(url)  # as read_shard reads the shard here
+        size = version.split("\0", 1)[0]
+        if index is None or not size.isdigit():  # a size the store did not give: read it
+            return None
+        check_shard_size(url, index.shard_bytes or 0, int(size))
+        return index
+
+    if all(storage.is_local(url) for url in urls):
+        return [load(url, version) for url, version in zip(urls, versions, strict=True)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(storage.REQUESTS_IN_FLIGHT) as pool:
+        return list(pool.map(load, urls, versions))
+
+
+def _samples(
+    number: int, url: str, index: ShardIndex | None
+) -> Iterator[tuple[tuple[int, int], str, int]]:
+    """(shard number, offset), key and size of each sample of a shard: from its index
+    when it has one, else by reading it through.
+
+    The offset is where the sample starts (its first tar header or its record), in both.
+    The size differs (the index counts headers and padding, a read the field bytes), but
+    it only counts progress: with shards as the source the sizes are not known
+    (``sizes_known=False``), so the plan cuts by count and the output is the same."""
+    if index is not None:
+        for key, offset, size in zip(index.keys, index.offsets, index.sizes, strict=True):
+            yield (number, offset), key, size
+        return
+    for sample in read_shard(url):
+        size = sum(len(v) for v in sample.values() if isinstance(v, bytes))
+        yield (number, sample["__offset__"]), sample["__key__"], size
 
 
 def _repeats(keys: Iterable[str], count: int, spill: Spill) -> bool:

@@ -29,7 +29,14 @@ from .limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
 from .names import Format, decode_name, encode_name
 from .tfrecord import RECORD_OVERHEAD
 
-__all__ = ["INDEX_SUFFIX", "ShardIndex", "check_index", "compare_index", "index_url"]
+__all__ = [
+    "INDEX_SUFFIX",
+    "ShardIndex",
+    "check_index",
+    "check_shard_size",
+    "compare_index",
+    "index_url",
+]
 
 INDEX_SUFFIX = ".idx"
 _FORMAT = "shardkit.index"
@@ -93,6 +100,17 @@ class ShardIndex:
 def index_url(shard_url: str) -> str:
     """Where the index of ``shard_url`` lives."""
     return shard_url + INDEX_SUFFIX
+
+
+def check_shard_size(shard_url: str, indexed: int, actual: int) -> None:
+    """FormatError (naming the index file) unless the index was made for a shard of the
+    size the shard has now."""
+    if indexed != actual:
+        raise FormatError(
+            f"stale index: made for a shard of {indexed} bytes, the shard has {actual}; "
+            "run `shardkit index` again",
+            url=index_url(shard_url),
+        )
 
 
 def compare_index(

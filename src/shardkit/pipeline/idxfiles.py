@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import storage
-from ..errors import ConfigError, FormatError
-from ..formats.index import ShardIndex, index_url
+from ..errors import ConfigError
+from ..formats.index import ShardIndex, check_shard_size, index_url
 from ..reader import load_index
 
 __all__ = ["check_shard_size", "folder_counts", "index_name", "load_indexes"]
@@ -47,17 +47,6 @@ def load_indexes(urls: Sequence[str], storage_options: dict[str, Any] | None) ->
 
     with ThreadPoolExecutor(_THREADS) as pool:
         return list(pool.map(load, urls))
-
-
-def check_shard_size(shard_url: str, indexed: int, actual: int) -> None:
-    """FormatError (naming the index file) unless the index was made for a shard of the
-    size the shard has now."""
-    if indexed != actual:
-        raise FormatError(
-            f"stale index: made for a shard of {indexed} bytes, the shard has {actual}; "
-            "run `shardkit index` again",
-            url=index_name(shard_url),
-        )
 
 
 def folder_counts(
