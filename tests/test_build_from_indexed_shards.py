@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest_build import snapshot
+from conftest_remote import http_service
 
 import shardkit
 from shardkit import BuildOptions
@@ -126,3 +127,17 @@ def test_an_index_whose_keys_lie_fails_the_samples_it_lies_about(
     assert all("the index says sample" in why for _, why in result.skipped)
     assert all(where.startswith(urls[0] + "@") for where, _ in result.skipped)
     assert not os.path.exists(tmp_path / "fail" / "manifest.json")
+
+
+def test_remote_shards_with_index_files_are_listed_without_reading_them(
+    tmp_path: Path, reads: list[str]
+) -> None:
+    root, base = http_service()
+    urls = _inputs(Path(root) / "in", "tar")
+    served = [f"{base}/in/{os.path.basename(url)}" for url in urls]
+    plain = _build(served, tmp_path / "plain")
+    assert reads == served
+    write_indexes(urls)
+    indexed = _build(served, tmp_path / "indexed")
+    assert reads == served  # listed from the indexes, fetched over http
+    assert indexed == plain and len(plain) > 3

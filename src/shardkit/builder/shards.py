@@ -1,11 +1,13 @@
 """Existing shards as a source: re-shard, reshuffle, change format.
 
-The driver reads every input shard once to list its samples (key, byte offset, size);
-workers then read each sample back by seeking to its offset, so the plan can put any
-sample anywhere. That needs uncompressed shards (a gzip stream cannot seek: decompress
-it first). Remote shards (s3, gs, http with range requests) are listed by streaming
-them through the driver once; workers then fetch samples with ranged reads (256 KiB
-read-ahead, so a ``--no-shuffle`` pass reads each shard nearly sequentially).
+The driver lists every input shard's samples (key, byte offset, size): from the shard's
+``.idx`` file when it has one (:mod:`shardkit.formats.index`; a stale one is refused),
+else by reading the shard through once. Workers then read each sample back by seeking
+to its offset, so the plan can put any sample anywhere. That needs uncompressed shards
+(a gzip stream cannot seek: decompress it first). Remote shards (s3, gs, http with range
+requests) without an index are listed by streaming them through the driver once; workers
+then fetch samples with ranged reads (256 KiB read-ahead, so a ``--no-shuffle`` pass
+reads each shard nearly sequentially).
 
 Samples keep their keys and fields. Between formats, samples are laid out in the shardkit
 TFRecord schema (:mod:`shardkit.formats.tfschema`, the same as ``convert``'s): a tar
