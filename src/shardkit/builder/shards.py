@@ -170,10 +170,11 @@ def _samples(
     """(shard number, offset), key and size of each sample of a shard: from its index
     when it has one, else by reading it through.
 
-    The offset is where the sample starts (its first tar header or its record), in both.
-    The size differs (the index counts headers and padding, a read the field bytes), but
-    it only counts progress: with shards as the source the sizes are not known
-    (``sizes_known=False``), so the plan cuts by count and the output is the same."""
+    The offset is where the sample starts (its first tar header or its record), in both;
+    so are the keys. The size differs (the index counts headers and padding, a read the
+    field bytes), but it only counts progress: with shards as the source the sizes are
+    not known (``sizes_known=False``), so the driver cuts the shards from what the workers
+    wrote, never from listed sizes, and the output is the same either way."""
     if index is not None:
         for key, offset, size in zip(index.keys, index.offsets, index.sizes, strict=True):
             yield (number, offset), key, size
