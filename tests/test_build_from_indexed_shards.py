@@ -152,3 +152,31 @@ def test_remote_shards_with_index_files_are_listed_without_reading_them(
     indexed = _build(served, tmp_path / "indexed")
     assert reads == served  # listed from the indexes, fetched over http
     assert indexed == plain and len(plain) > 3
+
+
+def _edit_index(url: str, change: str) -> None:
+    """Rewrite a shard's index so that it leaves a sample out or lists one twice (its
+    recorded shard size still matches, so it is not stale)."""
+    with open(url + ".idx", "rb") as f:
+        doc = json.load(f)
+    for field in ("keys", "offsets", "sizes"):
+        values = doc[field]
+        doc[field] = values[:2] + values[3:] if change == "dropped" else values[:3] + values[2:]
+    with open(url + ".idx", "w") as f:
+        json.dump(doc, f)
+
+
+@pytest.mark.parametrize("change", ["dropped", "repeated"])
+def test_an_index_that_drops_or_repeats_a_sample_is_not_used(
+    tmp_path: Path, change: str, reads: list[str]
+) -> None:
+    # Regression (found in review): the listing took every index that was not stale at
+    # its word, so one that left a sample out (or listed one twice) silently dropped (or
+    # repeated) it in the output. An index is used only when its spans tile the shard.
+    urls = _inputs(tmp_path / "in", "tar")
+    plain = _build(urls, tmp_path / "plain")
+    write_indexes(urls)
+    _edit_index(urls[1], change)
+    reads.clear()
+    assert _build(urls, tmp_path / "indexed") == plain
+    assert reads == [urls[1]]  # that shard was read through instead

@@ -30,6 +30,8 @@ from .. import config, storage
 from ..errors import BuildError, DataError, FormatError
 from ..formats import tfschema
 from ..formats.index import ShardIndex, check_shard_size
+from ..formats.tar import BLOCK
+from ..ranges import RangeReader
 from ..reader import detect_format, iter_stream_samples, load_index, read_shard
 from .sources import Item, Listing, SpilledItems
 from .spill import Spill, bucket_count, bucketed, held
@@ -154,7 +156,7 @@ def _indexes(urls: list[str], versions: list[str]) -> list[ShardIndex | None]:
         if index is None or not size.isdigit():  # a size the store did not give: read it
             return None
         check_shard_size(url, index.shard_bytes or 0, int(size))
-        return index
+        return index if _whole(url, index, int(size)) else None
 
     if all(storage.is_local(url) for url in urls):
         return [load(url, version) for url, version in zip(urls, versions, strict=True)]
@@ -162,6 +164,33 @@ def _indexes(urls: list[str], versions: list[str]) -> list[ShardIndex | None]:
 
     with ThreadPoolExecutor(storage.REQUESTS_IN_FLIGHT) as pool:
         return list(pool.map(load, urls, versions))
+
+
+_MAX_TAIL = 1 << 20  # bytes after a tar's last sample: end-of-archive blocks and padding
+
+
+def _whole(url: str, index: ShardIndex, size: int) -> bool:
+    """Whether ``index`` provably lists every sample of the shard, once: its spans tile the
+    shard from byte 0, and what follows the last one is a TFRecord's end or a tar's
+    end-of-archive zeros (read: at most 1 MiB). An index that leaves a sample out, lists
+    one twice, or covers a shard holding other members (a folder entry, a PAX global
+    header) fails this, and the shard is read through instead: an index never makes the
+    build drop or repeat a sample silently."""
+    end = 0
+    for offset, span in zip(index.offsets, index.sizes, strict=True):
+        if offset != end or span <= 0:
+            return False
+        end += span
+    if index.shard_format == "tfrecord":
+        return end == size
+    tail = size - end
+    if not 2 * BLOCK <= tail <= _MAX_TAIL:
+        return False
+    reader = RangeReader(storage_options=endpoint_options(url, config.s3_endpoint()), max_open=1)
+    try:
+        return not any(reader.read(url, end, tail))
+    finally:
+        reader.close()
 
 
 def _samples(
