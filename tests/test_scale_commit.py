@@ -4,8 +4,10 @@ the output is byte-identical to a local build, and a failure mid-commit resumes 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,27 +37,44 @@ def reference(corpus: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     return snapshot_local(str(out))
 
 
+class _InFlight:
+    """Counts calls in flight (``most`` at once). The first call waits (up to 10 s) for a
+    second to start beside it: pooled calls do at once, however slowly tasks finish on a
+    loaded machine; calls made one at a time never do."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.most = 0
+        self._overlapped, self._first = threading.Event(), threading.Lock()
+
+    @contextlib.contextmanager
+    def call(self, seconds: float) -> Iterator[None]:
+        """One call to a slow server (``seconds``)."""
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            if self.now > 1:
+                self._overlapped.set()
+        if self._first.acquire(blocking=False):
+            self._overlapped.wait(10)
+        time.sleep(seconds)
+        yield
+        with self.lock:
+            self.now -= 1
+
+
 def test_commits_overlap_in_order_and_match_a_local_build(
     corpus: str, reference: dict[str, Any], s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events: list[tuple[str, int]] = []
-    lock = threading.Lock()
-    inflight, most = [0], [0]
-    overlapped, first = threading.Event(), threading.Lock()
+    inflight = _InFlight()
+    lock = inflight.lock
     rename, write = ObjectStore.rename, getattr(Journal, "write", None)
 
     def slow_rename(self: ObjectStore, src: str, dst: str) -> None:
+        with inflight.call(0.05):  # commits overlap only if they are pooled
+            rename(self, src, dst)
         with lock:
-            inflight[0] += 1
-            most[0] = max(most[0], inflight[0])
-            if inflight[0] > 1:
-                overlapped.set()
-        if first.acquire(blocking=False):  # as in the test below: load-proof overlap
-            overlapped.wait(10)
-        time.sleep(0.05)  # a slow server: commits overlap only if they are pooled
-        rename(self, src, dst)
-        with lock:
-            inflight[0] -= 1
             events.append(("rename", int(src.split("task")[1][:6])))
 
     def recorded_write(self: Journal, result: Any) -> None:
@@ -69,7 +88,7 @@ def test_commits_overlap_in_order_and_match_a_local_build(
     url = f"s3://{s3_bucket}/pooled"
     result = shardkit.build(corpus, url, options=BuildOptions(**OPTIONS))  # type: ignore[arg-type]
     assert snapshot_s3(url) == reference  # the same shards and manifest, byte for byte
-    assert most[0] > 1, "renames ran one at a time"
+    assert inflight.most > 1, "renames ran one at a time"
     renamed = [task for kind, task in events if kind == "rename"]
     assert len(renamed) == len(result.shards) > 5
     for position, (kind, task) in enumerate(events):
@@ -118,27 +137,15 @@ def test_assembled_commits_overlap_and_parts_go_after_their_records(
     shardkit.build(SAMPLES, local, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]
     events: list[tuple[str, int]] = []
     readers: dict[int, list[int]] = {}  # chunk -> shards that read it
-    lock = threading.Lock()
-    inflight, most = [0], [0]
-    overlapped, first = threading.Event(), threading.Lock()
+    inflight = _InFlight()
+    lock = inflight.lock
     write, record_shard = Journal.write, Journal.record_shard
     remove, done = ObjectStore.remove, WorkerAssembler.done
 
     def slow(kind: str, index: int, fn: Any, *args: Any) -> None:
+        with inflight.call(0.03):
+            fn(*args)
         with lock:
-            inflight[0] += 1
-            most[0] = max(most[0], inflight[0])
-            if inflight[0] > 1:
-                overlapped.set()
-        # The first record waits (up to 10 s) for a second to start beside it: pooled
-        # records do at once, however slowly the tasks finish on a loaded machine; records
-        # written one at a time never do.
-        if first.acquire(blocking=False):
-            overlapped.wait(10)
-        time.sleep(0.03)  # a slow server
-        fn(*args)
-        with lock:
-            inflight[0] -= 1
             events.append((kind, index))
 
     def slow_write(self: Journal, result: Any) -> None:
@@ -168,7 +175,7 @@ def test_assembled_commits_overlap_and_parts_go_after_their_records(
     assert snapshot_s3(url) == snapshot_local(local)  # the same shards and manifest
     assert len(result.shards) > 13
     assert any(len(shards) > 1 for shards in readers.values())
-    assert most[0] > 1, "journal records were written one at a time"
+    assert inflight.most > 1, "journal records were written one at a time"
     removed = [(p, chunk) for p, (kind, chunk) in enumerate(events) if kind == "removed"]
     assert len(removed) == 13  # every chunk's part (90 samples in chunks of 7)
     for position, chunk in removed:

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .. import config, storage
-from ..errors import BuildError, DataError, FormatError
+from ..errors import BuildError, DataError
 from ..formats import tfschema
-from ..formats.index import ShardIndex, check_shard_size
+from ..formats.index import ShardIndex, check_key, check_shard_size
 from ..formats.tar import BLOCK
 from ..ranges import RangeReader
 from ..reader import detect_format, iter_stream_samples, load_index, read_shard
@@ -120,14 +120,9 @@ class ShardSource:
         stream.seek(offset)
         fmt = detect_format(url)[0]
         for sample in iter_stream_samples(stream, url=url, format=fmt):
-            listed = item.key.split("/", 1)[1] if self.prefixed else item.key
-            if fmt == "tar" and sample["__key__"] != listed:  # listed from a lying index
-                raise FormatError(
-                    f"the index says sample {listed!r}, the shard has {sample['__key__']!r} "
-                    "here (stale index?)",
-                    url=url,
-                    offset=offset,
-                )
+            if fmt == "tar":  # the key may have been listed from a (lying) index
+                listed = item.key.split("/", 1)[1] if self.prefixed else item.key
+                check_key(listed, sample["__key__"], url=url, offset=offset)
             sample.pop("__url__", None)
             sample.pop("__offset__", None)
             sample["__key__"] = item.key

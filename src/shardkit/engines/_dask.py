@@ -127,27 +127,41 @@ class DaskExecutor:
             except distributed.client.FutureCancelledError as exc:
                 if context is None or self._closing:
                     out.set_exception(exc)
-                    return
-                if tries <= 0:
-                    error = BuildError(
-                        f"the Dask cluster lost the build's context {self._retries + 1} times "
-                        "(its workers keep dying?); rerun the same command to resume"
-                    )
-                    error.__cause__ = exc
-                    out.set_exception(error)
-                    return
-                try:
-                    with self._lock:
-                        if self._context is context:  # once for all the tasks that needed it
-                            logger.warning("the Dask cluster lost the build's context; resending")
-                            self._context = self._scatter()
-                    self._launch(out, fn, arg, tries - 1)
-                except BaseException as again:  # the client closed meanwhile: never a hang
-                    out.set_exception(unwrap(again))
+                else:
+                    self._resend(out, fn, arg, tries, context, exc)
             except BaseException as exc:
                 out.set_exception(unwrap(exc))
 
         inner.add_done_callback(done)
+
+    def _resend(
+        self,
+        out: Future[Any],
+        fn: Callable[[Any], Any],
+        arg: Any,
+        tries: int,
+        context: Any,
+        exc: BaseException,
+    ) -> None:
+        """A task cancelled because the cluster lost ``context`` (see the module doc):
+        scatter it again (once for all the tasks that needed it) and submit the task
+        again; a BuildError once ``tries`` are spent."""
+        if tries <= 0:
+            error = BuildError(
+                f"the Dask cluster lost the build's context {self._retries + 1} times "
+                "(its workers keep dying?); rerun the same command to resume"
+            )
+            error.__cause__ = exc
+            out.set_exception(error)
+            return
+        try:
+            with self._lock:
+                if self._context is context:
+                    logger.warning("the Dask cluster lost the build's context; resending")
+                    self._context = self._scatter()
+            self._launch(out, fn, arg, tries - 1)
+        except BaseException as again:  # the client closed meanwhile: never a hang
+            out.set_exception(unwrap(again))
 
     def progress(self) -> list[Counts]:
         if self._queue is None:

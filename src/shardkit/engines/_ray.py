@@ -96,7 +96,7 @@ class RayExecutor:
         self._box = [ray.put(context)] if init is not None else [None]
         self._sink = _SinkActor.remote() if init is not None else None
         self._drain: Any = self._sink.drain.remote() if self._sink is not None else None
-        self._refs: dict[int, tuple[Any, Future[Any]]] = {}  # id(out) -> (ref, out)
+        self._refs: dict[int, Any] = {}  # id(out) -> its ref, until its future is set
         self._lock = threading.Lock()
         self._options = _remote_task.options(max_retries=retries, retry_exceptions=False)
 
@@ -105,7 +105,7 @@ class RayExecutor:
         out: Future[R] = Future()
         key = id(out)
         with self._lock:
-            self._refs[key] = (ref, out)
+            self._refs[key] = ref
 
         def done(inner: Future[Any]) -> None:
             try:
@@ -145,7 +145,7 @@ class RayExecutor:
     def close(self, *, cancel: bool = False) -> None:
         if cancel:
             with self._lock:
-                refs = [ref for ref, _ in self._refs.values()]
+                refs = list(self._refs.values())
             for ref in refs:  # force: a running task is not interrupted otherwise, and
                 with contextlib.suppress(Exception):  # would go on writing to the output
                     ray.cancel(ref, force=True)

@@ -33,6 +33,7 @@ __all__ = [
     "INDEX_SUFFIX",
     "ShardIndex",
     "check_index",
+    "check_key",
     "check_shard_size",
     "compare_index",
     "index_url",
@@ -110,6 +111,16 @@ def check_shard_size(shard_url: str, indexed: int, actual: int) -> None:
             f"stale index: made for a shard of {indexed} bytes, the shard has {actual}; "
             "run `shardkit index` again",
             url=index_url(shard_url),
+        )
+
+
+def check_key(listed: str, found: str, *, url: str, offset: int) -> None:
+    """FormatError unless the sample an index lists at ``offset`` has the key it lists."""
+    if found != listed:
+        raise FormatError(
+            f"the index says sample {listed!r}, the shard has {found!r} here (stale index?)",
+            url=url,
+            offset=offset,
         )
 
 

@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 
 from .. import reader
 from ..errors import DataError, FormatError
+from ..formats.index import check_key
 from ..formats.tar import span_sample
 from ..handlers import Handler, HandlerName
 from ..ranges import RangeReader
@@ -258,13 +259,7 @@ class IndexedDataset(MapBase[Any]):
         offset, key = shard.offsets[k], shard.keys[k]
         if shard.format == "tar":
             sample = self._tar_sample(url, offset, shard.sizes[k])
-            if sample["__key__"] != key:
-                raise FormatError(
-                    f"the index says sample {key!r}, the shard has {sample['__key__']!r} "
-                    "here (stale index?)",
-                    url=url,
-                    offset=offset,
-                )
+            check_key(key, sample["__key__"], url=url, offset=offset)
         else:
             sample = self._record_sample(url, offset, shard.sizes[k], shard.format, key)
             sample["__key__"] = key
