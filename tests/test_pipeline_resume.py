@@ -61,7 +61,33 @@ PIPELINES: dict[str, Callable[[str], Dataset]] = {
     "shuffle-initial": lambda f: Dataset(f).shuffle(8, initial=2).map(_key),
     "mixed": lambda f: mix([Dataset(f, seed=1).shuffle(3), Dataset(f, seed=2)], [2, 1], seed=3),
     "mixed-shuffled": lambda f: mix([Dataset(f), Dataset(f)], seed=3).shuffle(6).with_epoch(45),
+    "rename-map-dict": lambda f: (
+        Dataset(f).shuffle(4).rename(label="cls", keep=False).map_dict(label=int).map(_key)
+    ),
+    "to-tuple-map-tuple": lambda f: (
+        Dataset(f).decode().to_tuple("__key__", "cls").map_tuple(_upper, None).shuffle(3)
+    ),
 }
+
+
+def _stage_classes(base: type) -> set[type]:
+    found = set()
+    for sub in base.__subclasses__():
+        found |= {sub} | _stage_classes(sub)
+    return found
+
+
+def test_every_stage_is_in_the_resume_table(shard_folder: str) -> None:
+    """The contract enumerates: a new Stage subclass fails here until a pipeline of
+    PIPELINES uses it (and so goes through the midpoint resume test below)."""
+    import shardkit.pipeline.counting
+    import shardkit.pipeline.decode  # registers its stages
+    from shardkit.pipeline.stages import Stage
+
+    used = {type(s) for build in PIPELINES.values() for s in build(shard_folder)._recipe.stages}
+    abstract = {shardkit.pipeline.counting.Counting}
+    missing = sorted(c.__name__ for c in _stage_classes(Stage) - abstract - used)
+    assert not missing, f"stages missing from the resume table PIPELINES: {missing}"
 
 
 def _plain(items: list[Any]) -> list[Any]:
