@@ -43,6 +43,7 @@ from .context import Context
 from .dataset import Dataset
 from .decode import Decode
 from .idxfiles import check_shard_size, load_indexes
+from .source import check_stated_empty
 from .stages import Stage
 
 __all__ = ["IndexedDataset"]
@@ -195,6 +196,9 @@ class IndexedDataset(MapBase[Any]):
                         array("q", index.sizes),
                     )
                 )
+            for shard in shards:
+                if not shard.keys:  # stated empty: a shard with samples is a wrong index
+                    check_stated_empty(shard.url, read)
             self._ends = list(itertools.accumulate(len(s.keys) for s in shards))
             self._shards = tuple(shards)
         return self._shards
