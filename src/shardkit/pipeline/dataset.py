@@ -222,7 +222,8 @@ class Dataset(_Base):
         core (at most 8) when iterating in a single process, 1 inside DataLoader workers or
         under DDP.
         ``partial=False``: a field that is no longer bytes raises TypeError (webdataset's
-        default) instead of passing through."""
+        default) instead of passing through. ``handler`` given here takes whatever a custom
+        decoder raises too, not only bad data (webdataset's habit)."""
         from ..codecs import Decoder
 
         if other:
@@ -233,7 +234,9 @@ class Dataset(_Base):
         ):
             raise ConfigError(f"threads must be an int >= 1 or None, not {threads!r}")
         decoder = Decoder(*specs, allow_pickle=allow_pickle, only=only, partial=bool(partial))
-        return self._then(Decode(decoder, self._handler_or_default(handler), threads))
+        return self._then(
+            Decode(decoder, self._handler_or_default(handler), threads, handler is not None)
+        )
 
     def to_tuple(
         self,
@@ -261,9 +264,10 @@ class Dataset(_Base):
     def map(
         self, fn: Callable[[Any], Any], *, handler: HandlerName | Handler | None = None
     ) -> Dataset:
-        """Apply ``fn`` to each item."""
+        """Apply ``fn`` to each item. ``handler``: this stage's own policy; given here,
+        it takes whatever ``fn`` raises too (webdataset's habit), not only bad data."""
         _check_callable(fn, "map")
-        return self._then(Map(fn, self._handler_or_default(handler)))
+        return self._then(Map(fn, self._handler_or_default(handler), handler is not None))
 
     def map_dict(
         self, *, handler: HandlerName | Handler | None = None, **fns: Callable[[Any], Any]
@@ -271,7 +275,9 @@ class Dataset(_Base):
         """Apply ``fns[name]`` to field ``name`` of each dict sample."""
         for fn in fns.values():
             _check_callable(fn, "map_dict")
-        return self._then(MapDict(dict(fns), self._handler_or_default(handler)))
+        return self._then(
+            MapDict(dict(fns), self._handler_or_default(handler), handler is not None)
+        )
 
     def map_tuple(
         self, *fns: Callable[[Any], Any] | None, handler: HandlerName | Handler | None = None
@@ -280,7 +286,9 @@ class Dataset(_Base):
         for fn in fns:
             if fn is not None:
                 _check_callable(fn, "map_tuple")
-        return self._then(MapTuple(tuple(fns), self._handler_or_default(handler)))
+        return self._then(
+            MapTuple(tuple(fns), self._handler_or_default(handler), handler is not None)
+        )
 
     def rename(
         self, *, keep: bool = True, handler: HandlerName | Handler | None = None, **names: str

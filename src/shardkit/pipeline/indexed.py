@@ -44,7 +44,7 @@ from .dataset import Dataset
 from .decode import Decode
 from .idxfiles import check_shard_size, load_indexes
 from .source import check_stated_empty
-from .stages import Stage
+from .stages import MapDict, Rename, Stage, ToTuple
 
 __all__ = ["IndexedDataset"]
 
@@ -127,7 +127,12 @@ class IndexedDataset(MapBase[Any]):
         new._pipe = pipe
         # One item at a time: decode in the calling thread (a pool per item costs more).
         new._stages = tuple(
-            dataclasses.replace(s, threads=1) if isinstance(s, Decode) else s
+            dataclasses.replace(s, threads=1)
+            if isinstance(s, Decode)
+            # each item is a stream of one: a field it lacks is bad data, not a typo
+            else dataclasses.replace(s, check_fields=False)
+            if isinstance(s, (ToTuple, Rename, MapDict))
+            else s
             for s in pipe._recipe.stages
         )
         return new
