@@ -5,7 +5,9 @@
 Checks: tar headers, truncation and the end-of-archive marker; TFRecord CRCs and
 Examples; sample grouping (a key whose members are not adjacent, duplicate extensions,
 links); a folder's manifest.json (sizes, digests, sample counts, shards missing or not
-listed); index files (<shard>.idx). --decode also decodes every image and every json,
+listed, a digest missing where its options name a hash); index files (<shard>.idx: keys,
+offsets, and the shard's size and sha256 when recorded). What could not be checked (shards
+no digest covers) is said on stderr. --decode also decodes every image and every json,
 text and int field. Exit status: 0 all good, 1 problems found, 2 usage or input error.
 """
 
@@ -50,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     )
     problems = len(report.problems)
     if not args.quiet:
+        for line in report.unchecked:
+            print(f"not checked: {line}", file=sys.stderr)
         print(
             f"verified {len(report.shards)} shards, {report.samples} samples: "
             f"{problems or 'no'} problem{'s' if problems != 1 else ''}",
