@@ -32,10 +32,14 @@ lint: $(VENV)/.test-stamp
 typecheck: $(VENV)/.test-stamp
 	$(BIN)/mypy
 
-# nginx serves the http tests (Debian package; root on this machine kind).
+# nginx serves the http tests; headless Chromium drives the viewer's browser tests
+# (Debian packages, no browser download; root on this machine kind).
 system-deps:
-	@command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null)
+	@missing=""; \
+	  command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="nginx"; \
+	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  [ -z "$$missing" ] || (apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null)
 
 unit: $(VENV)/.test-stamp system-deps
 	scripts/test-services scripts/cluster-services $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
