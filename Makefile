@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test lint typecheck unit bench clean system-deps
+.PHONY: demo test lint typecheck unit bench charts clean system-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,10 @@ test: lint typecheck unit
 
 bench: $(VENV)/.test-stamp
 	$(BIN)/python bench/formats.py
+
+# bench/results/*.json (each benchmark writes its own with --json) -> docs/charts/*.png
+charts: $(VENV)/.test-stamp
+	$(BIN)/python bench/charts.py
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache .mypy_cache .ruff_cache
