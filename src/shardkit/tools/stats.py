@@ -25,6 +25,7 @@ from ..errors import DataError
 from ..formats.tar import Grouping, TarScanner
 from ..formats.tfschema import HEIGHT, WIDTH
 from ._inputs import Inputs, ShardRef, as_refs, class_names, gzip_errors, open_shard
+from ._progress import ToolProgressFn, track
 from .tsv import check_spec, escape_controls, label_text
 
 __all__ = ["ShardStats", "Stats", "field_kind", "format_stats", "plot_stats", "stats"]
@@ -216,17 +217,19 @@ def stats(
     image_sizes: bool = False,
     on_shard: Callable[[ShardStats], None] | None = None,
     storage_options: dict[str, Any] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> Stats:
     """Gather statistics over ``inputs`` (shards, folders, manifests, ``-``).
 
     ``image_sizes`` also collects each sample's image width and height (reading image
-    headers from tar shards), for :func:`plot_stats`.
+    headers from tar shards), for :func:`plot_stats`. ``progress`` hears of each shard
+    done (:class:`~shardkit.tools._progress.ToolProgress`).
     """
     result = Stats()
     refs = as_refs(inputs, storage_options=storage_options)
     names = class_names(refs, storage_options=storage_options) if label else {}
     collect = _Collector(result, label, names, image_sizes)
-    for ref in refs:
+    for ref in track(refs, progress):
         shard = ShardStats(ref.url)
         if ref.format == "tar":
             _tar_shard(ref, shard, collect, storage_options)
