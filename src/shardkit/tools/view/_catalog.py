@@ -88,6 +88,7 @@ class Catalog:
             else {}
         )
         self._lock = threading.Lock()
+        self._stats_lock = threading.Lock()  # the stats read on their own: pages go on
         self._kept: OrderedDict[int, Entry] = OrderedDict()
         self._scans: OrderedDict[tuple[str, str], _Scan] = OrderedDict()
         self._starts: dict[int, int] = {0: 0}  # shard number -> number of its first sample
@@ -145,7 +146,7 @@ class Catalog:
 
     def stats(self) -> Stats:
         """Statistics over every sample (read once, on first use, then kept)."""
-        with self._lock:
+        with self._stats_lock:
             if self._stats is None:
                 refs = [
                     ShardRef(url, *detect_format(url), manifest=self._manifest) for url in self.urls
