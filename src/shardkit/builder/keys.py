@@ -20,7 +20,6 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from urllib.parse import unquote
 
 from .spill import Spill, bucket_count, bucketed
 
@@ -34,7 +33,6 @@ __all__ = [
 ]
 
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-_ESCAPED = ("http", "https")  # schemes whose paths are percent-escaped
 
 
 def _unusual(path: str) -> bool:
@@ -186,17 +184,11 @@ def relative_path(location: str, base: list[str]) -> str:
 
 
 def _components(location: str) -> list[str]:
-    """``["s3", "bucket", "a", "b.jpg"]`` for ``s3://bucket/a/b.jpg``; ``["", ...]`` local.
-
-    An http(s) URL's path is percent-escaped: its components are unescaped, so the key of
-    ``https://host/caf%C3%A9%20x.jpg`` is ``café x`` (an escaped ``/`` becomes ``_``)."""
+    """``["s3", "bucket", "a", "b.jpg"]`` for ``s3://bucket/a/b.jpg``; ``["", ...]`` local."""
     match = _SCHEME.match(location)
     scheme, path = (match.group()[:-3], location[match.end() :]) if match else ("", location)
     path = posixpath.normpath("/" + path.replace("\\", "/"))
-    parts = [p for p in path.split("/") if p]
-    if scheme.lower() in _ESCAPED:
-        parts = [unquote(p).replace("/", "_").replace("\\", "_") for p in parts]
-    return [scheme, *parts]
+    return [scheme, *(p for p in path.split("/") if p)]
 
 
 def _common(common: list[str], parts: list[str]) -> list[str]:
