@@ -19,7 +19,7 @@ import gzip
 import os
 import sys
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -209,7 +209,7 @@ def magic(raw: BinaryIO) -> bytes:
 
 
 def iter_samples(
-    refs: Sequence[ShardRef],
+    refs: Iterable[ShardRef],
     *,
     handler: Handler = reraise,
     storage_options: dict[str, Any] | None = None,

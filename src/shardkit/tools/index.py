@@ -17,6 +17,7 @@ from ..errors import FormatError, StorageError
 from ..formats.index import INDEX_SUFFIX, ShardIndex, compare_index, index_url
 from ..formats.names import Format
 from ..reader import load_index
+from ._progress import ToolProgressFn, track
 from .verify import scan_shard
 
 __all__ = [
@@ -85,10 +86,11 @@ def write_indexes(
     sha256: bool = False,
     storage_options: dict[str, Any] | None = None,
     on_shard: Callable[[str, ShardIndex], None] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> list[ShardIndex]:
-    """:func:`write_index` for each shard URL."""
+    """:func:`write_index` for each shard URL; ``progress`` hears of each shard done."""
     done = []
-    for url in urls:
+    for url in track(urls, progress):
         index = write_index(url, sha256=sha256, storage_options=storage_options)
         done.append(index)
         if on_shard is not None:

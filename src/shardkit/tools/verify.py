@@ -45,6 +45,7 @@ from ._inputs import (
     open_shard,
     read_manifest,
 )
+from ._progress import ToolProgressFn, track
 
 __all__ = [
     "Problem",
@@ -389,8 +390,10 @@ def verify(
     on_problem: Callable[[Problem], None] | None = None,
     on_shard: Callable[[ShardCheck], None] | None = None,
     storage_options: dict[str, Any] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> VerifyReport:
-    """Check every shard of ``inputs`` (shards, folders, manifests, ``-``)."""
+    """Check every shard of ``inputs`` (shards, folders, manifests, ``-``); ``progress``
+    hears of each shard done."""
     result = VerifyReport()
     items: list[str | ShardRef] = []
     for item in [inputs] if isinstance(inputs, (str, ShardRef)) else list(inputs):
@@ -410,7 +413,7 @@ def verify(
         else:
             items.append(item)
     missing = {p.shard for p in result.other if p.message.endswith("but missing")}
-    for ref in as_refs(items, storage_options=storage_options):
+    for ref in track(as_refs(items, storage_options=storage_options), progress):
         if ref.url in missing:
             continue
         shard = verify_shard(
