@@ -261,3 +261,32 @@ def test_a_url_build_downloads_on_after_a_forked_child_let_go_of_its_session(
         f"parent {expected} [0]",
     ], done.stdout
     assert snapshot(str(tmp_path / "parent")) == snapshot(str(tmp_path / "child"))
+
+
+def test_urls_with_a_query_a_fragment_or_no_extension_are_downloaded(tmp_path: Path) -> None:
+    folder, url = http_service()
+    rng = random.Random(5)
+    jpegs = [make_jpeg(rng, i) for i in range(4)]
+    for i, data in enumerate(jpegs[:3]):
+        write(folder, f"kinds/{i}.jpg", data)
+    write(folder, "kinds/photo", jpegs[3])  # no extension: the bytes say JPEG
+    write(folder, "kinds/page.html", b"<html>not an image</html>")
+    urls = [
+        f"{url}/kinds/0.jpg?sig=a.b/c&w=2",
+        f"{url}/kinds/1.jpg#part",
+        f"{url}/kinds/2.jpg?v=1",
+        f"{url}/kinds/photo",
+        f"{url}/kinds/page.html?x=1",
+    ]
+    out = str(tmp_path / "out")
+    options = BuildOptions(shuffle=False, workers=1)
+    result = shardkit.build(_list(tmp_path, urls), out, options=options)
+    assert result.samples == 4
+    assert result.skipped == [(urls[4], "not an image (content is no known format)")]
+    samples = read_samples(out)
+    assert [s["jpg"] for s in samples] == jpegs
+    assert [s["__key__"] for s in samples] == ["0?sig=a_b_c&w=2", "1", "2?v=1", "photo"]
+    tfrecord = shardkit.build(
+        _list(tmp_path, urls[:4]), tmp_path / "tf", options=BuildOptions(format="tfrecord")
+    )
+    assert tfrecord.samples == 4
