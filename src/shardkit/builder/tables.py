@@ -4,11 +4,14 @@ Paths are relative to the list's folder, absolute, or URLs (read with
 :func:`shardkit.storage.open_read`); a ``pipe:`` row would run a shell command, so it is
 skipped with the reason unless ``SHARDKIT_ALLOW_PIPE=all`` (the list is data). The list
 itself may be a URL (``s3://b/train.csv``); its relative paths then name objects beside
-it, whose sizes are learnt when they are read. Labels are integers (used as they are) or
-class names (numbered in sorted order, like an image folder's classes). Every other column
-goes into the sample's ``json`` together with the path, class and label. Rows whose file
-is missing or not an image file are skipped and reported; the same path twice is an error
-of the list.
+it, whose sizes are learnt when they are read. A list never guesses (docs/build.md, "List
+rules"): labels are integers (class numbers, kept as they are, below :data:`MAX_LABEL`) or
+class names (numbered in sorted order, like an image folder's classes); a row whose label
+cell is empty is skipped, never renumbering the others; a named label column must exist.
+Every other column goes into the sample's ``json`` together with the path, class and
+label, as text unless the column is wholly canonical numbers. Rows with an empty path, a
+file an earlier row lists, a missing label, or a file that is missing or not an image are
+skipped with their reason; a URL scheme whose module is missing stops the listing.
 
 A parquet list (``.parquet``, the shape img2dataset users keep their URL lists in) only
 supplies rows, read one batch at a time (:mod:`.parquet`); its columns keep their types
