@@ -289,7 +289,7 @@ def test_urls_with_a_query_a_fragment_or_no_extension_are_downloaded(tmp_path: P
     assert result.skipped == [(urls[4], "not an image (content is no known format)")]
     samples = read_samples(out)
     assert [s["jpg"] for s in samples] == jpegs
-    assert [s["__key__"] for s in samples] == ["0?sig=a_b_c&w=2", "1", "2?v=1", "photo"]
+    assert [s["__key__"] for s in samples] == ["0?sig=a%2Eb%2Fc&w=2", "1", "2?v=1", "photo"]
     tfrecord = shardkit.build(
         _list(tmp_path, urls[:4]), tmp_path / "tf", options=BuildOptions(format="tfrecord")
     )

@@ -11,8 +11,9 @@ The paths of a CSV/JSONL list become keys through :func:`relative_paths`: relati
 list's root folder when every listed file lies inside it, else relative to the deepest
 folder that holds them all (so ``../imgs/a.jpg`` never becomes ``__/imgs/a``, and an
 absolute path or a URL does not drag its whole prefix or its host into the key). A URL's
-query stays in its key, before the extension (``a.jpg?w=2`` -> ``a?w=2``; its ``/`` and
-``.`` become ``_``), so URLs that differ only there get distinct keys; a fragment is dropped.
+query stays in its key, before the extension (``a.jpg?w=2`` -> ``a?w=2``; its ``%``, ``/``,
+``\\`` and ``.`` percent-escaped), so URLs that differ only there get distinct keys; a
+fragment is dropped.
 """
 
 from __future__ import annotations
@@ -196,9 +197,17 @@ def _components(location: str) -> list[str]:
     parts = [scheme, *(p for p in path.split("/") if p)]
     if query and len(parts) > 1:
         stem, dot, ext = parts[-1].rpartition(".")
-        query = query.replace("/", "_").replace("\\", "_")
+        query = _escape_query(query)
         parts[-1] = f"{stem}?{query}.{ext}" if dot and stem else f"{parts[-1]}?{query}"
     return parts
+
+
+def _escape_query(query: str) -> str:
+    """A URL's query as a key may hold it: ``%``, ``/``, ``\\`` and ``.`` percent-escaped,
+    so no two queries give the same text and the extension after it stays the last."""
+    for char, code in (("%", "%25"), ("/", "%2F"), ("\\", "%5C"), (".", "%2E")):
+        query = query.replace(char, code)
+    return query
 
 
 def _common(common: list[str], parts: list[str]) -> list[str]:
