@@ -395,3 +395,28 @@ def test_two_builds_in_one_process_have_their_own_downloads(
     finally:
         first.close()
     assert got == other == [good[u] for u in ok]
+
+
+def test_a_task_that_stops_early_gives_back_the_room_its_downloads_held(
+    served: tuple[list[str], dict[str, bytes]],
+) -> None:
+    """Room for one byte: every download but the next one the task takes waits. A task
+    that stops mid-way (its item failed with on_error='fail') must give back what its
+    downloads hold, or the next task's downloads would wait for room forever."""
+    from shardkit.builder.fetch import Downloads
+    from shardkit.builder.sources import Item
+
+    urls, good = served
+    ok = [u for u in urls if u in good][:8]
+    items = [Item(u, f"k{i}", -1, "jpg", 0, "") for i, u in enumerate(ok)]
+    downloads = Downloads(BuildOptions(fetch_concurrency=4, fetch_timeout=5))
+    downloads.in_flight = 1
+    try:
+        stopped = downloads.prefetch(lambda item: str(item.ref), items)
+        _, first = next(stopped)
+        assert first is not None and first.result().data == good[ok[0]]
+        stopped.close()  # the task stops while it holds this download and three more
+        again = [d.result().data for _, d in downloads.prefetch(lambda i: str(i.ref), items)]
+    finally:
+        downloads.close()
+    assert again == [good[u] for u in ok]

@@ -9,9 +9,10 @@ never uses the parent's loop (it makes its own), and the loop goes through the s
 layer's fork hooks (:func:`~shardkit.storage.detach_loop_at_fork`), so that a child
 freeing the session it inherited cannot take the parent's connections out of its loop.
 
-Each download is bounded: ``fetch_timeout`` seconds in all (connecting included) and at
-most :func:`download_limit` bytes *once decoded* (a gzip answer is counted as it
-inflates, and refused the moment it passes the limit), held in one buffer. The bytes a
+Each download is bounded: ``fetch_timeout`` seconds in all (connecting included; not the
+time it waits for room, see below) and at most :func:`download_limit` bytes *once decoded*
+(a gzip answer is counted as it inflates, and refused the moment it passes the limit),
+held in one buffer. The bytes a
 worker's downloads hold together are bounded too (:data:`IN_FLIGHT_BYTES`): past it, a
 download waits for the task to take earlier ones, unless it is the next one the task
 takes. A host that refuses or times out :data:`HOST_FAILURES` times in a row is closed
@@ -27,6 +28,7 @@ Every outcome has a short category (``ok``, ``http 404``, ``timeout``, ``refused
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import io
 import os
@@ -104,6 +106,7 @@ class Downloads:
         fetcher: _Fetcher | None = None
         window: deque[tuple[Item, Future[Download] | None]] = deque()
         pending = iter(items)
+        taken: Future[Download] | None = None  # the download the task has now
         try:
             while True:
                 while len(window) < self.concurrency:
@@ -114,16 +117,18 @@ class Downloads:
                     if url and fetcher is None:
                         fetcher = self._started()
                     window.append((item, fetcher.submit(url) if url and fetcher else None))
+                if taken is not None and fetcher is not None:
+                    taken.add_done_callback(fetcher.release)
+                    taken = None
                 if not window:
                     return
-                item, download = window.popleft()
-                yield item, download
-                if download is not None and fetcher is not None:
-                    download.add_done_callback(fetcher.release)
+                item, taken = window.popleft()
+                yield item, taken
         finally:  # a task that stops early gives back what its downloads hold
-            for _, download in window:
-                if download is not None and fetcher is not None:
-                    download.add_done_callback(fetcher.release)
+            if fetcher is not None:
+                for download in [taken, *(d for _, d in window)]:
+                    if download is not None:
+                        download.add_done_callback(fetcher.release)
 
     def close(self) -> None:
         """End the loop thread and its session (never another process's, after a fork)."""
@@ -146,6 +151,7 @@ class _Fetcher:
         self.submitted = 0  # downloads submitted (the task's thread)
         self.released = 0  # downloads taken by the task and released (the loop's thread)
         self.held = 0  # bytes downloads hold
+        self.waiting: list[asyncio.Future[None]] = []  # downloads waiting for room
         self.loop = asyncio.new_event_loop()
         detach_loop_at_fork(self.loop)  # a forked child that frees this must not deafen it
         self.thread = threading.Thread(
@@ -163,12 +169,12 @@ class _Fetcher:
 
     async def _open(self, concurrency: int) -> Any:
         aiohttp = require("aiohttp", "downloading http(s) URLs")
-        self.room = asyncio.Condition()
         connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
         return aiohttp.ClientSession(
             connector=connector,
             raise_for_status=False,
             auto_decompress=False,  # decoded here, a block at a time (_body)
+            timeout=aiohttp.ClientTimeout(total=None),  # each download's own _Timer
             headers={"Accept-Encoding": "gzip, deflate"},
         )
 
@@ -181,20 +187,31 @@ class _Fetcher:
         """Give back what a download the task is done with holds (a done callback)."""
         done = not download.cancelled() and download.exception() is None
         data = download.result().data if done else None
-        if self.pid == os.getpid() and not self.loop.is_closed():
-            self._run(self._give_back(len(data or b""), taken=True))
+        if self.pid != os.getpid():
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop: nothing waits for room
+            self.loop.call_soon_threadsafe(self._given_back, len(data or b""), True)
 
-    async def _give_back(self, size: int, *, taken: bool) -> None:
-        async with self.room:
-            self.held -= size
-            self.released += taken
-            self.room.notify_all()
+    def _given_back(self, size: int, taken: bool) -> None:
+        """(On the loop's thread.) ``size`` bytes are free again; ``taken``: the task is
+        done with one more download. Every download waiting for room looks again."""
+        self.held -= size
+        self.released += taken
+        waiting, self.waiting = self.waiting, []
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(None)
 
-    async def _take(self, number: int, size: int) -> None:
-        async with self.room:
-            while self.held + size > self.owner.in_flight and number != self.released:
-                await self.room.wait()
-            self.held += size
+    async def _take(self, number: int, size: int, timer: _Timer) -> None:
+        while self.held + size > self.owner.in_flight and number != self.released:
+            waiter = self.loop.create_future()
+            self.waiting.append(waiter)
+            timer.pause()  # waiting for the task is not the host's time
+            try:
+                await waiter
+            finally:
+                timer.resume()
+        self.held += size
 
     async def _get(self, url: str, number: int) -> Download:
         host = urlsplit(url).netloc.rpartition("@")[2].lower()  # never a password
@@ -224,16 +241,19 @@ class _Fetcher:
         import aiohttp
 
         timeout = self.owner.timeout
+        timer = _Timer(self.loop, timeout)
         try:
-            async with self.session.get(
-                url, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as response:
+            async with self.session.get(url) as response:
                 status = response.status
                 if status != 200:
                     what = f"http {status}"
                     retry = status >= 500 or status == 429
                     return Download(None, what, f"download failed: {what}"), retry
-                return await self._body(response, number), False
+                return await self._body(response, number, timer), False
+        except asyncio.CancelledError:
+            if not timer.expired:
+                raise
+            return Download(None, "timeout", f"download timed out after {timeout:g} s"), False
         except asyncio.TimeoutError:
             return Download(None, "timeout", f"download timed out after {timeout:g} s"), False
         except aiohttp.ClientConnectorError as exc:
@@ -245,8 +265,10 @@ class _Fetcher:
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a malformed URL
             message = f"download failed: {type(exc).__name__}: {exc}"
             return Download(None, "error", message), False
+        finally:
+            timer.stop()
 
-    async def _body(self, response: Any, number: int) -> Download:
+    async def _body(self, response: Any, number: int, timer: _Timer) -> Download:
         """The body, decoded here (gzip, deflate) a block at a time, in one buffer;
         refused once it would pass the limit, and paused while the worker's downloads
         hold ``in_flight`` bytes. aiohttp's own decoding would inflate a whole network
@@ -267,7 +289,7 @@ class _Fetcher:
                     if taken + len(block) > limit:
                         decoded = " once decoded" if encoding else ""
                         return _too_large(f"more than {limit} bytes{decoded}", limit)
-                    await self._take(number, len(block))
+                    await self._take(number, len(block), timer)
                     taken += len(block)
                     body.write(block)
             if not inflate.complete:
@@ -278,7 +300,7 @@ class _Fetcher:
             return Download(None, "error", f"download failed: bad {encoding} data ({exc})")
         finally:
             if not ok:
-                await self._give_back(taken, taken=False)
+                self._given_back(taken, False)
 
     def close(self) -> None:
         if self.pid == os.getpid():  # never another process's loop after a fork
@@ -289,6 +311,40 @@ class _Fetcher:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join()
         self.loop.close()
+
+
+class _Timer:
+    """A download's ``fetch_timeout``, in all, but paused while it waits for room: it
+    cancels the download's task when its time is up (``expired`` tells that cancel from
+    any other)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        self.loop = loop
+        self.task = asyncio.current_task()
+        self.expired = False
+        self.left = seconds
+        self.handle: asyncio.TimerHandle | None = None
+        self.resume()
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def pause(self) -> None:
+        if self.handle is not None:
+            self.left = self.handle.when() - self.loop.time()
+            self.handle.cancel()
+            self.handle = None
+
+    def resume(self) -> None:
+        if self.handle is None and not self.expired:
+            self.handle = self.loop.call_later(max(self.left, 0.0), self._expire)
+
+    def stop(self) -> None:
+        self.pause()
+        if self.expired and self.task is not None and hasattr(self.task, "uncancel"):
+            self.task.uncancel()  # the cancel was this timer's, and it is handled
 
 
 # Content-Encoding -> zlib's wbits (0: none); the request asks for these only.
