@@ -420,3 +420,28 @@ def test_a_task_that_stops_early_gives_back_the_room_its_downloads_held(
     finally:
         downloads.close()
     assert again == [good[u] for u in ok]
+
+
+def test_waiting_for_room_does_not_count_toward_the_timeout(
+    served: tuple[list[str], dict[str, bytes]],
+) -> None:
+    """A 1 s timeout, room for one byte, and a task that takes 0.4 s per item: the later
+    downloads wait for room far longer than 1 s in all, and none times out."""
+    from shardkit.builder.fetch import Downloads
+    from shardkit.builder.sources import Item
+
+    urls, good = served
+    ok = [u for u in urls if u in good][:6]
+    items = [Item(u, f"k{i}", -1, "jpg", 0, "") for i, u in enumerate(ok)]
+    downloads = Downloads(BuildOptions(fetch_concurrency=6, fetch_timeout=1))
+    downloads.in_flight = 1
+    got = []
+    try:
+        for _, download in downloads.prefetch(lambda item: str(item.ref), items):
+            assert download is not None
+            got.append(download.result())
+            time.sleep(0.4)
+    finally:
+        downloads.close()
+    assert [d.category for d in got] == ["ok"] * 6
+    assert [d.data for d in got] == [good[u] for u in ok]
