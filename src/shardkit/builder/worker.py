@@ -27,7 +27,7 @@ from .store import LocalStore, ObjectStore
 from .validate import check_image
 
 if TYPE_CHECKING:
-    from .fetch import Download
+    from .fetch import Download, Downloads
 
 __all__ = [
     "WORKER_MODULE",
@@ -89,21 +89,21 @@ WORKER_MODULE = __name__
 
 _context: WorkerContext | None = None
 _reporter: Reporter | None = None
+_downloads: Downloads | None = None  # the installed context's http(s) downloads (.fetch)
 
 
 def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> None:
     """Install the build context and progress reporter in this process."""
-    global _context, _reporter
+    global _context, _reporter, _downloads
     # Input streams cached for an earlier run must not serve this one. The modules that
     # cache them are imported only where shards or URLs were read: the workers of other
     # builds do not pay for their imports (~30 ms each, before their first task).
     shards = sys.modules.get(f"{__package__}.shards")
     if shards is not None:
         shards.close_streams()
-    _context, _reporter = context, reporter
-    fetch = sys.modules.get(f"{__package__}.fetch")
-    if context is None and fetch is not None:
-        fetch.close_fetcher()
+    if _downloads is not None:
+        _downloads.close()
+    _context, _reporter, _downloads = context, reporter, None
     if context is not None and context.options.transforms:
         from .transform import limit_threads
 
@@ -194,12 +194,12 @@ def _with_downloads(
     url_of = getattr(context.source, "http_url", None)
     if url_of is None or not any(map(url_of, items)):
         return zip(items, itertools.repeat(None))
-    from .fetch import prefetch  # asyncio and aiohttp only where something is downloaded
+    from .fetch import Downloads  # asyncio and aiohttp only where something is downloaded
 
-    options = context.options
-    return prefetch(
-        url_of, items, concurrency=options.fetch_concurrency, timeout=options.fetch_timeout
-    )
+    global _downloads
+    if _downloads is None:
+        _downloads = Downloads(context.options)
+    return _downloads.prefetch(url_of, items)
 
 
 def _downloaded(
