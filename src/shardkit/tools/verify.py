@@ -26,7 +26,7 @@ from ..digest import digest_name
 from ..errors import FormatError, StorageError
 from ..formats.index import compare_index
 from ..formats.tar import TarScanner
-from ..reader import load_index
+from ..pipeline.idxfiles import load_index
 from ..storage import Tally
 from ._checks import Seen, check_tar, check_tfrecord
 from ._inputs import (
@@ -34,6 +34,7 @@ from ._inputs import (
     Inputs,
     ShardRef,
     as_refs,
+    has_manifest,
     list_folder,
     magic,
     open_shard,
@@ -322,7 +323,7 @@ def verify(
     result = VerifyReport()
     items: list[str | ShardRef] = []
     for item in [inputs] if isinstance(inputs, (str, ShardRef)) else list(inputs):
-        if isinstance(item, str) and os.path.isfile(os.path.join(item, MANIFEST)):
+        if isinstance(item, str) and has_manifest(item):
             try:
                 problems = _manifest_problems(item)
             except FormatError as exc:  # a broken manifest: check the shards that are there
