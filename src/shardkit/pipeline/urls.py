@@ -17,7 +17,8 @@ Manifests are read by :func:`shardkit.reader.load_manifest` (every shape is docu
 :mod:`shardkit.formats.manifest`); relative shard names are relative to the manifest's
 folder, and a ``pipe:`` shard in a manifest is refused (it is data, not a caller's URL).
 Sample counts come from the manifest, else from the ``.idx`` files beside the shards (of
-a folder, a brace pattern or a URL list alike; ``shardkit index`` writes them, and
+a folder, a local brace pattern or a local URL list alike; a remote pattern opens nothing
+before it is read, so name its folder to use them; ``shardkit index`` writes them, and
 :mod:`shardkit.pipeline.idxfiles` loads and checks them). They make epochs exact (see
 :mod:`shardkit.pipeline.epochs`), and are used only when every shard has one.
 """
@@ -180,8 +181,17 @@ def _plain(
     specs: Sequence[str], storage_options: dict[str, Any] | None, counts: bool
 ) -> SourcePart:
     urls = tuple(storage.expand_urls(list(specs)))
-    found = index_counts(urls, storage_options=storage_options) if counts else None
-    return SourcePart(urls, found)
+    return SourcePart(urls, _beside(urls, storage_options) if counts else None)
+
+
+def _beside(urls: Sequence[str], storage_options: dict[str, Any] | None) -> tuple[int, ...] | None:
+    """Counts from the ``.idx`` files beside a pattern's or list's local shards. Remote
+    ones are not looked for: a remote pattern opens nothing before it is read (and an
+    http server's answer for a missing file is not to be trusted); its folder
+    (``s3://bucket/train/``) is listed, and its indexes used, as a source."""
+    if all(storage.is_local(url) for url in urls):
+        return index_counts(urls, storage_options=storage_options)
+    return None
 
 
 def _is_folder(url: str) -> bool:
