@@ -4,6 +4,7 @@ only when it names none. The ``.idx`` files beside a pattern's shards count as a
 
 from __future__ import annotations
 
+import ast
 import gzip
 import inspect
 import io
@@ -74,16 +75,18 @@ def test_a_folder_of_neither_shards_nor_a_manifest_is_an_image_folder_to_build(
 # --------------------------------------------------------------------------- the contract
 
 
-def _tool_entry_points() -> set[str]:
-    """Every public tool that takes a source (its first parameter is ``inputs``)."""
+def _entry_points() -> set[str]:
+    """Every public callable of ``shardkit`` and ``shardkit.tools`` that takes a source:
+    its first parameter is ``source``, ``inputs``, ``specs`` or ``datasets`` (a mix's)."""
     found = set()
-    for name in shardkit.tools.__all__:
-        obj = getattr(shardkit.tools, name)
-        if inspect.isfunction(obj) and next(iter(inspect.signature(obj).parameters), "") in (
-            "inputs",
-            "specs",
-        ):
-            found.add(name)
+    for module in (shardkit, shardkit.tools):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if not callable(obj) or name == "MixedDataset":  # what mix() returns
+                continue
+            first = next(iter(inspect.signature(obj).parameters), "")
+            if first in ("source", "inputs", "specs", "datasets"):
+                found.add(name)
     return found
 
 
@@ -136,8 +139,27 @@ OBSERVED: dict[str, Callable[[str, Path], list[str]]] = {
 
 
 def test_every_entry_point_that_takes_a_source_is_in_the_contract() -> None:
-    missing = _tool_entry_points() - set(OBSERVED)
+    found = _entry_points()
+    assert {"Dataset", "IndexedDataset", "mix", "build", "cat", "verify"} <= found
+    missing = found - set(OBSERVED)
     assert not missing, f"add these entry points to OBSERVED: {sorted(missing)}"
+
+
+def test_only_the_resolver_picks_shards_out_of_a_folder_listing() -> None:
+    """A module that lists a folder and keeps the names that look like shards is a second
+    resolver: only pipeline/urls.py may do both."""
+    root = Path(shardkit.__file__).parent
+    both = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        names = {
+            n.attr if isinstance(n, ast.Attribute) else n.id
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Attribute, ast.Name))
+        }
+        if names & {"listdir", "scandir", "ls", "glob", "iterdir"} and "is_shard_name" in names:
+            both.append(str(path.relative_to(root)))
+    assert both == [os.path.join("pipeline", "urls.py")]
 
 
 def _sources(tmp_path: Path) -> dict[str, str]:
