@@ -43,6 +43,7 @@ from .dataset import Dataset
 from .decode import Decode
 from .idxfiles import check_shard_size, load_indexes
 from .stages import Stage
+from .urls import resolve_source
 
 __all__ = ["IndexedDataset"]
 
@@ -177,7 +178,10 @@ class IndexedDataset(MapBase[Any]):
     def _load(self) -> tuple[_Shard, ...]:
         if self._shards is None:
             read = self._pipe._recipe.read
-            urls = self._pipe.shards.urls
+            # The shard list only: the indexes are loaded once, here, not for counts too.
+            urls = resolve_source(
+                self._pipe._source, storage_options=read.storage_options, counts=False
+            ).urls
             shards = []
             indexes = load_indexes(urls, storage_options=read.storage_options, required=True)
             for url, index in zip(urls, indexes, strict=True):
