@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import BuildError, ConfigError, StorageError
 from ..formats.names import is_shard_name
-from ..pipeline.urls import is_manifest
+from ..pipeline.urls import find_shards, is_manifest
 from . import _is_table
 from .options import BuildOptions
 from .results import BuildResult, ProgressFn
@@ -110,8 +110,6 @@ def _shards_or_images(path: str, out: str, options: BuildOptions, spill: Spill |
     """Shards when the one resolver (:func:`shardkit.pipeline.urls.find_shards`) says
     ``path`` names some (a folder by its manifest or shard files, a manifest, a pattern,
     a shard); only a folder holding neither is an image folder."""
-    from ..pipeline.urls import find_shards
-
     remote = "://" in path
     folder = remote and not ("{" in path or is_shard_name(path) or is_manifest(path))
     local_folder = not remote and os.path.isdir(path)
