@@ -8,17 +8,18 @@ problems (as ``verify`` sees them).
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import storage
 from ..errors import FormatError, StorageError
-from ..formats.index import INDEX_SUFFIX, ShardIndex, compare_index, index_url
+from ..formats.index import INDEX_SUFFIX, ShardIndex, compare_index, index_url, indexed_sample
 from ..formats.names import Format
-from ..reader import load_index
+from ..pipeline.idxfiles import load_index
 from ._progress import ToolProgressFn, track
 from .verify import scan_shard
+
+_GZIP_MAGIC = b"\x1f\x8b"
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -39,7 +40,7 @@ def build_index(
     """Scan one shard and return its index; FormatError if the shard has a problem."""
     from ._inputs import ShardRef
 
-    ref = ShardRef(*_detect(url))
+    ref = ShardRef(*_detect(url, storage_options))
     check, seen = scan_shard(ref, sha256=sha256, storage_options=storage_options)
     if check.problems:
         first = check.problems[0]
@@ -61,10 +62,18 @@ def build_index(
     )
 
 
-def _detect(url: str) -> tuple[str, Format, bool]:
+def _detect(url: str, storage_options: dict[str, Any] | None) -> tuple[str, Format, bool]:
+    """(url, format, gzip) of a shard; gzip from its bytes too: a gzipped TFRecord named
+    ``.tfrecord`` (what TensorFlow's ``options="GZIP"`` writes) gets an index of its
+    uncompressed stream, marked compressed, which counts its samples and is refused for
+    random access, instead of offsets that a reader would check against the compressed
+    size."""
     from ..reader import detect_format
 
     kind, gz = detect_format(url)
+    if not gz:
+        with storage.open_read(url, storage_options=storage_options) as stream:
+            gz = stream.read(2) == _GZIP_MAGIC
     return url, kind, gz
 
 
@@ -105,10 +114,8 @@ def read_indexed_sample(
     *,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Sample ``i`` of an uncompressed shard, reading only its bytes."""
-    from ..formats.tar import span_sample
-    from ..reader import iter_stream_samples
-
+    """Sample ``i`` of an uncompressed shard, reading only its bytes (which must hold
+    exactly that sample: :func:`shardkit.formats.index.indexed_sample`)."""
     if index.compressed:
         raise StorageError("random access needs an uncompressed shard", url=shard_url)
     if not -index.samples <= i < index.samples:
@@ -117,14 +124,13 @@ def read_indexed_sample(
     with storage.open_read(shard_url, storage_options=storage_options) as stream:
         stream.seek(offset)
         data = stream.read(size)
-    fmt = index.shard_format
-    if fmt == "tar":  # the span must be exactly the indexed sample
-        sample = span_sample(data, 0, len(data), base=offset, url=shard_url)
-    else:
-        found = next(iter_stream_samples(io.BytesIO(data), url=shard_url, format=fmt), None)
-        if found is None:
-            raise FormatError("no sample at the indexed offset", url=shard_url, offset=offset)
-        sample = found
-    sample["__offset__"] = offset
-    sample["__key__"] = index.keys[i]  # TFRecords without __key__: the record number
-    return sample
+    return indexed_sample(
+        data,
+        0,
+        size,
+        format=index.shard_format,
+        key=index.keys[i],
+        offset=offset,
+        base=offset,
+        url=shard_url,
+    )

@@ -32,7 +32,8 @@ from ..digest import digest_name
 from ..errors import FormatError, StorageError
 from ..formats.index import ShardIndex, compare_index
 from ..formats.tar import TarScanner
-from ..reader import load_index, load_manifest
+from ..pipeline.idxfiles import load_index
+from ..reader import load_manifest
 from ..storage import Tally
 from ._checks import Seen, check_tar, check_tfrecord
 from ._inputs import (

@@ -105,7 +105,8 @@ class Catalog:
         from ...pipeline.indexed import IndexedDataset
 
         try:
-            indexes = load_indexes(self.urls, self._options)
+            loaded = load_indexes(self.urls, storage_options=self._options, required=True)
+            indexes = [index for index in loaded if index is not None]  # required: all there
             dataset = IndexedDataset(list(self.urls), storage_options=self._options)
             len(dataset)  # loads and checks the indexes
         except (ConfigError, FormatError) as exc:
