@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from shardkit.errors import EncodeError
 from shardkit.formats import gzframe, tar
 from shardkit.mapshards import map_shards
 from shardkit.reader import read_shard
@@ -146,6 +147,20 @@ def test_the_tar_bytes_are_the_tar_writers(tmp_path: Path) -> None:
     url = _shard_file(tmp_path, "", ".tar")
     expected = b"".join(tar.encode_sample(s) for s in SAMPLES) + tar.END_OF_ARCHIVE
     assert Path(url).read_bytes() == expected
+
+
+def test_map_shards_refuses_the_same_key_twice_in_a_row(tmp_path: Path) -> None:
+    # Was: written, and read_shard then raised "duplicate extension" on the output.
+    source = _source(tmp_path)
+    out = str(tmp_path / "same.tar")
+    with pytest.raises(EncodeError) as info:
+        map_shards(_same_key, [source], [out], workers=1)
+    assert info.value.message == tar.SAME_KEY and info.value.key == "one"
+    assert not os.path.exists(out)
+
+
+def _same_key(sample: dict[str, Any]) -> dict[str, Any]:
+    return {"__key__": "one", "txt": sample["txt"]}
 
 
 def test_what_map_shards_writes_reads_back(tmp_path: Path) -> None:
