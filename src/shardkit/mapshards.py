@@ -5,7 +5,8 @@ thousand independent tasks, each reading its shard, transforming every sample an
 writing one output shard. Tasks run in local processes, on a Ray cluster or on a Dask
 cluster (``engine=``); each output is written atomically (under a temporary name, or as a
 direct upload to s3/gs that is discarded on failure), so an output that exists is
-complete, and a rerun skips it (resume). The transform sees raw samples (bytes fields plus
+complete, and a rerun skips it (resume); each output's ``.idx`` file is written with it
+(exact counts at once). The transform sees raw samples (bytes fields plus
 ``__key__``/``__url__``); what it returns is encoded with :mod:`shardkit.codecs`, so it may
 hold str, int, dicts, arrays or images.
 """
@@ -61,7 +62,7 @@ class _Task:
     output: str
     storage_options: dict[str, Any] | None
     hash: str = DEFAULT_HASH
-    index: bool = False
+    index: bool = True
 
 
 def _each(fn: SampleFn, samples: Iterator[Sample]) -> Iterator[Mapping[str, Any]]:

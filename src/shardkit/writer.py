@@ -1,4 +1,9 @@
-"""ShardWriter: write samples to numbered shards, rotating by sample count and by bytes.
+"""The shard file, and ShardWriter: samples to numbered shards, rotated by count and bytes.
+
+:class:`ShardFile` is one shard being written, the one object every writer of shards
+composes (``ShardWriter``, ``map_shards``, the tools' outputs, ``split``'s byte copy, the
+build's part writer): so the same samples give the same bytes from every entry point, and
+each refuses what a reader would refuse.
 
 Each shard is written under a temporary name and committed (renamed, or its upload
 completed) only when it is full or the writer closes: no partial file ever carries a final
@@ -244,20 +249,28 @@ class ShardFile:
         self.last_key = key
 
     def commit(self, number: int = 0) -> ShardInfo:
-        """End the file (trailer, gzip end), commit it, then write its index; returns it as
-        shard ``number``."""
+        """End the file (trailer, gzip end) and commit it, with its index; returns it as
+        shard ``number``. The index is written before the shard is committed and committed
+        right after it: a full disk fails the shard, never leaves it without its index."""
         file = self.file
         if self._gz is None:
             if self.trailer:
                 file.write(self.trailer)
         else:
             file.write(self._gz.finish(self.trailer))
-        file.commit()  # renames the temporary file / completes the upload
-        if self._index is not None:
-            self._write_index()
+        index = self._write_index() if self._index is not None else None
+        try:
+            file.commit()  # renames the temporary file / completes the upload
+        except BaseException:
+            if index is not None:
+                index.discard()
+            raise
+        if index is not None:
+            index.commit()
         return ShardInfo(file.url, self.count, file.size, file.digest, number)
 
-    def _write_index(self) -> None:
+    def _write_index(self) -> storage.AtomicFile:
+        """The shard's ``.idx`` file, written but not committed."""
         keys, offsets, sizes = self._index or ([], [], [])
         url = self.file.url
         index = ShardIndex(
@@ -269,8 +282,13 @@ class ShardFile:
             tuple(offsets),
             tuple(sizes),
         )
-        with storage.open_atomic(index_url(url), storage_options=self._storage_options) as out:
+        out = storage.open_atomic(index_url(url), storage_options=self._storage_options)
+        try:
             out.write(index.to_json())
+        except BaseException:
+            out.discard()
+            raise
+        return out
 
     def discard(self) -> None:
         """Drop the file: it never appears under its name."""
@@ -347,7 +365,7 @@ class ShardWriter:
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
         hash: HashName = DEFAULT_HASH,
-        index: bool = False,
+        index: bool = True,
         **webdataset: Any,
     ) -> None:
         if webdataset:

@@ -46,7 +46,7 @@ class RawShards:
         hash: HashName = DEFAULT_HASH,
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
-        index: bool = False,
+        index: bool = True,
     ) -> None:
         check_pattern(pattern, option="output")
         self.pattern = pattern
