@@ -49,7 +49,11 @@ def write_shards(
     index = 0
     for number, count in enumerate(counts):
         pattern = os.path.join(folder, f"shard-%06d.{ext}")
-        with ShardWriter(pattern, start_index=number, max_count=None, max_size=None) as sink:
+        # index=False: shards as any webdataset writer leaves them (no .idx); tests that
+        # need counts write a manifest or indexes themselves
+        with ShardWriter(
+            pattern, start_index=number, max_count=None, max_size=None, index=False
+        ) as sink:
             for _ in range(count):
                 sink.write(sample(index, jpeg=jpeg, payload=payload))
                 index += 1

@@ -44,7 +44,7 @@ def write_shards(
 ) -> list[str]:
     os.makedirs(folder, exist_ok=True)
     pattern = os.path.join(folder, f"shard-%06d.{ext}")
-    with ShardWriter(pattern, max_count=per_shard) as sink:
+    with ShardWriter(pattern, max_count=per_shard, index=False) as sink:  # no .idx, as most
         for sample in data:
             sink.write(sample)
     return [info.url for info in sink.shards]

@@ -33,7 +33,7 @@ def _inputs(folder: Path, ext: str, *, keyed: bool = True) -> list[str]:
                     text = f"{n}-{i}-" + "x" * (i * 300)
                     f.write(frame_record(encode_example({"txt": [text.encode()], "cls": [i]})))
         return [str(folder / f"in-{n:06d}.{ext}") for n in range(3)]
-    with shardkit.ShardWriter(str(folder / f"in-%06d.{ext}"), max_count=7) as sink:
+    with shardkit.ShardWriter(str(folder / f"in-%06d.{ext}"), max_count=7, index=False) as sink:
         for n in range(3):
             for i in range(7):
                 sample: dict[str, Any] = {"txt": f"{n}-{i}-" + "x" * (i * 300), "cls": i}
@@ -107,7 +107,8 @@ def test_shards_with_index_files_are_listed_without_reading_them(
 def test_a_stale_index_is_refused_as_datasets_refuse_it(tmp_path: Path) -> None:
     urls = _inputs(tmp_path / "in", "tar")
     write_indexes(urls)
-    with shardkit.ShardWriter(str(tmp_path / "in" / "in-%06d.tar"), start_index=1) as sink:
+    shard = str(tmp_path / "in" / "in-%06d.tar")
+    with shardkit.ShardWriter(shard, start_index=1, index=False) as sink:
         sink.write({"__key__": "other", "txt": "rewritten after indexing"})
     with pytest.raises(FormatError, match="stale index") as caught:
         _build(urls, tmp_path / "out")

@@ -182,7 +182,9 @@ def _check_writer_result(result: dict[str, object], folder: Path) -> None:
     shards = result["shards"]
     assert isinstance(shards, list) and len(shards) >= 1
     on_disk = sorted(n for n in os.listdir(folder) if n != "filler")
-    assert on_disk == [os.path.basename(url) for url, _, _ in shards]  # no temporary file
+    names = [os.path.basename(url) for url, _, _ in shards]
+    # each shard with its index, no temporary file, no index of a shard not committed
+    assert on_disk == sorted([*names, *(name + ".idx" for name in names)])
     assert str(result["url"]).endswith(f"{len(shards):04d}.tar")  # the shard in progress
     for url, size, sha in shards:
         data = Path(url).read_bytes()

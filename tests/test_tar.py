@@ -242,3 +242,60 @@ def test_webdataset_reads_our_shards_and_we_read_theirs(tmp_path: os.PathLike[st
                 keys.append(s["__key__"])
                 assert s["cls"] == str(int(s["__key__"][-3:])).encode()
     assert keys == [s["__key__"] for s in samples]
+
+
+def _three_samples() -> bytes:
+    return b"".join(
+        tar.encode_sample({"__key__": f"k{i}", "txt": b"x" * 10, "cls": b"1"}) for i in range(3)
+    )
+
+
+@pytest.mark.parametrize(
+    ("cut", "whole"),
+    [
+        (4096 + 100, ["k0", "k1"]),  # inside k2's first header: k1 is whole (R6)
+        (4096 + 1, ["k0", "k1"]),
+        (4096 + 512 + 5, ["k0", "k1"]),  # inside k2's first member's data
+        (5120 + 400, ["k0", "k1"]),  # inside k2's second header, its name readable
+        (5120 + 100, ["k0", "k1", "k2"]),  # ... its name field alone: unknown, as webdataset
+    ],
+)
+def test_a_stream_cut_inside_a_header_keeps_the_whole_sample_before_it(
+    tmp_path: os.PathLike[str], cut: int, whole: list[str]
+) -> None:
+    # Was: a cut inside the header of the next sample's first member lost the last whole
+    # sample before it (webdataset yields it); a cut inside member data already worked.
+    from shardkit.reader import read_shard
+
+    data = _three_samples()[:cut]
+    path = os.path.join(str(tmp_path), "cut.tar")
+    with open(path, "wb") as f:
+        f.write(data)
+    readers = {
+        "stream": lambda: tar.iter_samples(io.BytesIO(data)),
+        "buffer": lambda: tar.buffer_samples(data),
+        "read_shard": lambda: read_shard(path),
+        "pipe": lambda: read_shard(f"pipe:cat {path}"),
+    }
+    for name, read in readers.items():
+        got: list[str] = []
+        with pytest.raises(TruncatedShardError):
+            for sample in read():
+                got.append(sample["__key__"])
+        assert got == whole, name
+
+
+def test_a_cut_inside_a_header_yields_what_webdataset_yields(tmp_path: os.PathLike[str]) -> None:
+    import webdataset as wds
+    from webdataset.tariterators import group_by_keys, tar_file_iterator
+
+    from shardkit.reader import read_shard
+
+    data = _three_samples()[: 4096 + 100]
+    files = tar_file_iterator(io.BytesIO(data), handler=wds.ignore_and_continue)
+    theirs = [s["__key__"] for s in group_by_keys({**f, "__url__": "x"} for f in files)]
+    path = os.path.join(str(tmp_path), "cut.tar")
+    with open(path, "wb") as f:
+        f.write(data)
+    ours = [s["__key__"] for s in read_shard(path, handler=ignore_and_continue)]
+    assert ours == theirs == ["k0", "k1"]

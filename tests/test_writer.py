@@ -40,7 +40,8 @@ def test_rotation_by_count_and_no_empty_trailing_shard(tmp_path: os.PathLike[str
         for s in samples(12):
             sink.write(s)
     assert [i.samples for i in sink.shards] == [4, 4, 4]
-    assert sorted(os.listdir(str(tmp_path))) == [f"s-00000{i}.tar" for i in range(3)]
+    names = [f"s-00000{i}.tar{idx}" for i in range(3) for idx in ("", ".idx")]
+    assert sorted(os.listdir(str(tmp_path))) == names  # each shard with its index
     assert [s["__key__"] for s in read_all([i.url for i in sink.shards])] == [
         f"k{i:05d}" for i in range(12)
     ]
@@ -106,7 +107,7 @@ def test_error_mid_shard_leaves_no_partial_file(tmp_path: os.PathLike[str]) -> N
             sink.write(s)
         sink.write({"__key__": "bad.key", "x": b""})
     # The first shard was complete and committed; the second never appears, nor any temp file.
-    assert sorted(os.listdir(str(tmp_path))) == ["s-000000.tar"]
+    assert sorted(os.listdir(str(tmp_path))) == ["s-000000.tar", "s-000000.tar.idx"]
 
 
 def test_start_index_and_options_are_validated(tmp_path: os.PathLike[str]) -> None:
@@ -135,4 +136,5 @@ def test_the_folder_of_the_shards_is_created(tmp_path: os.PathLike[str]) -> None
     pattern = os.path.join(str(tmp_path), "out", "train", "s-%06d.tar")
     with ShardWriter(pattern) as sink:
         sink.write({"__key__": "a", "txt": "1"})
-    assert os.listdir(os.path.join(str(tmp_path), "out", "train")) == ["s-000000.tar"]
+    names = sorted(os.listdir(os.path.join(str(tmp_path), "out", "train")))
+    assert names == ["s-000000.tar", "s-000000.tar.idx"]

@@ -5,7 +5,8 @@ thousand independent tasks, each reading its shard, transforming every sample an
 writing one output shard. Tasks run in local processes, on a Ray cluster or on a Dask
 cluster (``engine=``); each output is written atomically (under a temporary name, or as a
 direct upload to s3/gs that is discarded on failure), so an output that exists is
-complete, and a rerun skips it (resume). The transform sees raw samples (bytes fields plus
+complete, and a rerun skips it (resume); each output's ``.idx`` file is written with it
+(exact counts at once). The transform sees raw samples (bytes fields plus
 ``__key__``/``__url__``); what it returns is encoded with :mod:`shardkit.codecs`, so it may
 hold str, int, dicts, arrays or images.
 """
@@ -13,11 +14,10 @@ hold str, int, dicts, arrays or images.
 from __future__ import annotations
 
 import functools
-import gzip
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from . import storage
 from .digest import DEFAULT_HASH, HashName, check_hash
@@ -62,6 +62,7 @@ class _Task:
     output: str
     storage_options: dict[str, Any] | None
     hash: str = DEFAULT_HASH
+    index: bool = True
 
 
 def _each(fn: SampleFn, samples: Iterator[Sample]) -> Iterator[Mapping[str, Any]]:
@@ -81,45 +82,30 @@ def run_shard(task: _Task) -> ShardResult:
     """Read ``task.input``, transform, write ``task.output`` atomically (a worker task)."""
     from .formats.names import format_from_name
     from .reader import read_shard
+    from .writer import ShardFile
 
     kind, gz = format_from_name(task.output)
-    read, written = [0], 0
-    key: str | None = None
-    with storage.open_atomic(
-        task.output, storage_options=task.storage_options, hash=task.hash
-    ) as out:
-        sink: Any = gzip.GzipFile("", "wb", fileobj=cast(Any, out), mtime=0) if gz else out
+    read = [0]
+    shard = ShardFile.open(
+        task.output,
+        kind,
+        gzip=gz,
+        index=task.index,
+        storage_options=task.storage_options,
+        hash=task.hash,
+    )
+    try:
         samples = _counted(read_shard(task.input, storage_options=task.storage_options), read)
         try:
-            encode = _encoder(kind)
             for sample in task.transform(samples):
-                key = str(sample.get("__key__"))
-                sink.write(encode(sample))
-                written += 1
-            if kind == "tar":
-                from .formats.tar import END_OF_ARCHIVE
-
-                sink.write(END_OF_ARCHIVE)
-            if sink is not out:
-                sink.close()
+                shard.write_sample(sample, codecs=True)
         except Exception as exc:
-            raise _located(exc, task.input, key) from None
-    return ShardResult(task.input, task.output, read[0], written, out.size, out.digest)
-
-
-def _encoder(kind: str) -> Callable[[Mapping[str, Any]], bytes]:
-    from .codecs import encode_sample
-
-    if kind == "tar":
-        from .formats.tar import encode_sample as tar_sample
-
-        return lambda sample: tar_sample(encode_sample(sample))
-    from .formats.example import encode_other_values, sample_to_example
-    from .formats.tfrecord import frame_record
-
-    return lambda sample: frame_record(
-        sample_to_example(encode_other_values(sample, encode_sample))
-    )
+            raise _located(exc, task.input, shard.last_key) from None
+        info = shard.commit()
+    except BaseException:
+        shard.discard()
+        raise
+    return ShardResult(task.input, task.output, read[0], info.samples, info.bytes, info.digest)
 
 
 def _located(exc: Exception, url: str, key: str | None) -> Exception:

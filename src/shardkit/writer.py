@@ -1,4 +1,9 @@
-"""ShardWriter: write samples to numbered shards, rotating by sample count and by bytes.
+"""The shard file, and ShardWriter: samples to numbered shards, rotated by count and bytes.
+
+:class:`ShardFile` is one shard being written, the one object every writer of shards
+composes (``ShardWriter``, ``map_shards``, the tools' outputs, ``split``'s byte copy, the
+build's part writer): so the same samples give the same bytes from every entry point, and
+each refuses what a reader would refuse.
 
 Each shard is written under a temporary name and committed (renamed, or its upload
 completed) only when it is full or the writer closes: no partial file ever carries a final
@@ -10,7 +15,6 @@ it unless one sample alone does, and that sample then stands alone in its shard.
 from __future__ import annotations
 
 import contextlib
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +24,21 @@ from .digest import DEFAULT_HASH, HashName, check_hash
 from .errors import ConfigError, EncodeError, StorageError
 from .formats import tar
 from .formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE, Cut
+from .formats.gzframe import HEADER as GZIP_HEADER
+from .formats.gzframe import Deflate
+from .formats.index import ShardIndex, index_url
 from .formats.names import FORMATS, Format, check_pattern, format_from_name, shard_name
 from .units import Size
 
-__all__ = ["Format", "ShardInfo", "ShardWriter", "format_from_name", "shard_name"]
+__all__ = [
+    "Format",
+    "ShardFile",
+    "ShardInfo",
+    "ShardWriter",
+    "encode_sample",
+    "format_from_name",
+    "shard_name",
+]
 
 
 @dataclass(frozen=True)
@@ -48,49 +63,245 @@ class ShardInfo:
         return hexdigest if name == "sha256" else ""
 
 
-class _Sink:
-    """One open shard (an atomic file that counts and hashes its bytes), gzip-framed when
-    ``gzip``: :meth:`trial` projects the file's final size before a sample is written."""
+def encode_sample(
+    sample: Mapping[str, Any], format: Format, *, codecs: bool = False
+) -> tuple[str, bytes]:
+    """(key, the bytes of ``sample`` in a shard of ``format``), refused (EncodeError) as a
+    reader would refuse it. ``codecs=True`` first runs :func:`shardkit.codecs.encode_sample`
+    (for TFRecord only on values that are not features as they are)."""
+    if not isinstance(sample, Mapping):
+        raise EncodeError(f"a sample must be a dict, not {type(sample).__name__}")
+    if format == "tar":
+        if codecs:
+            from .codecs import encode_sample as encode_fields
 
-    def __init__(self, file: storage.AtomicFile, gzip: bool) -> None:
+            sample = encode_fields(sample)
+        data = tar.encode_sample(sample)
+        return str(sample["__key__"]), data
+    from .formats import tfrecord
+    from .formats.example import encode_other_values, sample_to_example
+
+    if codecs:
+        from .codecs import encode_sample as encode_fields
+
+        sample = encode_other_values(sample, encode_fields)
+    key = _checked_key(sample.get("__key__"))
+    return key, tfrecord.frame_record(sample_to_example(sample))
+
+
+def _checked_key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise EncodeError("every sample needs a non-empty str __key__")
+    return key
+
+
+_NO_CUT = Cut()
+Write = Callable[[memoryview], object]
+
+
+class ShardFile:
+    """One shard file being written: the one object every writer of shards composes.
+
+    It owns, for one file: the encoding by format (:meth:`write_sample`), the key rule (the
+    same ``__key__`` twice in a row is refused, :func:`shardkit.formats.tar.check_key_order`,
+    also across a rotation: ``last_key``), the gzip framing
+    (:mod:`shardkit.formats.gzframe`, the one framing), the trailer (a tar's end-of-archive
+    blocks), the size cut (:meth:`full`, :class:`~shardkit.formats.cut.Cut`), the atomic
+    commit (:class:`shardkit.storage.AtomicFile`) and, with ``index=True``, the shard's
+    ``.idx`` file (:mod:`shardkit.formats.index`), written beside it once it is committed.
+    ``trailer=False``: a run of whole samples that another step closes (a build's chunk).
+    """
+
+    def __init__(
+        self,
+        file: storage.AtomicFile,
+        format: Format = "tar",
+        *,
+        gzip: bool = False,
+        cut: Cut = _NO_CUT,
+        trailer: bool = True,
+        index: bool = False,
+        last_key: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
         self.file = file
-        self._gz: Any = None
-        self._crc = 0
-        self._raw = 0
+        self.format: Format = format
+        self.cut = cut
+        self.trailer = tar.END_OF_ARCHIVE if format == "tar" and trailer else b""
+        self.gzip = gzip
+        self.count = 0
+        self.last_key = last_key
+        self._offset = 0  # where the next sample starts in the (uncompressed) stream
+        self._gz = Deflate() if gzip else None
+        self._trial: tuple[bytes, bytes, Any] | None = None  # data, its bytes, compressor
+        self._index: tuple[list[str], list[int], list[int]] | None = None
+        if index:
+            self._index = ([], [], [])
+        self._storage_options = storage_options
+        self._copy_write = file.write  # one bound method: a scanner batches by its identity
         if gzip:
-            # A fixed header (mtime 0, no name, OS 255) keeps gzip shards reproducible.
-            file.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")
-            self._gz = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+            file.write(GZIP_HEADER)
 
-    def _emit(self, data: bytes) -> None:
-        if data:
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        format: Format = "tar",
+        *,
+        gzip: bool = False,
+        cut: Cut = _NO_CUT,
+        index: bool = False,
+        last_key: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        hash: str = DEFAULT_HASH,
+    ) -> ShardFile:
+        """A new shard file at ``url`` (its folder is created, as build makes its output)."""
+        file = storage.open_atomic(url, storage_options=storage_options, hash=hash)
+        return cls(
+            file,
+            format,
+            gzip=gzip,
+            cut=cut,
+            index=index,
+            last_key=last_key,
+            storage_options=storage_options,
+        )
+
+    @property
+    def url(self) -> str:
+        return self.file.url
+
+    def check_key(self, key: object) -> str:
+        """``key``, refused unless a non-empty str other than the previous sample's."""
+        return tar.check_key_order(self.last_key, _checked_key(key))
+
+    def full(self, sample: bytes | int) -> bool:
+        """Whether the shard must be closed before ``sample`` (its bytes, or for an
+        uncompressed shard its size) joins it: the cut rule on the closed file's size."""
+        if not self.count:
+            return False
+        if self._gz is None:
+            size = sample if isinstance(sample, int) else len(sample)
+            return self.cut.over(self.count, self._offset + size + len(self.trailer))
+        if isinstance(sample, int):
+            raise TypeError("a gzip shard projects its size from the sample's bytes")
+        if self.cut.max_size is None:
+            return self.cut.over(self.count, 0)
+        out, tail, comp = self._gz.project(sample, self.trailer)
+        self._trial = (sample, out, comp)
+        return self.cut.over(self.count, self.file.size + len(out) + tail)
+
+    def write(self, key: str, data: bytes) -> None:
+        """Append one encoded sample."""
+        self.check_key(key)
+        self._note(key, len(data))
+        if self._gz is None:
             self.file.write(data)
-
-    def trial(self, data: bytes, trailer: bytes) -> tuple[bytes, int, Any]:
-        """(bytes to emit for ``data``, final size if we closed right after, compressor)."""
-        if self._gz is None:
-            return data, self.file.size + len(data) + len(trailer), None
-        comp = self._gz.copy()
-        out = comp.compress(data) + comp.flush(zlib.Z_SYNC_FLUSH)
-        end = comp.copy()
-        final = end.compress(trailer) + end.flush(zlib.Z_FINISH)
-        return out, self.file.size + len(out) + len(final) + 8, comp
-
-    def commit(self, data: bytes, out: bytes, comp: Any) -> None:
-        if comp is not None:
-            self._gz = comp
-            self._crc = zlib.crc32(data, self._crc)
-            self._raw += len(data)
-        self._emit(out)
-
-    def finish(self, trailer: bytes) -> None:
-        if self._gz is None:
-            self._emit(trailer)
             return
-        self._crc = zlib.crc32(trailer, self._crc)
-        self._raw += len(trailer)
-        self._emit(self._gz.compress(trailer) + self._gz.flush(zlib.Z_FINISH))
-        self._emit(self._crc.to_bytes(4, "little") + (self._raw & 0xFFFFFFFF).to_bytes(4, "little"))
+        trial, self._trial = self._trial, None
+        if trial is not None and trial[0] is data:
+            self._gz.take(data, trial[2])
+            out = trial[1]
+        else:
+            out = self._gz.sample(data)
+        if out:
+            self.file.write(out)
+
+    def write_sample(self, sample: Mapping[str, Any], *, codecs: bool = False) -> None:
+        """Encode ``sample`` for this shard's format and append it."""
+        self.write(*encode_sample(sample, self.format, codecs=codecs))
+
+    def writev(self, key: str, chunks: list[bytes], size: int) -> None:
+        """Append one encoded sample given as chunks (``size`` bytes in all), with one
+        ``writev`` when the shard is uncompressed."""
+        if self._gz is not None:
+            self.write(key, b"".join(chunks))
+            return
+        self.check_key(key)
+        self._note(key, size)
+        self.file.writev(chunks, size)
+
+    def copy(self, key: str, size: int, emit: Callable[[Write], None]) -> None:
+        """Append one sample of ``size`` bytes that ``emit(write)`` copies (uncompressed
+        shards; the caller sends a pending copy out before :meth:`commit`)."""
+        if self._gz is not None:
+            raise TypeError("raw copies go to uncompressed shards")
+        self.check_key(key)
+        self._note(key, size)
+        emit(self._copy_write)
+
+    def start_copy(self, key: str) -> None:
+        """Start a sample whose members the caller copies to :attr:`file` itself, its size
+        not known ahead (an uncompressed shard without a size cut or an index)."""
+        if self._gz is not None or self._index is not None or self.cut.max_size is not None:
+            raise TypeError("copies of unknown size go to plain shards without cut or index")
+        self.check_key(key)
+        self.count += 1
+        self.last_key = key
+
+    def _note(self, key: str, size: int) -> None:
+        if self._index is not None:
+            self._index[0].append(key)
+            self._index[1].append(self._offset)
+            self._index[2].append(size)
+        self._offset += size
+        self.count += 1
+        self.last_key = key
+
+    def commit(self, number: int = 0) -> ShardInfo:
+        """End the file (trailer, gzip end) and commit it, with its index; returns it as
+        shard ``number``. The index is written before the shard is committed and committed
+        right after it: a full disk fails the shard, never leaves it without its index."""
+        file = self.file
+        if self._gz is None:
+            if self.trailer:
+                file.write(self.trailer)
+        else:
+            file.write(self._gz.finish(self.trailer))
+        index = self._write_index() if self._index is not None else None
+        try:
+            file.commit()  # renames the temporary file / completes the upload
+        except BaseException:
+            if index is not None:
+                index.discard()
+            raise
+        if index is not None:
+            index.commit()
+        return ShardInfo(file.url, self.count, file.size, file.digest, number)
+
+    def _write_index(self) -> storage.AtomicFile:
+        """The shard's ``.idx`` file, written but not committed."""
+        keys, offsets, sizes = self._index or ([], [], [])
+        url = self.file.url
+        index = ShardIndex(
+            storage.basename(url),
+            self.format,
+            self.gzip,
+            self.file.size,
+            tuple(keys),
+            tuple(offsets),
+            tuple(sizes),
+        )
+        out = storage.open_atomic(index_url(url), storage_options=self._storage_options)
+        try:
+            out.write(index.to_json())
+        except BaseException:
+            out.discard()
+            raise
+        return out
+
+    def discard(self) -> None:
+        """Drop the file: it never appears under its name."""
+        self.file.discard()
+
+    def __enter__(self) -> ShardFile:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
 
 
 _WEBDATASET_NAMES = {"maxcount": "max_count", "maxsize": "max_size", "start_shard": "start_index"}
@@ -136,6 +347,9 @@ class ShardWriter:
     ``on_shard`` is called with a :class:`ShardInfo` as each shard is committed; ``hash``
     names the algorithm of its digest (:mod:`shardkit.digest`, ``"none"`` to skip it).
     webdataset's ``maxcount=``, ``maxsize=`` and ``start_shard=`` are the same options.
+    ``index=True`` (the default) writes each shard's ``.idx`` file beside it as the shard is
+    committed (what ``shardkit index`` would write), so ``len()``, equal ranks and
+    :func:`shardkit.mix` work on the output at once.
     """
 
     def __init__(
@@ -151,6 +365,7 @@ class ShardWriter:
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
         hash: HashName = DEFAULT_HASH,
+        index: bool = True,
         **webdataset: Any,
     ) -> None:
         if webdataset:
@@ -173,61 +388,38 @@ class ShardWriter:
         self.encode = encode
         self.storage_options = storage_options
         self.on_shard = on_shard
+        self.index = index
         self.shards: list[ShardInfo] = []
-        self._index = start_index
-        self._sink: _Sink | None = None
+        self._number = start_index
+        self._shard: ShardFile | None = None
         self._url = ""
-        self._count = 0
         self._last_key: str | None = None
-        self._trailer = tar.END_OF_ARCHIVE if self.format == "tar" else b""
         self._closed = False
 
-    # -- encoding
-    def _encode(self, sample: Mapping[str, Any]) -> tuple[str, bytes]:
-        if not isinstance(sample, Mapping):
-            raise EncodeError(f"a sample must be a dict, not {type(sample).__name__}")
-        key = sample.get("__key__")
-        if self.format == "tar":
-            if self.encode:
-                from .codecs import encode_sample
-
-                sample = encode_sample(sample)
-            data = tar.encode_sample(sample)
-        else:
-            from .formats import tfrecord
-            from .formats.example import encode_other_values, sample_to_example
-
-            if self.encode:
-                from .codecs import encode_sample
-
-                sample = encode_other_values(sample, encode_sample)
-            if not isinstance(key, str) or not key:
-                raise EncodeError("every sample needs a non-empty str __key__")
-            data = tfrecord.frame_record(sample_to_example(sample))
-        tar.check_key_order(self._last_key, str(key))
-        return str(key), data
-
     # -- shard lifecycle
-    def _open(self) -> _Sink:
-        self._url = shard_name(self.pattern, self._index)
-        # A fresh out/ folder is created, as build does (AtomicFile makes a file's folder).
-        file = storage.open_atomic(self._url, storage_options=self.storage_options, hash=self.hash)
-        self._sink = _Sink(file, self.compress)
-        self._count = 0
-        return self._sink
+    def _open(self) -> ShardFile:
+        self._url = shard_name(self.pattern, self._number)
+        self._shard = ShardFile.open(
+            self._url,
+            self.format,
+            gzip=self.compress,
+            cut=self.cut,
+            index=self.index,
+            last_key=self._last_key,
+            storage_options=self.storage_options,
+            hash=self.hash,
+        )
+        return self._shard
 
     def _commit(self) -> None:
-        sink = self._sink
-        if sink is None:
+        shard = self._shard
+        if shard is None:
             return
         with self._io():
-            sink.finish(self._trailer)
-            sink.file.commit()  # renames the temporary file / completes the upload
-            self._sink = None
-        file = sink.file
-        info = ShardInfo(self._url, self._count, file.size, file.digest, self._index)
+            info = shard.commit(self._number)
+            self._shard = None
         self.shards.append(info)
-        self._index += 1
+        self._number += 1
         if self.on_shard is not None:
             self.on_shard(info)
 
@@ -235,16 +427,14 @@ class ShardWriter:
         """Add one sample, starting a new shard first when this one is full."""
         if self._closed:
             raise ConfigError("write() on a closed ShardWriter")
-        key, data = self._encode(sample)
-        sink = self._sink if self._sink is not None else self._open()
-        out, final_size, comp = sink.trial(data, self._trailer)
-        if self.cut.full(self._count, final_size, 0):
+        key, data = encode_sample(sample, self.format, codecs=self.encode)
+        shard = self._shard if self._shard is not None else self._open()
+        shard.check_key(key)
+        if shard.full(data):
             self._commit()
-            sink = self._open()
-            out, final_size, comp = sink.trial(data, self._trailer)
+            shard = self._open()
         with self._io():
-            sink.commit(data, out, comp)
-        self._count += 1
+            shard.write(key, data)
         self._last_key = key
 
     @contextlib.contextmanager
@@ -269,9 +459,9 @@ class ShardWriter:
     def abort(self) -> None:
         """Discard the shard in progress (it never appears under its name)."""
         self._closed = True
-        sink, self._sink = self._sink, None
-        if sink is not None:
-            sink.file.discard()
+        shard, self._shard = self._shard, None
+        if shard is not None:
+            shard.discard()
 
     def __enter__(self) -> ShardWriter:
         return self

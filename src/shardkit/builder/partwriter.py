@@ -15,7 +15,8 @@ from __future__ import annotations
 from ..formats import tar
 from ..formats.cut import Cut
 from ..formats.tar import tar_chunks
-from .store import Pending, Store
+from ..writer import ShardFile
+from .store import Store
 
 __all__ = ["PartWriter", "tar_chunks"]  # tar_chunks: formats.tar, kept importable here
 
@@ -23,7 +24,9 @@ __all__ = ["PartWriter", "tar_chunks"]  # tar_chunks: formats.tar, kept importab
 class PartWriter:
     """Write one task's samples into parts ``pattern % n`` (n = 0, 1, ...) of ``store``,
     starting a new part where ``cut`` says (:class:`~shardkit.formats.cut.Cut`); each part
-    ends with ``trailer`` (``cut.trailer`` bytes long)."""
+    ends with ``trailer`` (``cut.trailer`` bytes long: a tar's end-of-archive blocks, or
+    nothing for TFRecord and for the samples-only chunks that the build's assembly cuts).
+    Each part is a :class:`~shardkit.writer.ShardFile` (the key rule, the cut, the commit)."""
 
     def __init__(
         self,
@@ -36,6 +39,8 @@ class PartWriter:
     ) -> None:
         if len(trailer) != cut.trailer:
             raise ValueError(f"a {len(trailer)}-byte trailer, but the cut counts {cut.trailer}")
+        if trailer not in (b"", tar.END_OF_ARCHIVE):
+            raise ValueError("a part ends with a tar's end-of-archive blocks or nothing")
         self.store = store
         self.pattern = pattern
         self.cut = cut
@@ -43,42 +48,40 @@ class PartWriter:
         self.sizes: list[int] = []  # of every sample, when ``keep_sizes``
         self._keep_sizes = keep_sizes
         self.parts: list[tuple[str, int, int, str]] = []  # name, samples, bytes, digest
-        self._file: Pending | None = None
-        self._count = 0
+        self._part: ShardFile | None = None
         self._last_key: str | None = None
 
     def add(self, key: str, chunks: list[bytes], size: int) -> None:
         """Append one encoded sample (``chunks`` totalling ``size`` bytes)."""
-        tar.check_key_order(self._last_key, key)
-        file = self._file
-        if file is not None and self.cut.full(self._count, file.tally.size, size):
-            self._finish(file)
-            file = None
-        if file is None:
-            file = self._file = self.store.create(self.pattern % len(self.parts))
-            self._count = 0
-        file.writev(chunks, size)
-        self._count += 1
+        part = self._part
+        if part is not None:
+            part.check_key(key)
+            if part.full(size):
+                self._finish(part)
+                part = None
+        if part is None:
+            file = self.store.create(self.pattern % len(self.parts))
+            part = self._part = ShardFile(
+                file, cut=self.cut, trailer=bool(self.trailer), last_key=self._last_key
+            )
+        part.writev(key, chunks, size)
         self._last_key = key
         if self._keep_sizes:
             self.sizes.append(size)
 
-    def _finish(self, file: Pending) -> None:
-        self._file = None
-        if self.trailer:
-            file.write(self.trailer)
-        file.commit()
-        name = self.pattern % len(self.parts)
-        self.parts.append((name, self._count, file.size, file.digest))
+    def _finish(self, part: ShardFile) -> None:
+        self._part = None
+        info = part.commit()
+        self.parts.append((self.pattern % len(self.parts), info.samples, info.bytes, info.digest))
 
     def close(self) -> list[tuple[str, int, int, str]]:
         """Commit the last part; returns (name, samples, bytes, digest) of every part."""
-        if self._file is not None:
-            self._finish(self._file)
+        if self._part is not None:
+            self._finish(self._part)
         return self.parts
 
     def abort(self) -> None:
         """Discard the part in progress."""
-        file, self._file = self._file, None
-        if file is not None:
-            file.discard()
+        part, self._part = self._part, None
+        if part is not None:
+            part.discard()

@@ -211,6 +211,17 @@ def _key_of(name: str) -> str | None:
     return name[:dot] if dot > slash else None
 
 
+def _cut_key(partial: bytes) -> str | None:
+    """The key named by a header cut short, when what is left says: its name field whole
+    and its ustar prefix field whole or unused. None when that is not known."""
+    size = len(partial)
+    if size <= 345:  # the name field, or whether the prefix field holds more of the name
+        return None
+    if size < 500 and partial[257:262] == b"ustar" and partial[345] != 0:
+        return None  # the prefix field is cut
+    return _key_of(_header_name(partial.ljust(BLOCK, b"\0")))
+
+
 class RawMember(NamedTuple):
     """A member whose header(s) have been read; its data comes next in the stream."""
 
@@ -551,7 +562,10 @@ class TarScanner:
         if not self._fill(BLOCK):
             if self._pos == self._len:
                 return None
-            raise TruncatedShardError("shard ends inside a tar header", url=self.url, offset=start)
+            partial = bytes(self._buf[self._pos : self._len])
+            raise TruncatedShardError(
+                "shard ends inside a tar header", url=self.url, offset=start, key=_cut_key(partial)
+            )
         return bytes(self._buf[self._pos : self._pos + BLOCK])
 
     def _any_member(self) -> RawMember | None:
@@ -560,7 +574,13 @@ class TarScanner:
         long_name: str | None = None
         pax: dict[str, str] = {}
         while True:
-            header = self._header()
+            try:
+                header = self._header()
+            except TruncatedShardError as exc:
+                if parts:  # its name was in the extended headers before it
+                    name = pax.get("path", long_name)
+                    exc.key = None if name is None else _key_of(name)
+                raise
             if header is None or header == _ZERO:
                 if parts:
                     raise TruncatedShardError(

@@ -63,8 +63,13 @@ class Cut:
     def full(self, count: int, size: int, add: int) -> bool:
         """Whether a shard holding ``count`` samples in ``size`` bytes must be closed before
         a sample of ``add`` bytes joins it."""
+        return self.over(count, size + add + self.trailer)
+
+    def over(self, count: int, final: int) -> bool:
+        """Whether a shard holding ``count`` samples must be closed rather than take a
+        sample after which, closed, it would be ``final`` bytes (trailer included)."""
         if not count:
             return False
         if self.max_count is not None and count >= self.max_count:
             return True
-        return self.max_size is not None and size + add + self.trailer > self.max_size
+        return self.max_size is not None and final > self.max_size

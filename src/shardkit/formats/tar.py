@@ -222,7 +222,8 @@ def iter_samples(
     that returns False ends the shard. ``max_member_size`` is as for :func:`iter_members`.
     A stream cut short raises :class:`TruncatedShardError` after yielding every sample
     that is whole before the cut: the sample being read is yielded when the cut is in a
-    member of the next one.
+    member of the next one, or inside a header that does not say whose member it begins
+    (as webdataset yields it), never when the cut is inside one of its own members.
     """
     members = TarScanner(stream, url=url, max_member_size=max_member_size, readahead=False)
     yield from _samples(members, members.read_data, url, handler)
@@ -400,7 +401,9 @@ def _samples(
                 current = {"__key__": key, "__url__": url, "__offset__": member.offset}
             current[ext] = read()  # type: ignore[index]
     except TruncatedShardError as exc:
-        if current is not None and exc.key is not None and exc.key != current["__key__"]:
+        # Cut inside a member of the next sample, or inside a header whose member is not
+        # known (webdataset yields the sample then too): the sample read so far is whole.
+        if current is not None and exc.key != current["__key__"]:
             yield current
         raise
     if current is not None:

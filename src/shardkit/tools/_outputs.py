@@ -10,15 +10,13 @@ Samples read from TFRecords become tar fields as documented in :func:`tar_fields
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 from .. import storage
 from ..digest import DEFAULT_HASH, HashName, check_hash
-from ..errors import ConfigError, EncodeError
+from ..errors import ConfigError
 from ..formats.names import (
     FORMATS,
     Format,
@@ -27,9 +25,8 @@ from ..formats.names import (
     is_pattern,
     shard_name,
 )
-from ..formats.tar import TarWriter, check_key_order
 from ..units import Size
-from ..writer import ShardInfo, ShardWriter
+from ..writer import ShardFile, ShardInfo, ShardWriter
 
 __all__ = ["Output", "is_pattern", "prepare_output", "tar_fields"]
 
@@ -86,11 +83,7 @@ class Output:
         self._max_shards = max_shards
         self._on_shard_fn = on_shard
         self._writer: ShardWriter | None = None
-        self._tar: TarWriter | None = None
-        self._file: storage.AtomicFile | None = None
-        self._gzip: gzip.GzipFile | None = None
-        self._stream: BinaryIO | None = None
-        self._last_key: str | None = None
+        self._shard: ShardFile | None = None
         if is_pattern(url):
             check_pattern(url, option="output")
             if max_shards is not None and max_shards < 1:
@@ -117,15 +110,9 @@ class Output:
         implied, gz = format_from_name(url) if url != "-" else ("tar", False)
         self.format = format or implied
         prepare_output(url)
-        self._file = storage.open_atomic(
-            url, storage_options=storage_options, hash=check_hash(hash)
+        self._shard = ShardFile.open(
+            url, self.format, gzip=gz, storage_options=storage_options, hash=check_hash(hash)
         )
-        stream: Any = self._file
-        if gz:
-            stream = self._gzip = gzip.GzipFile(filename="", fileobj=stream, mode="wb", mtime=0)
-        self._stream = stream
-        if self.format == "tar":
-            self._tar = TarWriter(stream)
 
     @property
     def shards(self) -> list[ShardInfo]:
@@ -135,12 +122,16 @@ class Output:
     @property
     def digest(self) -> str:
         """The digest of a one-file output (``ALGO:HEX``; ``""`` for a pattern or ``-``)."""
-        return self._file.digest if self._file is not None and self.url != "-" else ""
+        return self._shard.file.digest if self._shard is not None and self.url != "-" else ""
 
     @property
     def raw(self) -> BinaryIO | None:
-        """The tar stream itself, for copying members byte for byte (one-stream tar only)."""
-        return self._stream if self._tar is not None else None
+        """The uncompressed one-file tar stream, for copying members byte for byte (each
+        sample announced first with :meth:`raw_sample`); None for other outputs."""
+        shard = self._shard
+        if shard is None or shard.format != "tar" or shard.gzip:
+            return None
+        return shard.file  # type: ignore[return-value]
 
     def _on_shard(self, info: ShardInfo) -> None:
         if self._max_shards is not None and len(self.shards) >= self._max_shards:
@@ -148,13 +139,12 @@ class Output:
         if self._on_shard_fn is not None:
             self._on_shard_fn(info)
 
-    def check_key(self, key: str) -> None:
-        """Refuse the same key twice in a row (readers would merge the two samples)."""
-        self._last_key = check_key_order(self._last_key, key)
-
     def raw_sample(self, key: str) -> None:
-        """Account for a sample the caller is about to copy to :attr:`raw` as raw members."""
-        self.check_key(key)
+        """Account for a sample the caller is about to copy to :attr:`raw` as raw members
+        (the key rule applies)."""
+        if self._shard is None:  # pragma: no cover - callers only come here with a raw stream
+            raise ConfigError("raw copy needs a one-file tar output")
+        self._shard.start_copy(key)
         self.samples += 1
 
     def write(self, sample: Mapping[str, Any]) -> None:
@@ -167,49 +157,25 @@ class Output:
             if self.full:  # this sample opened shard max_shards + 1: drop that shard
                 self._writer.abort()
                 return
-        elif self._tar is not None:
-            key = str(sample["__key__"])
-            data = self._tar.encode(sample)
-            self.check_key(key)
-            self._tar.write_encoded(key, data)
-        else:
-            self._write_record(sample)
+        elif self._shard is not None:
+            self._shard.write_sample(sample)
         self.samples += 1
-
-    def _write_record(self, sample: Mapping[str, Any]) -> None:
-        from ..formats.example import sample_to_example
-        from ..formats.tfrecord import frame_record
-
-        key = sample.get("__key__")
-        if not isinstance(key, str) or not key:
-            raise EncodeError("every sample needs a non-empty str __key__")
-        self.check_key(key)
-        if self._stream is not None:
-            self._stream.write(frame_record(sample_to_example(sample)))
 
     def close(self) -> None:
         """Finish the output: commit the last shard, or end and commit the file."""
         if self._writer is not None:
             self._writer.close()
-        if self._tar is not None:
-            self._tar.close()
-        if self._gzip is not None:
-            self._gzip.close()
-        if self._file is not None:
-            file = self._file
-            file.commit()
+        if self._shard is not None:
+            info = self._shard.commit()
             if self._on_shard_fn is not None:
-                self._on_shard_fn(ShardInfo(self.url, self.samples, file.size, file.digest, 0))
+                self._on_shard_fn(info)
 
     def abort(self) -> None:
         """Discard what is not committed yet."""
         if self._writer is not None:
             self._writer.abort()
-        if self._gzip is not None:
-            with contextlib.suppress(OSError, ValueError):  # its end goes to a dropped file
-                self._gzip.close()
-        if self._file is not None:
-            self._file.discard()
+        if self._shard is not None:
+            self._shard.discard()
 
     def __enter__(self) -> Output:
         return self

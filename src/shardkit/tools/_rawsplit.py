@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .. import storage
 from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
-from ..formats.tar import END_OF_ARCHIVE, Grouping, TarScanner, check_key_order
+from ..formats.tar import Grouping, TarScanner
 from ..units import Size
-from ..writer import ShardInfo
+from ..writer import ShardFile, ShardInfo
 from ._inputs import ShardRef, gzip_errors, open_shard
 
 __all__ = ["RawShards", "split_raw"]
@@ -31,8 +30,10 @@ Write = Callable[[memoryview], object]
 class RawShards:
     """Numbered uncompressed tar shards, fed whole samples of raw member bytes.
 
-    ``hash`` names the digest algorithm (``"none"`` leaves :attr:`ShardInfo.digest` empty
-    and saves hashing every byte).
+    Each shard is a :class:`~shardkit.writer.ShardFile` (the key rule, the cut, the
+    trailer, the commit and, with ``index=True``, its ``.idx`` file). ``hash`` names the
+    digest algorithm (``"none"`` leaves :attr:`ShardInfo.digest` empty and saves hashing
+    every byte).
     """
 
     def __init__(
@@ -45,55 +46,53 @@ class RawShards:
         hash: HashName = DEFAULT_HASH,
         storage_options: dict[str, Any] | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
+        index: bool = True,
     ) -> None:
         check_pattern(pattern, option="output")
         self.pattern = pattern
-        self.cut = Cut(max_count, max_size, trailer=len(END_OF_ARCHIVE))
+        self.cut = Cut(max_count, max_size)
         self.max_shards = max_shards
         self.hash = check_hash(hash)
         self.storage_options = storage_options
+        self.index = index
         self.on_shard = on_shard
         self.shards: list[ShardInfo] = []
         self.full = False
         self.before_commit: Callable[[], None] | None = None
-        self._file: storage.AtomicFile | None = None
-        self._write: Write | None = None
-        self._count = self._size = 0  # the size counts samples whose copy may be pending
+        self._shard: ShardFile | None = None
         self._last_key: str | None = None
 
     def add(self, key: str, size: int, emit: Callable[[Write], None]) -> bool:
         """Add a sample of ``size`` bytes that ``emit(write)`` writes; False (and nothing
         written) once ``max_shards`` shards are full."""
-        check_key_order(self._last_key, key)
-        file = self._file
-        if file is not None and self.cut.full(self._count, self._size, size):
-            self._commit()
+        shard = self._shard
+        if shard is not None:
+            shard.check_key(key)
+            if shard.full(size):
+                self._commit()
+                shard = None
         if self.full:
             return False
-        write = self._write if self._write is not None else self._open()
-        emit(write)
-        self._count += 1
-        self._size += size
+        if shard is None:
+            shard = self._shard = ShardFile.open(
+                shard_name(self.pattern, len(self.shards)),
+                cut=self.cut,
+                index=self.index,
+                last_key=self._last_key,
+                storage_options=self.storage_options,
+                hash=self.hash,
+            )
+        shard.copy(key, size, emit)
         self._last_key = key
         return True
 
-    def _open(self) -> Write:
-        url = shard_name(self.pattern, len(self.shards))
-        file = storage.open_atomic(url, storage_options=self.storage_options, hash=self.hash)
-        self._file, self._count, self._size = file, 0, 0
-        self._write = write = file.write  # one bound method: the scanner batches by identity
-        return write
-
     def _commit(self) -> None:
-        file = self._file
-        if file is None:
+        shard, self._shard = self._shard, None
+        if shard is None:
             return
         if self.before_commit is not None:
             self.before_commit()  # pending bytes of this shard go out first
-        file.write(END_OF_ARCHIVE)
-        self._file = self._write = None
-        file.commit()
-        info = ShardInfo(file.url, self._count, file.size, file.digest, len(self.shards))
+        info = shard.commit(len(self.shards))
         self.shards.append(info)
         if self.on_shard is not None:
             self.on_shard(info)
@@ -105,9 +104,9 @@ class RawShards:
         return self.shards
 
     def abort(self) -> None:
-        file, self._file, self._write = self._file, None, None
-        if file is not None:
-            file.discard()
+        shard, self._shard = self._shard, None
+        if shard is not None:
+            shard.discard()
 
 
 def _split_shard(members: TarScanner, sink: RawShards) -> bool:
