@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ._torch import register_iterable_dataset
-from .context import Context, current_node
+from .context import Context
 from .stages import Map, MapDict, MapTuple, Rename, Select, Stage, ToTuple
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ class Loader:
         self._streams: dict[int, dict[str, Any]] = {}
         self._shift = 0  # the stream the next iteration's first batch comes from
         self._last = -1  # the stream of the last batch yielded
+        self._loaded = False  # a loaded position waits for the next iteration
 
     # ------------------------------------------------------------------ stages
 
@@ -115,8 +116,12 @@ class Loader:
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Read ``epoch`` next (a position loaded for this same epoch is kept)."""
+        """Read ``epoch`` next (a position loaded for this same epoch is kept: its
+        streams and which worker's batch comes next)."""
         self._dataset.set_epoch(epoch)
+        if self._loaded and epoch == self._epoch:
+            return
+        self._loaded = False
         self._epoch = epoch
         self._streams = {}
         self._shift = 0
@@ -135,16 +140,18 @@ class Loader:
         ds = self._dataset
         epoch = self._epoch
         ds.set_epoch(epoch)  # keeps a position loaded for this epoch
+        rank, world = ds._carry_node()  # resolved here, where the DataLoader lives
+        self._loaded = False
         workers = max(1, self._options["num_workers"])
         starts = ds._stream_states(workers)
         batched = self._options["batch_size"] is not None
         collate = self._collate or (default_collate if batched else default_convert)
         tagged: Any = _Tagged(ds, self._shift)  # a virtual IterableDataset (see _torch)
         self._last = self._shift - 1
-        loader: Any = DataLoader(tagged, collate_fn=_Collate(collate, batched), **self._options)
+        collate_fn = _Collate(collate, batched, default=self._collate is None)
+        loader: Any = DataLoader(tagged, collate_fn=collate_fn, **self._options)
         self._streams = {i: state for i, state in enumerate(starts)}
         items: Iterator[Any] = self._batches(loader, epoch)
-        rank, world = current_node(ds._node)
         ctx = Context(ds._seed, epoch, rank, world)
         for stage in self._after:
             items = stage(items, ctx)
@@ -169,8 +176,12 @@ class Loader:
                 f"Loader.state_dict(): the main-process stage {held[0]} holds items back, "
                 "so no position is exact; resume without main-process buffers or batching"
             )
-        streams = [self._streams[i] for i in sorted(self._streams)]
-        following = (self._last + 1) % len(streams) if streams else 0
+        if self._loaded:  # loaded, not yet iterated: the loaded position, as it resumes
+            streams = self._dataset._stream_states(max(1, self._options["num_workers"]))
+            following = self._shift
+        else:
+            streams = [self._streams[i] for i in sorted(self._streams)]
+            following = (self._last + 1) % len(streams) if streams else 0
         return {
             "version": LOADER_STATE_VERSION,
             "epoch": self._epoch,
@@ -201,6 +212,7 @@ class Loader:
         self._epoch = epoch
         self._streams = {}
         self._shift = _next_stream(states, max(1, self._options["num_workers"]))
+        self._loaded = True
 
 
 def _next_stream(states: list[Mapping[str, Any]], workers: int) -> int:
@@ -228,18 +240,30 @@ class _Tagged:
 
 
 class _Collate:
-    """The user's collate function over the items, and the stream's state after them."""
+    """The user's collate function over the items, and the stream's state after them.
 
-    def __init__(self, collate: Callable[[Any], Any], batched: bool) -> None:
+    torch's default collate and convert turn a tuple into a list; the defaults here give
+    a tuple back, so a batch of tuples stays a tuple of columns (which ``.unbatched()``
+    turns back into tuples: a list is a batch of items)."""
+
+    def __init__(self, collate: Callable[[Any], Any], batched: bool, default: bool) -> None:
         self.collate = collate
         self.batched = batched
+        self.default = default
 
     def __call__(self, tagged: Any) -> tuple[Any, dict[str, Any]]:
         if self.batched:
             source = tagged[-1][1]
-            return self.collate([item for item, _ in tagged]), source.dataset.state_dict()
+            items = [item for item, _ in tagged]
+            return self._apply(items, items[0]), source.dataset.state_dict()
         item, source = tagged
-        return self.collate(item), source.dataset.state_dict()
+        return self._apply(item, item), source.dataset.state_dict()
+
+    def _apply(self, items: Any, first: Any) -> Any:
+        out = self.collate(items)
+        if self.default and type(first) is tuple and type(out) is list:
+            return tuple(out)
+        return out
 
 
 register_iterable_dataset(_Tagged)
