@@ -143,7 +143,7 @@ def test_a_worker_that_cannot_know_its_rank_raises(
     loader: DataLoader[Any] = DataLoader(
         MadeInWorker(None), num_workers=1, multiprocessing_context="fork"
     )
-    with pytest.raises(shardkit.ConfigError, match="MASTER_ADDR is set.*pass node="):
+    with pytest.raises(shardkit.ConfigError, match=r"MASTER_ADDR is set.*pass node="):
         list(loader)
     given: DataLoader[Any] = DataLoader(
         MadeInWorker((1, 2)), num_workers=1, multiprocessing_context="fork", collate_fn=list
