@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,7 @@ class Loader:
         batch_size: int | None = None,
         num_workers: int = 0,
         collate_fn: Callable[[Any], Any] | None = None,
+        all_ranks: bool = False,
         **dataloader: Any,
     ) -> None:
         from .dataset import Dataset
@@ -78,6 +80,9 @@ class Loader:
         self._dataset = dataset
         self._options = dict(dataloader, batch_size=batch_size, num_workers=num_workers)
         self._collate = collate_fn
+        if not isinstance(all_ranks, bool):
+            raise TypeError(f"all_ranks must be True or False, not {all_ranks!r}")
+        self._all_ranks = all_ranks
         self._after: tuple[Stage, ...] = ()
         self._epoch = dataset.epoch
         self._streams: dict[int, dict[str, Any]] = {}
@@ -182,17 +187,24 @@ class Loader:
         else:
             streams = [self._streams[i] for i in sorted(self._streams)]
             following = (self._last + 1) % len(streams) if streams else 0
-        return {
+        state = {
             "version": LOADER_STATE_VERSION,
             "epoch": self._epoch,
             "streams": streams,
             "next_stream": following,
         }
+        return {"ranks": _gather(state)} if self._all_ranks else state
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Continue where ``state`` was saved. ``state``: this rank's ``state_dict()``, or
         a list of every rank's (``torch.distributed.all_gather_object``), which also
         resumes on a different number of ranks or workers."""
+        if isinstance(state, Mapping) and "ranks" in state:  # saved with all_ranks=True
+            state = state["ranks"]
+            if not isinstance(state, Sequence):
+                raise ConfigError("malformed Loader state: 'ranks' is not a list")
+            if len(state) == 1:
+                state = state[0]
         states = [state] if isinstance(state, Mapping) else list(state)
         epochs, streams = set(), []
         for one in states:
@@ -211,16 +223,44 @@ class Loader:
             self._dataset.set_epoch(epoch)
         self._epoch = epoch
         self._streams = {}
-        self._shift = _next_stream(states, max(1, self._options["num_workers"]))
+        workers = max(1, self._options["num_workers"])
+        self._shift = _next_stream(states, workers, self._dataset._rank_and_world())
         self._loaded = True
 
 
-def _next_stream(states: list[Mapping[str, Any]], workers: int) -> int:
-    """Where the round robin of workers resumes: the saved one, on the same topology."""
-    if len(states) != 1 or len(states[0].get("streams") or ()) != workers:
+def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's ``state`` (a collective call), or ``[state]`` without a process group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return [state]
+    states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, state)
+    return states
+
+
+def _next_stream(states: list[Mapping[str, Any]], workers: int, node: tuple[int, int]) -> int:
+    """Where the round robin of workers resumes: the saved one of this rank's state, on
+    the same topology (one state, or every rank's)."""
+    if len(states) != 1:
+        if len(states) != node[1]:
+            return 0
+        states = [one for one in states if _saved_node(one) == node]
+        if len(states) != 1:
+            return 0
+    if len(states[0].get("streams") or ()) != workers or _saved_node(states[0]) != node:
         return 0
     following = states[0].get("next_stream", 0)
     return following if isinstance(following, int) and 0 <= following < workers else 0
+
+
+def _saved_node(state: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """(rank, world) a loader state was saved on, as its streams say."""
+    nodes = {
+        (s.get("rank"), s.get("world"))
+        for s in state.get("streams") or ()
+        if isinstance(s, Mapping)
+    }
+    return nodes.pop() if len(nodes) == 1 else None
 
 
 class _Tagged:
