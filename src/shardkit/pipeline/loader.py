@@ -52,7 +52,10 @@ class Loader:
     (not ``persistent_workers``: each epoch starts fresh workers at the loader's epoch).
     ``state_dict()`` / ``load_state_dict()`` save and restore the position of every
     worker; ``set_epoch()`` chooses the epoch the next iteration reads (each iteration
-    moves to the next one by itself). Stage methods (``.unbatched()``, ``.shuffle(n)``,
+    moves to the next one by itself). ``all_ranks=True``: ``state_dict()`` gathers every
+    rank's state (a collective call: every rank makes it at once, as Lightning's and
+    accelerate's checkpointing do), so one saved state resumes every rank, on any
+    topology. Stage methods (``.unbatched()``, ``.shuffle(n)``,
     ``.batched(b)``, ``.map(fn)``, ...) return a loader that applies them in the main
     process, seeded from ``(seed, epoch, rank)``."""
 
