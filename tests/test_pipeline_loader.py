@@ -195,3 +195,53 @@ def test_elastic_merge_leaves_each_unseen_position_to_exactly_one_new_stream(
         assert len(new) == len(set(new)) and size - len(new) < world2
     else:
         assert set(new) == epoch - set(seen)
+
+
+def test_the_documented_resume_loop_continues_batch_for_batch(folder: str) -> None:
+    """docs/reading.md's loop: load_state_dict, then set_epoch(epoch) for the same epoch,
+    keeps which worker's batch comes next (the batches would come back swapped)."""
+    full = list(_loader(folder, (0, 1), 2))
+    for stop in (1, 2, 5):
+        loader = _loader(folder, (0, 1), 2)
+        head = []
+        for batch in loader:
+            head.append(batch)
+            if len(head) == stop:
+                break
+        state = loader.state_dict()
+        again = _loader(folder, (0, 1), 2)
+        again.load_state_dict(state)
+        for epoch in range(again.epoch, 1):
+            again.set_epoch(epoch)
+            assert head + list(again) == full, stop
+        again.load_state_dict(state)
+        assert again.state_dict() == state  # saved again before iterating: the same place
+
+
+def test_set_epoch_to_another_epoch_drops_a_loaded_position(folder: str) -> None:
+    loader = _loader(folder, (0, 1), 2)
+    _take(loader, 8)
+    again = _loader(folder, (0, 1), 2)
+    again.load_state_dict(loader.state_dict())
+    again.set_epoch(1)
+    fresh = _loader(folder, (0, 1), 2)
+    fresh.set_epoch(1)
+    assert list(again) == list(fresh)
+
+
+@pytest.mark.parametrize("kind", ["tuple", "dict"])
+def test_rebatching_in_the_main_process_keeps_tuples_and_dicts(folder: str, kind: str) -> None:
+    """The documented ``Loader(ds.batched(16)).unbatched().shuffle(n).batched(64)``
+    on tuples (torch's default collate would make a tuple of columns a list)."""
+    ds = Dataset(folder, seed=5).decode().to_tuple("__key__", "cls")
+    if kind == "dict":
+        ds = Dataset(folder, seed=5).decode().rename(key="__key__", label="cls", keep=False)
+    loader = Loader(ds.batched(16), num_workers=2, multiprocessing_context="fork")
+    batches = list(loader.unbatched().shuffle(20).batched(24))
+    assert [len(b[0] if kind == "tuple" else b["key"]) for b in batches] == [24, 24, 16]
+    pairs = []
+    for batch in batches:
+        keys, labels = batch if kind == "tuple" else (batch["key"], batch["label"])
+        assert labels.shape == (len(keys),)  # a column of numbers, stacked
+        pairs += zip(keys, labels.tolist(), strict=True)
+    assert sorted(pairs) == [(f"s{i:05d}", i) for i in range(64)]

@@ -66,3 +66,87 @@ def test_dataloader_workers_split_the_shards(tmp_path: os.PathLike[str], context
     )
     seen = [key for keys, _ in loader for key in keys]
     assert sorted(seen) == [f"s{i:05d}" for i in range(18)]
+
+
+# (name, DataLoader keywords) read on each rank of a DDP launch; the rank's start method
+# is spawn (torch.multiprocessing.spawn), so a worker without a context says spawn too.
+_LAUNCH_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("main process", {"num_workers": 0}),
+    ("fork x2", {"num_workers": 2, "multiprocessing_context": "fork"}),
+    ("default x2 persistent", {"num_workers": 2, "persistent_workers": True}),
+    ("forkserver x1", {"num_workers": 1, "multiprocessing_context": "forkserver"}),
+]
+
+
+def _read_each_way(rank: int, world: int, folder: str) -> dict[str, Any]:
+    from torch.utils.data import DataLoader
+
+    ds = Dataset(folder, seed=1).to_tuple("__key__")
+    out: dict[str, Any] = {"len": len(ds)}
+    for name, options in _LAUNCH_CASES:
+        loader: DataLoader[Any] = DataLoader(ds, batch_size=5, collate_fn=list, **options)
+        epochs = 2 if options.get("persistent_workers") else 1
+        for epoch in range(epochs):
+            ds.set_epoch(epoch)
+            out[f"{name} epoch {epoch}"] = [key for batch in loader for (key,) in batch]
+    batches = shardkit.Loader(ds.map(_first).batched(5, collate=None), num_workers=2)
+    out["Loader"] = [key for batch in batches for key in batch]
+    head = shardkit.Loader(ds.map(_first).batched(5, collate=None), num_workers=2)
+    next(iter(head))
+    out["Loader state"] = head.state_dict()["streams"]
+    return out
+
+
+def _first(item: tuple[Any, ...]) -> Any:
+    return item[0]
+
+
+def test_ddp_ranks_split_the_samples_in_every_dataloader_mode(tmp_path: os.PathLike[str]) -> None:
+    """torch.multiprocessing.spawn + init_process_group (no RANK / WORLD_SIZE): with 0,
+    1 or 2 workers under fork, spawn and forkserver, persistent or not, and through
+    shardkit.Loader, the two ranks read disjoint halves (torchrun's environment: the
+    exactly-once matrix)."""
+    from conftest_launch import launch
+
+    folder = str(tmp_path)
+    write_shards(folder, [6, 5, 7, 4, 8])  # 30 samples
+    ranks = launch(_read_each_way, 2, "spawn", folder)
+    names = [name for name in ranks[0] if name not in ("len", "Loader state")]
+    for name in names:
+        halves = [result[name] for result in ranks]
+        assert [len(h) for h in halves] == [15, 15], name
+        assert sorted(halves[0] + halves[1]) == [f"s{i:05d}" for i in range(30)], name
+    assert [result["len"] for result in ranks] == [15, 15]
+    for rank, result in enumerate(ranks):
+        assert {(s["rank"], s["world"]) for s in result["Loader state"]} == {(rank, 2)}
+
+
+def test_a_worker_that_cannot_know_its_rank_raises(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dataset made inside a DataLoader worker never saw the parent's process: with
+    MASTER_ADDR set (the parent may be in a group) it raises rather than read as rank 0
+    of 1; given node=, it reads that rank's part."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    folder = str(tmp_path)
+    write_shards(folder, [4, 4])
+
+    class MadeInWorker(IterableDataset[Any]):
+        def __init__(self, node: tuple[int, int] | None) -> None:
+            self.node = node
+
+        def __iter__(self) -> Any:
+            return iter(Dataset(folder, node=self.node).to_tuple("__key__"))
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    loader: DataLoader[Any] = DataLoader(
+        MadeInWorker(None), num_workers=1, multiprocessing_context="fork"
+    )
+    with pytest.raises(shardkit.ConfigError, match=r"MASTER_ADDR is set.*pass node="):
+        list(loader)
+    given: DataLoader[Any] = DataLoader(
+        MadeInWorker((1, 2)), num_workers=1, multiprocessing_context="fork", collate_fn=list
+    )
+    assert len(list(given)) == 4
+    assert len(list(Dataset(folder))) == 8  # the main process is a single process

@@ -15,6 +15,7 @@ __all__ = [
     "default_workers",
     "node_info",
     "pipe_policy",
+    "rendezvous_variable",
     "s3_endpoint",
     "usable_cores",
 ]
@@ -110,13 +111,25 @@ def cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
     return max(1, -(-quota_us // period_us))
 
 
-def node_info() -> tuple[int, int]:
-    """(rank, world_size) from the environment variables torchrun and SLURM set."""
+def node_info() -> tuple[int, int] | None:
+    """(rank, world_size) from the environment variables torchrun and SLURM set; None
+    where neither pair is set."""
     for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
         rank, size = _env(rank_name), _env(size_name)
         if rank is not None and size is not None:
-            return int(rank), int(size)
-    return 0, 1
+            try:
+                return int(rank), int(size)
+            except ValueError:
+                raise ConfigError(
+                    f"{rank_name}={rank!r}, {size_name}={size!r}: not integers"
+                ) from None
+    return None
+
+
+def rendezvous_variable() -> str | None:
+    """The name of a set ``MASTER_ADDR`` / ``MASTER_PORT`` (what ``init_process_group``
+    reads to meet its peers): a sign that this process, or its parent, joins a group."""
+    return next((n for n in ("MASTER_ADDR", "MASTER_PORT") if _env(n) is not None), None)
 
 
 def s3_endpoint() -> str | None:

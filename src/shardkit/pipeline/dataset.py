@@ -37,7 +37,7 @@ from ._torch import register_iterable_dataset
 from .chain import Equalize, Recipe
 from .collate import Collate
 from .compat import UNSET, dataset_options, one_of, refuse
-from .context import Context, current_node, current_worker, in_worker_process
+from .context import Context, current_node, current_worker, in_worker_process, node_for_pickle
 from .counting import Slice, Take, Unbatched
 from .decode import Decode
 from .handoff import Handoff
@@ -146,6 +146,7 @@ class Dataset(_Base):
         self._seed = seed
         self._handler = resolve_handler(handler)
         self._node = node
+        self._carried: tuple[int, int] | None = None  # the node of the DataLoader's process
         if cache_dir is None:
             cache_dir = config.cache_dir()
         limit = read_cache_limit(cache_dir, cache_limit)
@@ -415,13 +416,13 @@ class Dataset(_Base):
         """Items this rank yields per epoch, over all its DataLoader workers: exact, and
         independent of the number of workers. Needs per-shard counts (a manifest) or
         :meth:`with_epoch`; raises TypeError otherwise, or after :meth:`select`."""
-        return self._recipe.length(self.shards, current_node(self._node)[1])
+        return self._recipe.length(self.shards, self._rank_and_world()[1])
 
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
         shards = self.shards
-        rank, world = current_node(self._node)
+        rank, world = self._rank_and_world()
         worker, workers = current_worker()
         worker = (worker + self._worker_shift) % workers
         if in_worker_process():
@@ -458,7 +459,7 @@ class Dataset(_Base):
                 "shardkit.Loader(ds, ...) or torchdata's StatefulDataLoader instead "
                 "(docs/reading.md, Mid-epoch resume)"
             )
-        rank, world = current_node(self._node)
+        rank, world = self._rank_and_world()
         worker, workers = current_worker()
         if self._resume is not None:
             ctx = Context(self._seed, self._epoch, rank, world, worker, workers)
@@ -501,7 +502,7 @@ class Dataset(_Base):
     def _stream_states(self, workers: int) -> list[dict[str, Any]]:
         """The state of each of this rank's ``workers`` streams before it yields anything
         (for :class:`~shardkit.pipeline.loader.Loader`)."""
-        rank, world = current_node(self._node)
+        rank, world = self._rank_and_world()
         out = []
         for worker in range(workers):
             ctx = Context(self._seed, self._epoch, rank, world, worker, workers)
@@ -586,9 +587,20 @@ class Dataset(_Base):
 
     # ------------------------------------------------------------------ misc
 
+    def _rank_and_world(self) -> tuple[int, int]:
+        """(rank, world size) of this dataset here: ``node=``, else the process group of
+        this process, else (in a DataLoader worker) the node carried from the parent."""
+        return current_node(self._node, carried=self._carried)
+
+    def _carry_node(self) -> tuple[int, int]:
+        """Resolve the node here, where the DataLoader lives, for its workers to use."""
+        self._carried = node = self._rank_and_world()
+        return node
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_live"] = None  # an iteration belongs to its process
+        state["_carried"] = node_for_pickle(self._node, self._carried)
         return state
 
     def __repr__(self) -> str:

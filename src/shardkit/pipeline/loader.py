@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ._torch import register_iterable_dataset
-from .context import Context, current_node
+from .context import Context
 from .stages import Map, MapDict, MapTuple, Rename, Select, Stage, ToTuple
 from .state import check_loader_states
 
@@ -52,7 +53,10 @@ class Loader:
     (not ``persistent_workers``: each epoch starts fresh workers at the loader's epoch).
     ``state_dict()`` / ``load_state_dict()`` save and restore the position of every
     worker; ``set_epoch()`` chooses the epoch the next iteration reads (each iteration
-    moves to the next one by itself). Stage methods (``.unbatched()``, ``.shuffle(n)``,
+    moves to the next one by itself). ``all_ranks=True``: ``state_dict()`` gathers every
+    rank's state (a collective call: every rank makes it at once, as Lightning's and
+    accelerate's checkpointing do), so one saved state resumes every rank, on any
+    topology. Stage methods (``.unbatched()``, ``.shuffle(n)``,
     ``.batched(b)``, ``.map(fn)``, ...) return a loader that applies them in the main
     process, seeded from ``(seed, epoch, rank)``."""
 
@@ -63,6 +67,7 @@ class Loader:
         batch_size: int | None = None,
         num_workers: int = 0,
         collate_fn: Callable[[Any], Any] | None = None,
+        all_ranks: bool = False,
         **dataloader: Any,
     ) -> None:
         from .dataset import Dataset
@@ -79,11 +84,15 @@ class Loader:
         self._dataset = dataset
         self._options = dict(dataloader, batch_size=batch_size, num_workers=num_workers)
         self._collate = collate_fn
+        if not isinstance(all_ranks, bool):
+            raise TypeError(f"all_ranks must be True or False, not {all_ranks!r}")
+        self._all_ranks = all_ranks
         self._after: tuple[Stage, ...] = ()
         self._epoch = dataset.epoch
         self._streams: dict[int, dict[str, Any]] = {}
         self._shift = 0  # the stream the next iteration's first batch comes from
         self._last = -1  # the stream of the last batch yielded
+        self._loaded = False  # a loaded position waits for the next iteration
 
     # ------------------------------------------------------------------ stages
 
@@ -116,8 +125,12 @@ class Loader:
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Read ``epoch`` next (a position loaded for this same epoch is kept)."""
+        """Read ``epoch`` next (a position loaded for this same epoch is kept: its
+        streams and which worker's batch comes next)."""
         self._dataset.set_epoch(epoch)
+        if self._loaded and epoch == self._epoch:
+            return
+        self._loaded = False
         self._epoch = epoch
         self._streams = {}
         self._shift = 0
@@ -136,16 +149,18 @@ class Loader:
         ds = self._dataset
         epoch = self._epoch
         ds.set_epoch(epoch)  # keeps a position loaded for this epoch
+        rank, world = ds._carry_node()  # resolved here, where the DataLoader lives
+        self._loaded = False
         workers = max(1, self._options["num_workers"])
         starts = ds._stream_states(workers)
         batched = self._options["batch_size"] is not None
         collate = self._collate or (default_collate if batched else default_convert)
         tagged: Any = _Tagged(ds, self._shift)  # a virtual IterableDataset (see _torch)
         self._last = self._shift - 1
-        loader: Any = DataLoader(tagged, collate_fn=_Collate(collate, batched), **self._options)
+        collate_fn = _Collate(collate, batched, default=self._collate is None)
+        loader: Any = DataLoader(tagged, collate_fn=collate_fn, **self._options)
         self._streams = {i: state for i, state in enumerate(starts)}
         items: Iterator[Any] = self._batches(loader, epoch)
-        rank, world = current_node(ds._node)
         ctx = Context(ds._seed, epoch, rank, world)
         for stage in self._after:
             items = stage(items, ctx)
@@ -170,19 +185,30 @@ class Loader:
                 f"Loader.state_dict(): the main-process stage {held[0]} holds items back, "
                 "so no position is exact; resume without main-process buffers or batching"
             )
-        streams = [self._streams[i] for i in sorted(self._streams)]
-        following = (self._last + 1) % len(streams) if streams else 0
-        return {
+        if self._loaded:  # loaded, not yet iterated: the loaded position, as it resumes
+            streams = self._dataset._stream_states(max(1, self._options["num_workers"]))
+            following = self._shift
+        else:
+            streams = [self._streams[i] for i in sorted(self._streams)]
+            following = (self._last + 1) % len(streams) if streams else 0
+        state = {
             "version": LOADER_STATE_VERSION,
             "epoch": self._epoch,
             "streams": streams,
             "next_stream": following,
         }
+        return {"ranks": _gather(state)} if self._all_ranks else state
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Continue where ``state`` was saved. ``state``: this rank's ``state_dict()``, or
         a list of every rank's (``torch.distributed.all_gather_object``), which also
         resumes on a different number of ranks or workers."""
+        if isinstance(state, Mapping) and "ranks" in state:  # saved with all_ranks=True
+            state = state["ranks"]
+            if not isinstance(state, Sequence):
+                raise ConfigError("malformed Loader state: 'ranks' is not a list")
+            if len(state) == 1:
+                state = state[0]
         states = [state] if isinstance(state, Mapping) else list(state)
         epoch, streams = check_loader_states(states, LOADER_STATE_VERSION)
         if streams:
@@ -191,15 +217,44 @@ class Loader:
             self._dataset.set_epoch(epoch)
         self._epoch = epoch
         self._streams = {}
-        self._shift = _next_stream(states, max(1, self._options["num_workers"]))
+        workers = max(1, self._options["num_workers"])
+        self._shift = _next_stream(states, workers, self._dataset._rank_and_world())
+        self._loaded = True
 
 
-def _next_stream(states: list[Mapping[str, Any]], workers: int) -> int:
-    """Where the round robin of workers resumes: the saved one, on the same topology."""
-    if len(states) != 1 or len(states[0].get("streams") or ()) != workers:
+def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's ``state`` (a collective call), or ``[state]`` without a process group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return [state]
+    states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, state)
+    return states
+
+
+def _next_stream(states: list[Mapping[str, Any]], workers: int, node: tuple[int, int]) -> int:
+    """Where the round robin of workers resumes: the saved one of this rank's state, on
+    the same topology (one state, or every rank's)."""
+    if len(states) != 1:
+        if len(states) != node[1]:
+            return 0
+        states = [one for one in states if _saved_node(one) == node]
+        if len(states) != 1:
+            return 0
+    if len(states[0].get("streams") or ()) != workers or _saved_node(states[0]) != node:
         return 0
     following = states[0].get("next_stream", 0)
     return following if isinstance(following, int) and 0 <= following < workers else 0
+
+
+def _saved_node(state: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """(rank, world) a loader state was saved on, as its streams say."""
+    nodes = {
+        (s.get("rank"), s.get("world"))
+        for s in state.get("streams") or ()
+        if isinstance(s, Mapping)
+    }
+    return nodes.pop() if len(nodes) == 1 else None
 
 
 class _Tagged:
@@ -219,18 +274,30 @@ class _Tagged:
 
 
 class _Collate:
-    """The user's collate function over the items, and the stream's state after them."""
+    """The user's collate function over the items, and the stream's state after them.
 
-    def __init__(self, collate: Callable[[Any], Any], batched: bool) -> None:
+    torch's default collate and convert turn a tuple into a list; the defaults here give
+    a tuple back, so a batch of tuples stays a tuple of columns (which ``.unbatched()``
+    turns back into tuples: a list is a batch of items)."""
+
+    def __init__(self, collate: Callable[[Any], Any], batched: bool, default: bool) -> None:
         self.collate = collate
         self.batched = batched
+        self.default = default
 
     def __call__(self, tagged: Any) -> tuple[Any, dict[str, Any]]:
         if self.batched:
             source = tagged[-1][1]
-            return self.collate([item for item, _ in tagged]), source.dataset.state_dict()
+            items = [item for item, _ in tagged]
+            return self._apply(items, items[0]), source.dataset.state_dict()
         item, source = tagged
-        return self.collate(item), source.dataset.state_dict()
+        return self._apply(item, item), source.dataset.state_dict()
+
+    def _apply(self, items: Any, first: Any) -> Any:
+        out = self.collate(items)
+        if self.default and type(first) is tuple and type(out) is list:
+            return tuple(out)
+        return out
 
 
 register_iterable_dataset(_Tagged)
