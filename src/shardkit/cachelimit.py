@@ -12,8 +12,9 @@ the folder (on one machine; not over NFS):
   it, so that copy stays. A reader that opened a copy just before it was evicted sees it
   unlinked once it has its lock, and treats it as a miss.
 
-Copies being written (``*.tmp-*``) are neither counted nor evicted, so the folder can be
-over the limit by the shards downloading at that moment, and by copies in use.
+Copies being written (temporaries, :mod:`shardkit._temporary`) are neither counted nor
+evicted, so the folder can be over the limit by the shards downloading at that moment, and
+by copies in use; a fresh copy stays share-locked from its creation until its reader has it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import os
 from typing import BinaryIO
 
 from ._flock import lock_exclusive
-from .formats.names import TEMPORARY_MARK
+from ._temporary import is_temporary
 
 __all__ = ["LOCK_NAME", "enforce_limit", "lock_shared", "open_cached"]
 
@@ -88,7 +89,7 @@ def _complete_copies(cache_dir: str) -> list[tuple[float, int, str]]:
     copies = []
     with os.scandir(cache_dir) as entries:
         for entry in entries:
-            if entry.name.startswith(".") or TEMPORARY_MARK in entry.name:
+            if entry.name.startswith(".") or is_temporary(entry.name):
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)
