@@ -226,3 +226,68 @@ def test_a_write_error_is_one_storage_error_naming_the_file(tmp_path: Any) -> No
     (tmp_path / "file").write_bytes(b"")
     with pytest.raises(StorageError, match=r"file/x\.bin"):
         storage.open_atomic(str(tmp_path / "file" / "x.bin"))
+
+
+# --------------------------------------------------------------------------- reading door
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero", "folder"])
+def test_the_reading_door_refuses_what_is_not_a_regular_file(tmp_path: Any, plant: str) -> None:
+    path = str(tmp_path / "manifest.json")
+    if plant == "fifo":
+        os.mkfifo(path)  # opened without blocking: no writer needed to get an answer
+    elif plant == "dev-zero":
+        os.symlink("/dev/zero", path)
+    else:
+        os.mkdir(path)
+    with pytest.raises(StorageError, match="not a regular file"):
+        storage.read_document(path, what="manifest")
+    with pytest.raises(StorageError, match="not a regular file"):
+        storage.open_regular(path)
+
+
+def test_the_reading_door_bounds_the_size_before_reading(tmp_path: Any) -> None:
+    path = tmp_path / "x.idx"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # sparse
+    with pytest.raises(StorageError, match="larger than the 1000-byte limit"):
+        storage.read_document(str(path), limit=1000, what="index file")
+    path.write_bytes(b"x" * 1000)
+    assert storage.read_document(str(path), limit=1000) == b"x" * 1000
+
+
+def test_deep_json_is_one_format_error_everywhere() -> None:
+    from shardkit.errors import FormatError, ManifestError
+    from shardkit.formats.index import ShardIndex
+    from shardkit.formats.jsondoc import load_json
+    from shardkit.formats.manifest import parse_manifest
+
+    with pytest.raises(FormatError, match="nested more than 128 levels deep"):
+        load_json(DEEP)
+    with pytest.raises(FormatError, match="nested more than 128 levels deep"):
+        load_json(b"[" * 129 + b"]" * 129)  # within the interpreter's limit, over ours
+    assert load_json(b"[" * 128 + b"]" * 128) is not None
+    with pytest.raises(ManifestError, match="manifest is nested"):
+        parse_manifest(DEEP, url="m.json")
+    with pytest.raises(FormatError, match="index file is nested"):
+        ShardIndex.from_json(DEEP, url="x.idx")
+
+
+def test_a_fifo_at_a_cache_entry_is_refused_not_waited_on(tmp_path: Any) -> None:
+    path = str(tmp_path / "entry")
+    os.mkfifo(path)
+    with pytest.raises(StorageError, match=r"not a regular file \(a FIFO\)"):
+        storage.open_cached(path, 0)
+
+
+def test_a_full_temporary_folder_during_the_spill_is_one_line() -> None:
+    from shardkit.builder.spill import RecordFile
+    from shardkit.errors import BuildError
+
+    records = RecordFile("/dev/full", batch=2)  # every write: ENOSPC
+    records.append(("a", 1))
+    with pytest.raises(BuildError, match=r"cannot spill .*No space left on device.*TMPDIR"):
+        records.append(("b", 2))

@@ -6,7 +6,7 @@ the folder fit the limit; a copy that any process is reading is never evicted. L
 the folder (on one machine; not over NFS):
 
 * a reader holds a *shared* lock on its open copy for as long as it reads it
-  (:func:`open_cached`), and marks the copy used (its mtime) when it opens it;
+  (``storage.open_read``), and marks the copy used (its mtime) when it opens it;
 * eviction takes the folder's lock file exclusively (one evictor at a time), then for
   each candidate a non-blocking *exclusive* lock on the copy: refused while anyone reads
   it, so that copy stays. A reader that opened a copy just before it was evicted sees it
@@ -23,12 +23,11 @@ import contextlib
 import fcntl
 import logging
 import os
-from typing import BinaryIO
 
 from ._flock import lock_exclusive
 from ._temporary import is_temporary
 
-__all__ = ["LOCK_NAME", "enforce_limit", "lock_shared", "open_cached"]
+__all__ = ["LOCK_NAME", "enforce_limit", "lock_shared"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,19 +43,6 @@ def lock_shared(fd: int) -> bool:
     with contextlib.suppress(OSError):
         os.utime(fd)  # the LRU clock: a read-only copy's mtime is free to use
     return True
-
-
-def open_cached(path: str, buffer_size: int) -> BinaryIO | None:
-    """The cached copy at ``path``, opened and share-locked while open; None if there is
-    none (or it was just evicted)."""
-    try:
-        stream = open(path, "rb", buffering=buffer_size)  # noqa: SIM115
-    except FileNotFoundError:
-        return None
-    if not lock_shared(stream.fileno()):
-        stream.close()
-        return None
-    return stream  # type: ignore[return-value]
 
 
 def enforce_limit(cache_dir: str, limit: int) -> list[str]:

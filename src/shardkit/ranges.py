@@ -38,7 +38,7 @@ _CACHE_TRIES = 5  # fetches of a shard the bounded cache keeps evicting before g
 
 class _Local:
     def __init__(self, path: str, *, cached: bool = False) -> None:
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self.fd = storage.open_regular_fd(path)  # a FIFO or device there: refused
         self.size = os.fstat(self.fd).st_size
         # A cache copy stays share-locked while open, so a bounded cache keeps it.
         if cached and not lock_shared(self.fd):

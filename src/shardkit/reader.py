@@ -246,8 +246,8 @@ def load_manifest(
 
     A manifest is data: a shard it names that would run a command (``pipe:``) is a
     :class:`~shardkit.errors.ConfigError` (:func:`shardkit.storage.check_data_url`)."""
-    with storage.open_read(url, storage_options=storage_options) as stream:
-        contents = parse_manifest(stream.read(), url=url)
+    data = storage.read_document(url, storage_options=storage_options, what="manifest")
+    contents = parse_manifest(data, url=url)
     base = url.rsplit("/", 1)[0] if "/" in url else ""
     return contents, manifest_urls(contents, base=base, found_in=f"manifest {url}")
 
@@ -261,8 +261,8 @@ def load_index(
     url = index_url(shard_url)
     if not storage.url_exists(url, storage_options):
         return None
-    with storage.open_read(url, storage_options=storage_options) as stream:
-        index = ShardIndex.from_json(stream.read(), url=url)
+    data = storage.read_document(url, storage_options=storage_options, what="index file")
+    index = ShardIndex.from_json(data, url=url)
     check_index(index, storage.basename(shard_url), url=url)  # untrusted: bounded, its own
     return index
 

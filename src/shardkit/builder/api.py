@@ -147,7 +147,7 @@ def _shard_folder(path: str) -> list[str] | None:
         return None  # unreadable: the image-folder listing reports it
     if any(entry.is_dir() for entry in entries):
         return None
-    names = {entry.name for entry in entries}
+    names = {entry.name for entry in entries if entry.is_file()}  # as storage.regular_files
     if MANIFEST_NAME in names:
         from ..reader import load_manifest
 

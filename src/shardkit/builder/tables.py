@@ -30,6 +30,7 @@ from typing import Any
 from .. import storage
 from ..codecs import normalize_image_extension
 from ..errors import BuildError
+from ..formats.jsondoc import load_json
 from .keys import key_base, path_key, relative_path, spilled_keys
 from .options import BuildOptions
 from .sources import FileSource, Item, Listing, SpilledItems, not_an_image, nothing_found
@@ -229,7 +230,7 @@ def _json_lines(lines: Iterator[str], path: str) -> Iterator[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = load_json(line, what="the row")
         except ValueError as exc:
             raise BuildError(f"line {number} is not JSON: {exc}", url=path) from None
         if not isinstance(row, dict):

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import FormatError
+from .jsondoc import load_json
 from .limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
 from .names import Format, decode_name, encode_name
 from .tfrecord import RECORD_OVERHEAD
@@ -78,7 +79,7 @@ class ShardIndex:
     @classmethod
     def from_json(cls, data: bytes, *, url: str | None = None) -> ShardIndex:
         try:
-            doc = json.loads(data)
+            doc = load_json(data, url=url, what="index file")
             if doc.get("format") != _FORMAT or doc.get("version") != 1:
                 raise ValueError("not a shardkit index (format/version)")
             keys, offsets, sizes = doc["keys"], doc["offsets"], doc["sizes"]

@@ -91,7 +91,7 @@ def _list_folder(url: str, storage_options: dict[str, Any] | None) -> ShardList:
 
 def _folder_names(url: str, storage_options: dict[str, Any] | None) -> list[str]:
     if storage.is_local(url):
-        return os.listdir(storage.local_path(url))
+        return storage.regular_files(storage.local_path(url))
     fs, path = storage.filesystem(url, storage_options)
     try:
         entries = fs.ls(path, detail=False)

@@ -13,10 +13,12 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from .._temporary import create_temporary
+from ..cachelimit import enforce_limit, lock_shared
+from ._doors import open_regular
 from ._remote import _ResumableReader
 from ._urls import basename
 
-__all__ = ["cache_path"]
+__all__ = ["cache_path", "open_cached"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +30,20 @@ def cache_path(url: str, cache_dir: str) -> str:
     digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
     name = re.sub(r"[^A-Za-z0-9._-]", "_", basename(url))[-80:]
     return os.path.join(cache_dir, f"{digest}-{name}")
+
+
+def open_cached(path: str, buffer_size: int) -> BinaryIO | None:
+    """The cached copy at ``path``, share-locked while open and marked used; None if there
+    is none (or it was just evicted). It comes through the reading door: a FIFO or a
+    device planted at its name is refused (StorageError), never waited on."""
+    try:
+        stream = open_regular(path, url=path, buffering=buffer_size)
+    except FileNotFoundError:
+        return None
+    if not lock_shared(stream.fileno()):
+        stream.close()
+        return None
+    return stream
 
 
 class _CachingReader(io.RawIOBase):
@@ -115,8 +131,6 @@ class _CachingReader(io.RawIOBase):
             return
         self._out, self._held = None, out
         if self._limit is not None:
-            from ..cachelimit import enforce_limit
-
             enforce_limit(os.path.dirname(self._path) or ".", self._limit)
 
     def _complete(self) -> bool:
