@@ -375,6 +375,8 @@ def _link_out(case: Case) -> None:
     for name in names:
         for suffix in (str(os.getpid()), "0" * 16):
             _link(case.path("out", f".{name}.tmp-{suffix}"), case.path("outside", "secret"))
+    for name in (".shardkit-build.journal", ".shardkit-build.lock"):  # a build's own files
+        _link(case.path("out", name), case.path("outside", "secret"))
     for name in os.listdir(case.src):
         for suffix in (str(os.getpid()), "0" * 16):
             _link(case.path("src", f".{name}.idx.tmp-{suffix}"), case.path("outside", "secret"))

@@ -280,7 +280,15 @@ class _FileLog:
         return _line_at(self._reader, offset)
 
     def start(self, fresh: bool, header: dict[str, Any]) -> None:
-        self._stream = open(self.path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115
+        # Never through a link planted at its name (the writing door's rule).
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+        try:
+            fd = os.open(self.path, flags | (os.O_TRUNC if fresh else 0), 0o644)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot write the build journal: {exc.strerror or exc}", url=self.path
+            ) from exc
+        self._stream = open(fd, "a", encoding="utf-8")  # noqa: SIM115
         if fresh:
             self._write(header)
         elif self._stream.tell() and not _ends_with_newline(self.path):
