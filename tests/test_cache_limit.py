@@ -14,8 +14,9 @@ from conftest_pipeline import keys, write_shards
 from conftest_remote import http_service
 
 import shardkit
-from shardkit.cachelimit import LOCK_NAME, enforce_limit, lock_shared, open_cached
+from shardkit.cachelimit import LOCK_NAME, enforce_limit, lock_shared
 from shardkit.errors import ConfigError
+from shardkit.storage import open_cached
 from shardkit.tools.index import write_indexes
 
 ALL = [f"s{i:05d}" for i in range(30)]
@@ -65,7 +66,7 @@ def test_a_copy_read_by_another_process_is_never_evicted(tmp_path: str) -> None:
     make_copies(folder, ["a", "b"])
     code = (
         "import sys, time\n"
-        "from shardkit.cachelimit import open_cached\n"
+        "from shardkit.storage import open_cached\n"
         f"s = open_cached({os.path.join(folder, 'a')!r}, 0)\n"
         "print('reading', flush=True)\n"
         "sys.stdin.readline()\n"

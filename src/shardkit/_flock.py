@@ -26,9 +26,11 @@ def lock_exclusive(path: str, *, create: bool = False) -> int | None:
     None when there is no file there to lock: none to open (without ``create``), or the
     file was removed or replaced between our open and our lock. ``create`` opens it for
     writing and makes it if it is missing (mode 0644; a missing folder still raises
-    :class:`FileNotFoundError`); without it, the file is opened read-only.
+    :class:`FileNotFoundError`, a link at ``path`` an OSError: it is never followed);
+    without it, the file is opened read-only.
     """
-    flags = os.O_RDWR | os.O_CREAT if create else os.O_RDONLY
+    # A lock file made here is never made through a link planted at its name.
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW if create else os.O_RDONLY
     try:
         fd = os.open(path, flags, 0o644)
     except FileNotFoundError:

@@ -6,14 +6,15 @@ the folder fit the limit; a copy that any process is reading is never evicted. L
 the folder (on one machine; not over NFS):
 
 * a reader holds a *shared* lock on its open copy for as long as it reads it
-  (:func:`open_cached`), and marks the copy used (its mtime) when it opens it;
+  (``storage.open_read``), and marks the copy used (its mtime) when it opens it;
 * eviction takes the folder's lock file exclusively (one evictor at a time), then for
   each candidate a non-blocking *exclusive* lock on the copy: refused while anyone reads
   it, so that copy stays. A reader that opened a copy just before it was evicted sees it
   unlinked once it has its lock, and treats it as a miss.
 
-Copies being written (``*.tmp-*``) are neither counted nor evicted, so the folder can be
-over the limit by the shards downloading at that moment, and by copies in use.
+Copies being written (temporaries, :mod:`shardkit._temporary`) are neither counted nor
+evicted, so the folder can be over the limit by the shards downloading at that moment, and
+by copies in use; a fresh copy stays share-locked from its creation until its reader has it.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ import contextlib
 import fcntl
 import logging
 import os
-from typing import BinaryIO
 
 from ._flock import lock_exclusive
-from .formats.names import TEMPORARY_MARK
+from ._temporary import is_temporary
 
-__all__ = ["LOCK_NAME", "enforce_limit", "lock_shared", "open_cached"]
+__all__ = ["LOCK_NAME", "enforce_limit", "lock_shared"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,19 +43,6 @@ def lock_shared(fd: int) -> bool:
     with contextlib.suppress(OSError):
         os.utime(fd)  # the LRU clock: a read-only copy's mtime is free to use
     return True
-
-
-def open_cached(path: str, buffer_size: int) -> BinaryIO | None:
-    """The cached copy at ``path``, opened and share-locked while open; None if there is
-    none (or it was just evicted)."""
-    try:
-        stream = open(path, "rb", buffering=buffer_size)  # noqa: SIM115
-    except FileNotFoundError:
-        return None
-    if not lock_shared(stream.fileno()):
-        stream.close()
-        return None
-    return stream  # type: ignore[return-value]
 
 
 def enforce_limit(cache_dir: str, limit: int) -> list[str]:
@@ -88,7 +75,7 @@ def _complete_copies(cache_dir: str) -> list[tuple[float, int, str]]:
     copies = []
     with os.scandir(cache_dir) as entries:
         for entry in entries:
-            if entry.name.startswith(".") or TEMPORARY_MARK in entry.name:
+            if entry.name.startswith(".") or is_temporary(entry.name):
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)

@@ -6,6 +6,8 @@ import os
 import random
 from collections.abc import Sequence
 
+from .storage import atomic_write
+
 __all__ = ["CLASSES", "make_image_folder", "make_jpeg", "pack_and_read"]
 
 CLASSES: tuple[str, ...] = ("circle", "square", "stripes")
@@ -50,7 +52,7 @@ def make_image_folder(
     for i in range(count):
         label = i % len(classes)
         path = os.path.join(folder, classes[label], f"img_{i:06d}.jpg")
-        with open(path, "wb") as f:
+        with atomic_write(path) as f:  # the writing door: a full disk is one StorageError
             f.write(make_jpeg(rng, label))
     return list(classes)
 
@@ -66,7 +68,7 @@ def add_bad_files(folder: str, classes: Sequence[str] = CLASSES) -> list[str]:
         os.path.join(folder, classes[2], "notes.jpg"): b"not an image at all\n",
     }
     for path, data in bad.items():
-        with open(path, "wb") as f:
+        with atomic_write(path) as f:
             f.write(data)
     return sorted(bad)
 

@@ -38,7 +38,7 @@ _CACHE_TRIES = 5  # fetches of a shard the bounded cache keeps evicting before g
 
 class _Local:
     def __init__(self, path: str, *, cached: bool = False) -> None:
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self.fd = storage.open_regular_fd(path)  # a FIFO or device there: refused
         self.size = os.fstat(self.fd).st_size
         # A cache copy stays share-locked while open, so a bounded cache keeps it.
         if cached and not lock_shared(self.fd):
@@ -204,18 +204,22 @@ class RangeReader:
         for _ in range(_CACHE_TRIES):
             with contextlib.suppress(FileNotFoundError):
                 return _Local(path, cached=True)
+            handle: _Local | None = None
             stream = storage.open_read(
                 url, storage_options=self.storage_options, cache_dir=cache_dir, cache_check=check
             )
             with stream:
                 while stream.read(1 << 20):
                     pass
-            if not os.path.exists(path):  # open_read could not prove the copy whole
-                raise StorageError(
-                    "cannot cache this shard: it could not be shown complete", url=url
-                )
-            with contextlib.suppress(FileNotFoundError):
-                handle = _Local(path, cached=True)
+                # Locked while the stream still holds the fresh copy's lock: no process
+                # can evict it in between.
+                if not os.path.exists(path):  # open_read could not prove the copy whole
+                    raise StorageError(
+                        "cannot cache this shard: it could not be shown complete", url=url
+                    )
+                with contextlib.suppress(FileNotFoundError):
+                    handle = _Local(path, cached=True)
+            if handle is not None:
                 if self.cache_limit is not None:  # now that our copy is locked: never it
                     enforce_limit(cache_dir, self.cache_limit)
                 return handle

@@ -244,8 +244,8 @@ def load_manifest(
 
     A manifest is data: a shard it names that would run a command (``pipe:``) is a
     :class:`~shardkit.errors.ConfigError` (:func:`shardkit.storage.check_data_url`)."""
-    with storage.open_read(url, storage_options=storage_options) as stream:
-        contents = parse_manifest(stream.read(), url=url)
+    data = storage.read_document(url, storage_options=storage_options, what="manifest")
+    contents = parse_manifest(data, url=url)
     base = url.rsplit("/", 1)[0] if "/" in url else ""
     return contents, manifest_urls(contents, base=base, found_in=f"manifest {url}")
 

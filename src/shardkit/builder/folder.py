@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .._temporary import is_temporary, temporary_prefix
 from ..digest import entry_digest
 from ..errors import BuildError
 from ..formats.manifest import decode_name, encode_names
-from ..formats.names import TEMPORARY_MARK
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from .manifest import MANIFEST_NAME, ShardRecord, read_manifest
 from .options import BuildOptions
@@ -32,7 +32,7 @@ class OutputFolder:
         ext = re.escape(options.extension)
         self.final = re.compile(rf"{re.escape(options.prefix)}-\d{{6}}\.{ext}")
         prefix = options.prefix
-        self.hidden = (f".{prefix}-", f"..{prefix}-", f".{MANIFEST_NAME}{TEMPORARY_MARK}")
+        self.hidden = (f".{prefix}-", f"..{prefix}-", temporary_prefix(MANIFEST_NAME))
 
     def final_name(self, index: int) -> str:
         return f"{self.options.prefix}-{index:06d}.{self.options.extension}"
@@ -103,13 +103,13 @@ class OutputFolder:
         self.remove_strays()
 
     def remove_temporaries(self) -> None:
-        """Remove the temporary files of a local OUT (``.NAME.tmp-PID``), once a failed
+        """Remove the temporary files of a local OUT (``.NAME.tmp-RANDOM``), once a failed
         run has stopped its workers: this build still holds OUT's lock, so nothing else
         writes them, and a worker that died mid-write (killed, out of memory) cannot
         remove its own. An object store has none (its uploads are atomic)."""
         if isinstance(self.store, LocalStore):
             names = self.store.sizes()
-            self.store.remove(n for n in names if n.startswith(self.hidden) and TEMPORARY_MARK in n)
+            self.store.remove(n for n in names if n.startswith(self.hidden) and is_temporary(n))
 
     def remove_strays(self) -> None:
         """Remove temporary and part files that no recorded task still needs."""

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import BuildError
+from ..formats.jsondoc import load_json
 from .journal import LOCK_NAME
 from .store import ObjectStore, PreconditionFailed
 
@@ -200,7 +201,7 @@ class Lease:
 
 def _parse(data: bytes) -> dict[str, Any]:
     try:
-        record = json.loads(data)
+        record = load_json(data, what="the build lease")
     except ValueError:
         return {}
     return record if isinstance(record, dict) else {}

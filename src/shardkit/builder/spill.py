@@ -95,7 +95,10 @@ class Spill:
 def _locked_folder() -> tuple[str, int]:
     """A new spill folder, and the descriptor holding the lock on its lock file."""
     for _ in range(_ATTEMPTS):
-        path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+        try:
+            path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+        except OSError as exc:
+            raise _spill_error(exc, tempfile.gettempdir()) from exc
         try:
             lock = lock_exclusive(os.path.join(path, _LOCK), create=True)
         except (BlockingIOError, FileNotFoundError):
@@ -170,8 +173,11 @@ class RecordFile:
     def flush(self) -> None:
         if self._buffer:
             data = marshal.dumps(self._buffer)
-            with open(self.path, "ab") as f:
-                f.write(len(data).to_bytes(8, "little") + data)
+            try:
+                with open(self.path, "ab") as f:
+                    f.write(len(data).to_bytes(8, "little") + data)
+            except OSError as exc:  # a full TMPDIR: one line, not a traceback
+                raise _spill_error(exc, os.path.dirname(self.path)) from exc
             self._buffer = []
 
     def __iter__(self) -> Iterator[Any]:
@@ -186,6 +192,14 @@ class RecordFile:
         self._buffer = []
         if os.path.exists(self.path):
             os.unlink(self.path)
+
+
+def _spill_error(exc: OSError, folder: str) -> BuildError:
+    return BuildError(
+        f"cannot spill the listing to the temporary folder: {exc.strerror or exc} "
+        "(free space there, or point TMPDIR at a larger disk)",
+        url=folder,
+    )
 
 
 class Sorter:

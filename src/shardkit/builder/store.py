@@ -149,7 +149,7 @@ class LocalStore:
 
     def read_bytes(self, name: str) -> bytes | None:
         try:
-            with open(self.join(name), "rb") as f:
+            with storage.open_regular(self.join(name)) as f:  # a FIFO planted there: refused
                 return f.read()
         except FileNotFoundError:
             return None

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from .. import storage
 from .._optional import require
 from ..errors import BuildError, MissingDependencyError
+from ..formats.jsondoc import load_json
 from .keys import key_base, path_key, relative_path, spilled_keys
 from .options import BuildOptions
 from .sources import (
@@ -283,7 +284,7 @@ def _json_lines(lines: Iterator[str], path: str) -> Iterator[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = load_json(line, what="the row")
         except ValueError as exc:
             raise BuildError(f"line {number} is not JSON: {exc}", url=path) from None
         if not isinstance(row, dict):

@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import FormatError
 from . import example, tar, tfrecord
 from ._tarparse import Buffer
+from .jsondoc import load_json
 from .limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
 from .names import Format, decode_name, encode_name
 from .tfrecord import RECORD_OVERHEAD
@@ -83,7 +84,7 @@ class ShardIndex:
     @classmethod
     def from_json(cls, data: bytes, *, url: str | None = None) -> ShardIndex:
         try:
-            doc = json.loads(data)
+            doc = load_json(data, url=url, what="index file")
             if doc.get("format") != _FORMAT or doc.get("version") != 1:
                 raise ValueError("not a shardkit index (format/version)")
             keys, offsets, sizes = doc["keys"], doc["offsets"], doc["sizes"]

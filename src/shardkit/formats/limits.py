@@ -16,6 +16,9 @@ limit                  default  what it bounds
 ``MAX_NAME_BYTES``     1 MiB-1  a member name (``key.ext``), UTF-8: a GNU long-name payload
                                 holds it and a NUL
 ``MAX_SKIPPED_SIZE``   1 TiB    a non-regular member, streamed past, never held
+``MAX_DOCUMENT_SIZE``  512 MiB  a JSON document read whole (manifest, ``.idx``, a state, a
+                                ``json`` field, a journal line) (:mod:`.jsondoc`)
+``MAX_JSON_DEPTH``     128      the nesting of containers in such a document
 =====================  =======  ==========================================================
 """
 
@@ -24,6 +27,8 @@ from __future__ import annotations
 from ..errors import ConfigError
 
 __all__ = [
+    "MAX_DOCUMENT_SIZE",
+    "MAX_JSON_DEPTH",
     "MAX_MEMBER_SIZE",
     "MAX_NAME_BYTES",
     "MAX_RECORD_LENGTH",
@@ -47,6 +52,13 @@ within :data:`MAX_TAR_META_SIZE`."""
 
 MAX_SKIPPED_SIZE = 1 << 40
 """The largest non-regular member streamed past (1 TiB): only an absurd size is an error."""
+
+MAX_DOCUMENT_SIZE = 512 << 20
+"""The largest JSON document parsed whole (512 MiB): an index of ten million samples fits."""
+
+MAX_JSON_DEPTH = 128
+"""The deepest nesting of lists and objects in a JSON document read (far past any manifest,
+index or state; the interpreter's own limit is a RecursionError near 1000)."""
 
 
 def check_limit(name: str, value: object) -> int:

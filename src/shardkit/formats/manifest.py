@@ -24,6 +24,7 @@ from typing import Any
 
 from ..digest import entry_digest
 from ..errors import ManifestError
+from .jsondoc import load_json
 from .names import FORMATS, MANIFEST_NAME, Format, decode_name, encode_name
 
 __all__ = [
@@ -84,10 +85,7 @@ def parse_manifest(data: bytes | str | Any, *, url: str | None = None) -> Manife
     naming ``url`` when it is not one."""
     document = data
     if isinstance(data, (bytes, bytearray, str)):
-        try:
-            document = json.loads(data)
-        except ValueError as exc:
-            raise ManifestError(f"manifest is not valid JSON: {exc}", url=url) from exc
+        document = load_json(data, url=url, what="manifest", error=ManifestError)
     entries = document
     if isinstance(document, Mapping):
         entries = document.get("shards", document.get("shardlist"))

@@ -59,8 +59,8 @@ FORMATS: tuple[Format, ...] = ("tar", "tfrecord")
 MANIFEST_NAME = "manifest.json"
 
 TEMPORARY_MARK = ".tmp-"
-"""In the name of every file being written (``storage.AtomicFile``: ``.NAME.tmp-PID``; a
-cache copy: ``NAME.tmp-PID-RANDOM``), and in no finished file's: what a cleanup may remove."""
+"""In the name of every file being written (``.NAME.tmp-RANDOM``, made by
+:mod:`shardkit._temporary` alone), and in no finished file's: what a cleanup may remove."""
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
 SHARD_SUFFIXES = (".tar", ".tgz", *TFRECORD_SUFFIXES)  # each optionally followed by .gz

@@ -56,6 +56,7 @@ from typing import Any
 
 from ..codecs import IMAGE_EXTENSIONS, IMAGE_FEATURE, image_size
 from ..errors import DataError, EncodeError
+from .jsondoc import load_json
 
 __all__ = [
     "FILENAME",
@@ -122,7 +123,7 @@ def _canonical_int(value: Any) -> int | None:
 
 def _json_object(value: Any) -> dict[str, Any]:
     try:
-        doc = json.loads(value) if isinstance(value, (bytes, str)) else None
+        doc = load_json(value) if isinstance(value, (bytes, str)) else None
     except ValueError:
         return {}
     return doc if isinstance(doc, dict) else {}

@@ -43,8 +43,8 @@ def read_index(shard_url: str, storage_options: dict[str, Any] | None) -> ShardI
     url = index_url(shard_url)
     if not storage.url_exists(url, storage_options):
         return None
-    with storage.open_read(url, storage_options=storage_options) as stream:
-        return ShardIndex.from_json(stream.read(), url=url)
+    data = storage.read_document(url, storage_options=storage_options, what="index file")
+    return ShardIndex.from_json(data, url=url)
 
 
 def load_index(

@@ -10,8 +10,10 @@ One module per job, behind these names: ``_urls`` (the URL grammar: brace patter
 paths; no fsspec), ``_filesystems`` (fsspec, imported on first remote use, and the fork
 hooks of event loops that run in a thread), ``_reading`` (:func:`open_read`, and
 :func:`map_file` for local files read in place), ``_remote`` (remote reads that resume
-after transient failures), ``_cache`` (``cache_dir`` copies) and ``_writing``
-(:class:`AtomicFile`, :class:`Tally`).
+after transient failures), ``_cache`` (``cache_dir`` copies), ``_doors`` (the reading door:
+:func:`open_regular` and :func:`read_document` for every file shardkit did not just write)
+and ``_writing`` (:class:`AtomicFile`, :class:`Tally`; temporaries from
+:mod:`shardkit._temporary`, the writing door).
 :func:`atomic_write` lives here and goes through :func:`open_atomic`, so every write in
 shardkit passes one name.
 """
@@ -22,7 +24,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO, cast
 
-from ._cache import cache_path
+from ._cache import cache_path, open_cached
+from ._doors import open_regular, open_regular_fd, read_document, regular_files
 from ._filesystems import REQUESTS_IN_FLIGHT, detach_loop_at_fork, filesystem, url_exists
 from ._reading import map_file, open_read
 from ._remote import READ_RETRIES, is_transient, read_failure, wait_to_retry
@@ -58,8 +61,13 @@ __all__ = [
     "local_path",
     "map_file",
     "open_atomic",
+    "open_cached",
     "open_read",
+    "open_regular",
+    "open_regular_fd",
+    "read_document",
     "read_failure",
+    "regular_files",
     "url_exists",
     "wait_to_retry",
 ]

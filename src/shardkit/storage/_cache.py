@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import logging
 import os
 import re
-import secrets
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from ..formats.names import TEMPORARY_MARK
+from .._temporary import create_temporary
+from ..cachelimit import enforce_limit, lock_shared
+from ._doors import open_regular
 from ._remote import _ResumableReader
 from ._urls import basename
 
-__all__ = ["cache_path"]
+__all__ = ["cache_path", "open_cached"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +32,29 @@ def cache_path(url: str, cache_dir: str) -> str:
     return os.path.join(cache_dir, f"{digest}-{name}")
 
 
+def open_cached(path: str, buffer_size: int) -> BinaryIO | None:
+    """The cached copy at ``path``, share-locked while open and marked used; None if there
+    is none (or it was just evicted). It comes through the reading door: a FIFO or a
+    device planted at its name is refused (StorageError), never waited on."""
+    try:
+        stream = open_regular(path, url=path, buffering=buffer_size)
+    except FileNotFoundError:
+        return None
+    if not lock_shared(stream.fileno()):
+        stream.close()
+        return None
+    return stream
+
+
 class _CachingReader(io.RawIOBase):
     """Pass a stream through while copying it to ``path``, committed only when complete
-    (see :func:`open_read`)."""
+    (see :func:`open_read`).
+
+    The copy never costs the reader a byte: when it cannot be written (a full or
+    read-only ``cache_dir``), it is dropped with a warning and the stream goes on. The
+    copy is share-locked from its creation until this stream closes, so a bounded cache
+    (:mod:`shardkit.cachelimit`, in this process or another) never evicts it between the
+    moment it becomes visible and the moment its reader locks it."""
 
     def __init__(
         self,
@@ -42,21 +64,26 @@ class _CachingReader(io.RawIOBase):
         check: Callable[[BinaryIO], bool] | None,
         limit: int | None = None,
     ) -> None:
-        folder = os.path.dirname(path)
-        if folder:
-            os.makedirs(folder, exist_ok=True)
         self._raw = raw
         self._path = path
         self._url = url
         self._check = check
         self._limit = limit
         self._written = 0
-        # Unique across processes that share the folder, in containers too (where two
-        # processes can have the same pid), and created exclusively: a copy never writes
-        # into another reader's copy in progress.
-        self._tmp = f"{path}{TEMPORARY_MARK}{os.getpid()}-{secrets.token_hex(8)}"
-        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        self._out: BinaryIO | None = open(fd, "wb")  # noqa: SIM115
+        self._tmp = ""
+        self._out: BinaryIO | None = None  # the copy being written
+        self._held: BinaryIO | None = None  # the copy written: its lock held until close
+        folder = os.path.dirname(path)
+        try:
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            # Random and created exclusively: a copy never writes into another reader's
+            # copy in progress, nor through a link planted in the folder.
+            fd, self._tmp = create_temporary(path)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            self._out = open(fd, "wb")  # noqa: SIM115
+        except OSError as exc:
+            logger.warning("%s: not cached: cannot write in %s: %s", url, folder or ".", exc)
 
     def readable(self) -> bool:
         return True
@@ -65,26 +92,46 @@ class _CachingReader(io.RawIOBase):
         n = self._raw.readinto(buffer) or 0
         if self._out is not None:
             if n:
-                self._out.write(memoryview(buffer)[:n])
-                self._written += n
+                try:
+                    self._out.write(memoryview(buffer)[:n])
+                    self._written += n
+                except OSError as exc:
+                    self._drop(f"cannot write the copy: {exc}")
             else:
                 self._commit()
         return n
 
-    def _commit(self) -> None:
+    def _drop(self, problem: str) -> None:
+        """Give up the copy (the stream itself goes on)."""
         out, self._out = self._out, None
+        if out is not None:
+            with contextlib.suppress(OSError):
+                out.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            if problem:
+                logger.warning("%s: not cached: %s", self._url, problem)
+
+    def _commit(self) -> None:
+        out = self._out
         if out is None:
             return
-        out.close()
-        if self._complete():
-            os.replace(self._tmp, self._path)
-            if self._limit is not None:
-                from ..cachelimit import enforce_limit
-
-                enforce_limit(os.path.dirname(self._path) or ".", self._limit)
+        try:
+            out.flush()  # what was buffered is written now: a full disk fails here
+        except OSError as exc:
+            self._drop(f"cannot write the copy: {exc}")
             return
-        with contextlib.suppress(OSError):
-            os.unlink(self._tmp)
+        if not self._complete():
+            self._drop("")
+            return
+        try:
+            os.replace(self._tmp, self._path)
+        except OSError as exc:
+            self._drop(f"cannot commit the copy: {exc}")
+            return
+        self._out, self._held = None, out
+        if self._limit is not None:
+            enforce_limit(os.path.dirname(self._path) or ".", self._limit)
 
     def _complete(self) -> bool:
         """Whether the copy provably holds the whole object (see :func:`open_read`)."""
@@ -111,11 +158,11 @@ class _CachingReader(io.RawIOBase):
             if self._out is not None:
                 self._drain()
         finally:
-            if self._out is not None:
-                self._out.close()
-                self._out = None
+            self._drop("")
+            held, self._held = self._held, None
+            if held is not None:
                 with contextlib.suppress(OSError):
-                    os.unlink(self._tmp)
+                    held.close()
             self._raw.close()
             super().close()
 

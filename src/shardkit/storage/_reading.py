@@ -13,7 +13,7 @@ from typing import IO, Any, BinaryIO, cast
 
 from .. import config
 from ..errors import StorageError
-from ._cache import _CachingReader, cache_path
+from ._cache import _CachingReader, cache_path, open_cached
 from ._filesystems import _fs
 from ._remote import _STREAM_BUFFER, READ_RETRIES, _ResumableReader
 from ._urls import is_executing, is_local, local_path
@@ -83,8 +83,6 @@ def open_read(
         if is_local(url):
             return open(local_path(url), "rb", buffering=buffer_size)
         if cache_dir is not None:
-            from ..cachelimit import open_cached
-
             cached = open_cached(cache_path(url, cache_dir), buffer_size)
             if cached is not None:
                 return cached

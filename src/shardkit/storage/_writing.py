@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from .._temporary import create_temporary, temporary_name
 from ..digest import format_digest, new_hasher
 from ..errors import StorageError
-from ..formats.names import TEMPORARY_MARK
 from ._filesystems import _fs, protocol
 from ._urls import is_local, local_path
 
@@ -56,7 +56,9 @@ class AtomicFile:
     """A file being written that appears under its name only on :meth:`commit`.
 
     A local file is written under a hidden temporary name in the same folder
-    (``.NAME.tmp-PID``; the folder is created if need be) and renamed by :meth:`commit`;
+    (``.NAME.tmp-RANDOM``, created exclusively, never through a link: see
+    :mod:`shardkit._temporary`; the folder is created if need be) and renamed by
+    :meth:`commit`, so two AtomicFile for one name never share a temporary;
     an object store (s3, gs) makes an upload visible only when it completes; other fsspec
     protocols write a temporary object and move it. :meth:`discard` drops what was
     written (also on an exception inside ``with``). ``-`` is stdout, committed by a flush.
@@ -94,11 +96,11 @@ class AtomicFile:
             self._open_remote(url, storage_options)
 
     def _open_local(self, path: str, buffering: int) -> None:
-        folder, name = os.path.split(os.path.abspath(path))
-        self._path, self._tmp = path, os.path.join(folder, f".{name}{TEMPORARY_MARK}{os.getpid()}")
+        self._path = path
         try:
-            os.makedirs(folder, exist_ok=True)  # a fresh out/ folder, as build makes OUT
-            self.stream = open(self._tmp, "wb", buffering=buffering)  # noqa: SIM115
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # a fresh OUT
+            fd, self._tmp = create_temporary(os.path.abspath(path))
+            self.stream = open(fd, "wb", buffering=buffering)  # noqa: SIM115
         except OSError as exc:
             self._raise(exc)
         if buffering == 0:
@@ -107,7 +109,7 @@ class AtomicFile:
     def _open_remote(self, url: str, storage_options: dict[str, Any] | None) -> None:
         self._fs, self._path = _fs(url, storage_options)
         if protocol(self._fs) not in ("s3", "s3a", "gs", "gcs", "memory"):  # no atomic upload
-            self._tmp = f"{self._path}{TEMPORARY_MARK}{os.getpid()}"
+            self._tmp = temporary_name(self._path, hidden=False)
         try:
             self.stream = self._fs.open(self._tmp or self._path, "wb")
         except OSError as exc:

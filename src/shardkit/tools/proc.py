@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..digest import DEFAULT_HASH, HashName
 from ..engines import Engine
-from ..errors import ConfigError, DataError, ShardkitError
+from ..errors import ConfigError, DataError, ShardkitError, StorageError
 from ..formats.names import Format
 from ..handlers import OnError, check_on_error
 from ..units import Size
@@ -92,8 +92,11 @@ def _unpack(folder: str, stem: str, sample: dict[str, Any]) -> list[str]:
             raise DataError(
                 f"field {ext[:40]!r}... is too long for a file name", key=sample.get("__key__")
             )
-        with open(os.path.join(folder, name), "xb") as f:
-            f.write(value)
+        try:
+            with open(os.path.join(folder, name), "xb") as f:  # a private mkdtemp folder
+                f.write(value)
+        except OSError as exc:  # a full disk: one line, not a traceback
+            raise StorageError(f"cannot write: {exc.strerror or exc}", url=folder) from exc
         exts.append(ext)
     return exts
 

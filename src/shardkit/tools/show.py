@@ -20,6 +20,7 @@ from typing import Any
 from .._optional import missing, optional
 from ..codecs import image_extension
 from ..codecs._failures import NPY_FAILURES, image_failures
+from ..formats.jsondoc import load_json
 from ..formats.tfschema import LABEL_FIELDS
 from ..units import format_size
 from .tsv import check_spec, escape_controls
@@ -96,7 +97,7 @@ def _bytes_kind(ext: str, data: bytes, width: int) -> tuple[str, str]:
         return "int", _clip(data.decode("utf-8", "replace").strip(), width)
     if last in _JSON_EXTS:
         try:
-            doc = json.loads(data)
+            doc = load_json(data)
         except ValueError:
             return "json", "not valid JSON"
         return "json", _clip(json.dumps(doc, separators=(",", ":"), ensure_ascii=False), width)

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from ..errors import ConfigError
+from ..formats.jsondoc import load_json
 from ._inputs import Inputs, as_refs, iter_samples
 
 __all__ = [
@@ -100,7 +101,7 @@ def field_value(sample: Mapping[str, Any], spec: str) -> Any:
         if name in sample:
             raw = sample[name]
             try:
-                doc = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
+                doc = load_json(raw) if isinstance(raw, (bytes, str)) else raw
             except ValueError:
                 return None
             value = _walk(doc, spec[dot + 1 :].split("."))

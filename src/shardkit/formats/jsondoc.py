@@ -1,0 +1,71 @@
+"""The one bounded JSON parse: every JSON document shardkit reads goes through
+:func:`load_json` (manifests, ``.idx`` files, the build journal, list rows, ``json`` fields
+shown or converted).
+
+A document is untrusted: its size is bounded (:data:`~shardkit.formats.limits.MAX_DOCUMENT_SIZE`)
+before it is parsed, and its nesting (:data:`~shardkit.formats.limits.MAX_JSON_DEPTH`) after:
+a document nested 200,000 deep is one clear error line, never a ``RecursionError``, and
+whatever walks a document afterwards (re-encoding names, comparing options) stays far from
+the interpreter's recursion limit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import FormatError, ShardkitError
+from .limits import MAX_DOCUMENT_SIZE, MAX_JSON_DEPTH
+
+__all__ = ["check_depth", "load_json"]
+
+
+def load_json(
+    data: bytes | bytearray | memoryview | str,
+    *,
+    url: str | None = None,
+    what: str = "JSON document",
+    error: type[ShardkitError] = FormatError,
+    max_size: int = MAX_DOCUMENT_SIZE,
+    max_depth: int = MAX_JSON_DEPTH,
+) -> Any:
+    """``data`` parsed as JSON, bounded in size and depth; ``error`` (a FormatError by
+    default, always a ValueError for the standard ones) naming ``url`` and ``what`` when
+    it is not valid JSON or is over a bound."""
+    if len(data) > max_size:
+        raise error(f"{what} is {len(data)} bytes, over the {max_size}-byte limit", url=url)
+    if isinstance(data, memoryview):
+        data = bytes(data)
+    try:
+        document = json.loads(data)
+    except RecursionError:
+        raise error(f"{what} is nested more than {max_depth} levels deep", url=url) from None
+    except ValueError as exc:  # UnicodeDecodeError too
+        raise error(f"{what} is not valid JSON: {_short(exc)}", url=url) from None
+    if not check_depth(document, max_depth):
+        raise error(f"{what} is nested more than {max_depth} levels deep", url=url)
+    return document
+
+
+def check_depth(document: Any, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the lists and objects of ``document`` nest at most ``max_depth`` deep
+    (walked without recursion)."""
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > max_depth:
+            return False
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return True
+
+
+def _short(exc: ValueError) -> str:
+    """The parser's message, bounded (one line)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:200]

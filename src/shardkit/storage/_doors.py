@@ -1,0 +1,110 @@
+"""The reading door: how shardkit opens a file it did not just write.
+
+A manifest, an ``.idx`` file, the build journal, a list, a cache entry: each is untrusted,
+whoever wrote it. Locally, such a file is opened without blocking (``O_NONBLOCK``: a FIFO
+planted at its name cannot hang the open) and must be a regular file (``fstat``: a FIFO, a
+device such as ``/dev/zero`` behind a link, a socket or a folder is refused with one line);
+a document read whole is size-bounded before a byte is read. Remote objects are read
+through :func:`~shardkit.storage.open_read`, at most the bound plus one byte. A shard the
+user names as a stream (``-``, ``pipe:``, a FIFO given by name) is opened by ``open_read``
+as asked: the door is for the files shardkit finds.
+
+Parsing what the door returns is :func:`shardkit.formats.jsondoc.load_json`'s job (bounded
+size and depth).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+from typing import Any, BinaryIO
+
+from ..errors import StorageError
+from ..formats.limits import MAX_DOCUMENT_SIZE
+from ._urls import is_local, local_path
+
+__all__ = ["open_regular", "open_regular_fd", "read_document", "regular_files"]
+
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_regular(path: str, *, url: str | None = None, buffering: int = -1) -> BinaryIO:
+    """The regular file at ``path`` open for reading (binary), opened without blocking.
+
+    Raises :class:`~shardkit.errors.StorageError` naming ``url`` (default ``path``) for
+    anything that is not a regular file; :class:`FileNotFoundError` (as it is) when there
+    is nothing at ``path``."""
+    fd = os.open(path, _FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StorageError(f"not a regular file ({_kind(info.st_mode)})", url=url or path)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return open(fd, "rb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_regular_fd(path: str, *, url: str | None = None) -> int:
+    """:func:`open_regular`, as a bare descriptor (for ``pread`` and locks)."""
+    with open_regular(path, url=url, buffering=0) as f:
+        return os.dup(f.fileno())
+
+
+def regular_files(folder: str) -> list[str]:
+    """The names of the regular files in the local ``folder`` (links followed), unsorted:
+    what a listing of shards may open. A FIFO, a device or a socket is left out, so a
+    reader never waits on one it found rather than was given."""
+    with os.scandir(folder) as entries:
+        return [entry.name for entry in entries if entry.is_file()]
+
+
+def read_document(
+    url: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    limit: int = MAX_DOCUMENT_SIZE,
+    what: str = "file",
+) -> bytes:
+    """The whole of a small file shardkit did not just write (a manifest, an index), at
+    most ``limit`` bytes: StorageError (one line naming ``url`` and ``what``) for a file
+    over it, one that is not a regular file, or one that cannot be read."""
+    try:
+        if is_local(url):
+            with open_regular(local_path(url), url=url) as f:
+                size = os.fstat(f.fileno()).st_size
+                _check_size(size, limit, url, what)
+                data = f.read(limit + 1)
+        else:
+            from ._reading import open_read
+
+            with open_read(url, storage_options=storage_options) as stream:
+                data = stream.read(limit + 1)
+    except StorageError:
+        raise
+    except FileNotFoundError as exc:
+        raise StorageError(f"no such {what}", url=url) from exc
+    except OSError as exc:
+        raise StorageError(f"cannot read the {what}: {exc.strerror or exc}", url=url) from exc
+    _check_size(len(data), limit, url, what)  # grew while read, or remote
+    return data
+
+
+def _check_size(size: int, limit: int, url: str, what: str) -> None:
+    if size > limit:
+        raise StorageError(f"the {what} is larger than the {limit}-byte limit", url=url)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
+        if test(mode):
+            return name
+    return "not a file"

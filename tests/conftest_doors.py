@@ -1,0 +1,570 @@
+"""The hostile test layer's registries (tests/test_hostile_doors.py): every reader and writer
+entry point, registered once, and every kind of hostile input, each applied automatically to
+every entry point it concerns.
+
+An entry point declares what it touches (``TOUCHES``: a source folder, its shards, their
+``.idx`` files, a manifest, ``json`` fields, a list, an output folder); a kind declares what
+it attacks and whether it must make the entry fail. The test runs each kind in a fresh
+interpreter, every concerned entry point in a fresh copy of a small dataset, under a time
+bound (a FIFO must not hang it), a memory cap (``/dev/zero`` must not fill it) and, for the
+full disk, a file-size limit; and it checks a file outside every folder is never touched.
+A new entry point registers here once and inherits every kind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# What an entry point may touch; what a kind attacks.
+FOLDER = "folder"  # lists a source folder of shards (and reads its manifest when present)
+SHARD = "shard"  # reads shard bytes
+IDX = "idx"  # reads .idx files
+MANIFEST = "manifest"  # reads a manifest.json named directly
+JSON_FIELD = "json"  # parses samples' json fields
+LIST = "list"  # reads a JSONL list of files
+WRITES = "writes"  # writes files into an output folder (or beside its input)
+
+OUTSIDE = b"outside every folder: never to be touched\n"
+DEEP = b"[" * 200_000 + b"]" * 200_000
+TIME_BOUND = 30.0  # seconds an entry point may take on any input
+
+
+@dataclass(frozen=True)
+class Case:
+    """One copy of the small dataset an entry point runs on."""
+
+    root: str
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    @property
+    def src(self) -> str:  # two tar shards (6 samples each) and their .idx files
+        return self.path("src")
+
+    @property
+    def shard(self) -> str:
+        return self.path("src", "shard-000000.tar")
+
+    @property
+    def manifest(self) -> str:  # a valid manifest of hard links to the same shards
+        return self.path("m", "manifest.json")
+
+    @property
+    def list(self) -> str:  # a JSONL list of three images
+        return self.path("list.jsonl")
+
+    @property
+    def out(self) -> str:
+        return self.path("out")
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def _cli(*argv: str) -> None:
+    """Run the CLI in-process: a failure must be one ``Error:`` line (raised here as a
+    ShardkitError); a traceback or any other output on failure fails the test."""
+    from shardkit.cli import main
+    from shardkit.errors import ShardkitError
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        status = main(list(argv))
+    text = err.getvalue().strip()
+    if status == 0:
+        return
+    errors = [line for line in text.splitlines() if line.startswith("Error: ")]
+    if "Traceback" not in text and (status == 1 or (status == 2 and len(errors) == 1)):
+        raise ShardkitError((errors or text.splitlines() or ["problems found"])[-1][:1000])
+    raise AssertionError(f"exit {status}: {text[-3000:]}")
+
+
+def _checked(report: Any) -> None:
+    from shardkit.errors import FormatError
+
+    if not report.ok:
+        raise FormatError(f"{len(report.problems)} problems: {report.problems[0]}")
+
+
+def _verify_shard(case: Case) -> None:
+    from shardkit import tools
+    from shardkit.errors import FormatError
+
+    problems: list[Any] = []
+    tools.verify_shard(tools.resolve_inputs([case.shard])[0], on_problem=problems.append)
+    if problems:
+        raise FormatError(f"{len(problems)} problems: {problems[0]}")
+
+
+def _dataset(case: Case) -> None:
+    import shardkit
+    from shardkit.errors import ConfigError
+
+    dataset = shardkit.Dataset(case.src)
+    list(dataset)
+    try:
+        len(dataset)
+    except TypeError as exc:  # len()'s own answer when no count is known: a clear refusal
+        raise ConfigError(str(exc)) from exc
+    list(shardkit.Dataset(case.manifest))
+
+
+def _samples(case: Case) -> list[dict[str, Any]]:
+    from shardkit.tools import iter_cat
+
+    return list(iter_cat([case.src]))
+
+
+def _indexed(case: Case) -> list[Any]:
+    from shardkit.tools import load_index, read_indexed_sample
+
+    index = load_index(case.shard)
+    assert index is not None
+    return [read_indexed_sample(case.shard, index, i) for i in range(index.samples)]
+
+
+def _copy(sample: dict[str, Any]) -> dict[str, Any]:
+    return sample
+
+
+def _entries() -> dict[str, tuple[frozenset[str], Callable[[Case], Any]]]:
+    import shardkit
+    from shardkit import tools
+
+    f, s, i, m, j, w = FOLDER, SHARD, IDX, MANIFEST, JSON_FIELD, WRITES
+    read = frozenset({f, s})  # a folder read through
+    counted = read | {i}  # ... with the sample counts of its .idx files
+    e: dict[str, tuple[frozenset[str], Callable[[Case], Any]]] = {
+        # shardkit.tools
+        "build_index": (frozenset({s}), lambda c: tools.build_index(c.shard)),
+        "cat": (read | {w}, lambda c: tools.cat([c.src], c.path("out", "all.tar"))),
+        "contact_sheet": (
+            read | {w},
+            lambda c: tools.contact_sheet(_samples(c), c.path("out", "sheet.png")),
+        ),
+        "convert": (
+            read | {j, w},
+            lambda c: tools.convert([c.src], c.path("out", "all.tfrecord")),
+        ),
+        "describe_field": (
+            read | {j},
+            lambda c: tools.describe_field("json", _samples(c)[0]["json"]),
+        ),
+        "describe_sample": (read | {j}, lambda c: tools.describe_sample(_samples(c)[0])),
+        "field_value": (read | {j}, lambda c: tools.field_value(_samples(c)[0], "json.label")),
+        "format_sample": (read | {j}, lambda c: tools.format_sample(_samples(c)[0])),
+        "format_samples": (read | {j}, lambda c: list(tools.format_samples(_samples(c)))),
+        "format_stats": (read, lambda c: tools.format_stats(tools.stats([c.src]))),
+        "iter_cat": (read, _samples),
+        "iter_samples": (read, lambda c: list(tools.iter_samples(tools.resolve_inputs([c.src])))),
+        "load_index": (frozenset({i}), lambda c: tools.load_index(c.shard)),
+        "proc": (read | {w}, lambda c: tools.proc([c.src], "cat", c.path("out", "p.tar"))),
+        "read_indexed_sample": (frozenset({s, i}), _indexed),
+        "read_manifest": (frozenset({m}), lambda c: tools.read_manifest(c.manifest)),
+        "resolve_inputs": (frozenset({f}), lambda c: tools.resolve_inputs([c.src])),
+        "run_on_sample": (read, lambda c: tools.run_on_sample(_samples(c)[0], "cat")),
+        "run_on_samples": (read, lambda c: list(tools.run_on_samples(_samples(c), "cat"))),
+        "shuffle_buffer": (read, lambda c: list(tools.shuffle_buffer(_samples(c), 4))),
+        "split": (
+            read | {w},
+            lambda c: tools.split([c.src], c.path("out", "s-%06d.tar"), max_count=4),
+        ),
+        "stats": (read, lambda c: tools.stats([c.src])),
+        "tsv_rows": (read | {j}, lambda c: list(tools.tsv_rows(_samples(c), ["json.label"]))),
+        "verify": (counted | {m}, lambda c: _checked(tools.verify([c.src, c.manifest]))),
+        "verify_shard": (
+            frozenset({s, i}),
+            _verify_shard,
+        ),
+        "write_index": (frozenset({s, w}), lambda c: tools.write_index(c.shard)),
+        "write_indexes": (frozenset({s, w}), lambda c: tools.write_indexes([c.shard])),
+        "write_shards": (
+            read | {w},
+            lambda c: tools.write_shards(_samples(c), c.path("out", "w-%06d.tar"), max_count=4),
+        ),
+        "write_tsv": (read | {j}, lambda c: tools.write_tsv([c.src], "json.label", io.StringIO())),
+        # shardkit
+        "Dataset": (counted | {m}, _dataset),
+        "IndexedDataset": (counted, lambda c: list(shardkit.IndexedDataset(c.src))),
+        "mix": (
+            read,
+            lambda c: list(shardkit.mix([shardkit.Dataset(c.src), shardkit.Dataset(c.src)])),
+        ),
+        "Loader": (read, lambda c: list(shardkit.Loader(shardkit.Dataset(c.src), batch_size=None))),
+        "build": (counted | {w}, lambda c: shardkit.build(c.src, c.out)),
+        "build_list": (
+            frozenset({LIST, w}),
+            lambda c: shardkit.build(c.list, c.path("out", "from-list")),
+        ),
+        "map_shards": (
+            frozenset({s, w}),
+            lambda c: shardkit.map_shards(
+                _copy, c.shard, c.path("out", "mapped-%06d.tar"), workers=1
+            ),
+        ),
+        "read_shard": (frozenset({s}), lambda c: list(shardkit.read_shard(c.shard))),
+        "ShardWriter": (read | {w}, _shard_writer),
+        "TarWriter": (read | {w}, _tar_writer),
+        # the CLI
+        "cli build": (counted | {w}, lambda c: _cli("build", c.src, c.out)),
+        "cli cat": (read | {w}, lambda c: _cli("cat", c.src, "-o", c.path("out", "c.tar"))),
+        "cli convert": (
+            read | {j, w},
+            lambda c: _cli("convert", c.src, "-o", c.path("out", "c.tfrecord")),
+        ),
+        "cli demo": (
+            frozenset({w}),
+            lambda c: _cli("demo", c.path("out", "demo"), "--images", "4"),
+        ),
+        "cli index": (frozenset({f, s, w}), lambda c: _cli("index", c.src)),
+        "cli proc": (
+            read | {w},
+            lambda c: _cli("proc", c.src, "-e", "cat", "-o", c.path("out", "p.tar")),
+        ),
+        "cli show": (read | {j}, lambda c: _cli("show", c.src)),
+        "cli split": (
+            read | {w},
+            lambda c: _cli("split", c.src, "-o", c.path("out", "s-%06d.tar"), "--max-count", "4"),
+        ),
+        "cli stats": (read, lambda c: _cli("stats", c.src)),
+        "cli tsv": (read | {j}, lambda c: _cli("tsv", c.src, "-f", "__key__,json.label")),
+        "cli verify": (counted, lambda c: _cli("verify", c.src)),
+    }
+    return e
+
+
+def _shard_writer(case: Case) -> None:
+    import shardkit
+
+    with shardkit.ShardWriter(case.path("out", "sw-%06d.tar"), max_count=4) as sink:
+        for sample in _samples(case):
+            sink.write(sample)
+
+
+def _tar_writer(case: Case) -> None:
+    import shardkit
+    from shardkit import storage
+
+    with (
+        storage.open_atomic(case.path("out", "t.tar")) as file,
+        shardkit.TarWriter(file.stream) as sink,
+    ):
+        for sample in _samples(case):
+            sink.write(
+                {k: v for k, v in sample.items() if not k.startswith("__") or k == "__key__"}
+            )
+
+
+# Public names that read or write nothing (pure functions of their arguments, or classes
+# the registered entry points return): the coverage test accepts these, with the reason.
+NOT_IO = {
+    "index_url": "a name from a name",
+    "parse_fields": "parses its argument",
+    "plot_stats": "draws a Stats object (the entry 'format_stats' reads the shards)",
+    "MixedDataset": "what 'mix' returns",
+}
+
+
+def entry_names() -> list[str]:
+    return sorted(_entries())
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+def _fifo(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    os.mkfifo(path)
+
+
+def _link(path: str, target: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    os.symlink(target, path)
+
+
+def _put(path: str, data: bytes) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _huge(path: str) -> None:
+    from shardkit.formats.limits import MAX_DOCUMENT_SIZE
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    with open(path, "wb") as f:
+        f.truncate(MAX_DOCUMENT_SIZE + 1)  # sparse: costs nothing on disk
+
+
+def _idx(case: Case) -> list[str]:
+    return [case.path("src", n) for n in sorted(os.listdir(case.src)) if n.endswith(".idx")]
+
+
+def _manifests(case: Case) -> list[str]:
+    return [case.path("src", "manifest.json"), case.manifest]
+
+
+def _each(
+    paths: Callable[[Case], list[str]], plant: Callable[[str], None]
+) -> Callable[[Case], None]:
+    def apply(case: Case) -> None:
+        for path in paths(case):
+            plant(path)
+
+    return apply
+
+
+def _truncate_shard(case: Case) -> None:
+    for name in ("shard-000000.tar", "shard-000001.tar"):
+        path = case.path("src", name)
+        os.truncate(path, os.path.getsize(path) // 2 + 100)  # cut since it was indexed
+
+
+def _deep_json_field(case: Case) -> None:
+    from shardkit.writer import ShardWriter
+
+    os.makedirs(case.path("src2"))
+    with ShardWriter(case.path("src2", "shard-%06d.tar"), max_count=6) as sink:
+        for i in range(12):
+            sink.write({"__key__": f"k{i:03d}", "json": DEEP, "cls": i % 3, "txt": "x"})
+    shutil.rmtree(case.src)
+    os.rename(case.path("src2"), case.src)
+    for name in os.listdir(case.src):
+        _index(case.path("src", name))
+
+
+def _deep_list_row(case: Case) -> None:
+    with open(case.list, "ab") as f:
+        f.write(b'{"path": "images/0.jpg", "label": ' + DEEP + b"}\n")
+
+
+def _link_out(case: Case) -> None:
+    """Links to the outside file at every name a writer could be tricked by: the old
+    predictable temporaries (``.NAME.tmp-PID``) of every output name, and the names of
+    the files a build makes."""
+    names = [
+        "all.tar",
+        "all.tfrecord",
+        "sheet.png",
+        "p.tar",
+        "c.tar",
+        "c.tfrecord",
+        "t.tar",
+        "manifest.json",
+        *(f"{p}-{n:06d}.tar" for p in ("s", "w", "sw", "shard", "mapped") for n in range(4)),
+    ]
+    os.makedirs(case.out, exist_ok=True)
+    for name in names:
+        for suffix in (str(os.getpid()), "0" * 16):
+            _link(case.path("out", f".{name}.tmp-{suffix}"), case.path("outside", "secret"))
+    for name in (".shardkit-build.journal", ".shardkit-build.lock"):  # a build's own files
+        _link(case.path("out", name), case.path("outside", "secret"))
+    for name in os.listdir(case.src):
+        for suffix in (str(os.getpid()), "0" * 16):
+            _link(case.path("src", f".{name}.idx.tmp-{suffix}"), case.path("outside", "secret"))
+
+
+@dataclass(frozen=True)
+class Kind:
+    attacks: str
+    plant: Callable[[Case], None]
+    must_fail: bool
+    full_disk: bool = False
+
+
+_SPOILED: dict[str, Callable[[str], None]] = {
+    "fifo": _fifo,
+    "dev-zero": lambda path: _link(path, "/dev/zero"),
+    "huge": _huge,
+    "deep": lambda path: _put(path, DEEP),
+    "truncated": lambda path: _put(path, b'{"shards": [{"name": "shard-0'),
+}
+KINDS: dict[str, Kind] = {"clean": Kind("", lambda case: None, False)}
+for _target, _tag, _paths in (("idx", IDX, _idx), ("manifest", MANIFEST, _manifests)):
+    for _spoil, _plant in _SPOILED.items():
+        KINDS[f"{_spoil} {_target}"] = Kind(_tag, _each(_paths, _plant), True)
+KINDS |= {
+    "fifo among the shards": Kind(
+        FOLDER, lambda c: _fifo(c.path("src", "shard-000002.tar")), False
+    ),
+    "truncated shard": Kind(SHARD, _truncate_shard, True),
+    "deep json field": Kind(JSON_FIELD, _deep_json_field, False),
+    "deep list row": Kind(LIST, _deep_list_row, True),
+    "links out of the folder": Kind(WRITES, _link_out, False),
+    "full disk": Kind(WRITES, lambda case: None, True, full_disk=True),
+}
+# A manifest kind reaches a folder too: it is planted in the source folder.
+_ALSO = {MANIFEST: {FOLDER}}
+
+
+def must_fail(kind: Kind, touches: frozenset[str]) -> bool:
+    """Whether the entry reads what the kind spoils directly (a manifest planted in a
+    folder may be passed over by a tool that lists only regular files: not an error)."""
+    return kind.must_fail and kind.attacks in touches
+
+
+def applies(kind: Kind, touches: frozenset[str]) -> bool:
+    if not kind.attacks:
+        return True
+    return bool(touches & ({kind.attacks} | _ALSO.get(kind.attacks, set())))
+
+
+# --------------------------------------------------------------------------- the case
+
+
+def _index(path: str) -> None:
+    from shardkit.tools import write_index
+
+    write_index(path)
+
+
+def make_case(root: str) -> Case:
+    """The small dataset every entry point runs on (made once per kind, then copied)."""
+    import random
+
+    from shardkit.demo import make_jpeg
+    from shardkit.writer import ShardWriter
+
+    case = Case(root)
+    rng = random.Random(0)
+    os.makedirs(case.src)
+    with ShardWriter(case.path("src", "shard-%06d.tar"), max_count=6) as sink:
+        for i in range(12):
+            sink.write(
+                {
+                    "__key__": f"k{i:03d}",
+                    "jpg": make_jpeg(rng, i % 3, min_side=16, max_side=24),
+                    "json": {"label": i % 3},
+                    "cls": i % 3,
+                    "txt": f"text {i}",
+                }
+            )
+    for name in sorted(os.listdir(case.src)):
+        _index(case.path("src", name))
+    os.makedirs(case.path("m"))
+    shards = []
+    for name in sorted(os.listdir(case.src)):
+        os.link(case.path("src", name), case.path("m", name))
+        if name.endswith(".tar"):
+            shards.append({"name": name, "samples": 6})
+    with open(case.manifest, "w") as f:
+        json.dump({"shards": shards}, f)
+    os.makedirs(case.path("images"))
+    rows = []
+    for i in range(3):
+        with open(case.path("images", f"{i}.jpg"), "wb") as f:
+            f.write(make_jpeg(rng, i, min_side=16, max_side=24))
+        rows.append(json.dumps({"path": f"images/{i}.jpg", "label": i}))
+    with open(case.list, "w") as f:
+        f.write("\n".join(rows) + "\n")
+    os.makedirs(case.path("outside"))
+    with open(case.path("outside", "secret"), "wb") as f:
+        f.write(OUTSIDE)
+    return case
+
+
+# --------------------------------------------------------------------------- the child
+
+
+class _TimeBound(BaseException):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _TimeBound
+
+
+def run_kind(kind_name: str, root: str, only: str | None = None) -> None:
+    """In a fresh interpreter: every entry point the kind concerns, each on a fresh copy of
+    the case with the kind planted; one JSON line per entry point on stdout."""
+    from shardkit.errors import ShardkitError
+
+    kind = KINDS[kind_name]
+    template = make_case(os.path.join(root, "template"))
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))
+    for name, (touches, run) in sorted(_entries().items()):
+        if (only is not None and name != only) or not applies(kind, touches):
+            continue
+        case = Case(os.path.join(root, name.replace(" ", "_")))
+        shutil.copytree(template.root, case.root, symlinks=True)
+        kind.plant(case)
+        print(json.dumps({"entry": name, "started": True}), flush=True)
+        result: dict[str, Any] = {"entry": name, "must_fail": must_fail(kind, touches)}
+        fsize = resource.getrlimit(resource.RLIMIT_FSIZE)
+        start = time.monotonic()
+        signal.alarm(int(TIME_BOUND))
+        try:
+            if kind.full_disk:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (64, fsize[1]))
+            run(case)
+            result["outcome"] = "ok"
+        except ShardkitError as exc:
+            result.update(outcome="error", type=type(exc).__name__, message=str(exc))
+        except _TimeBound:
+            result.update(outcome="hang", message=f"over {TIME_BOUND} s")
+        except BaseException as exc:
+            result.update(
+                outcome="crash",
+                type=type(exc).__name__,
+                message=traceback.format_exc()[-3000:],
+            )
+        finally:
+            signal.alarm(0)
+            resource.setrlimit(resource.RLIMIT_FSIZE, fsize)
+        result["seconds"] = round(time.monotonic() - start, 2)
+        with open(case.path("outside", "secret"), "rb") as f:
+            result["outside_intact"] = f.read() == OUTSIDE and not os.path.islink(
+                case.path("outside", "secret")
+            )
+        print(json.dumps(result), flush=True)
+        shutil.rmtree(case.root, ignore_errors=True)
+
+
+def run_child(kind_name: str, root: str, *, timeout: float) -> list[dict[str, Any]]:
+    """Run :func:`run_kind` in a fresh interpreter; its results (a child killed at
+    ``timeout`` reports the entry it was in as a hang)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        f"import sys; sys.path.insert(0, {here!r})\n"
+        "from conftest_doors import run_kind\n"
+        f"run_kind({kind_name!r}, {root!r})\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+        )
+        stdout, stderr, status = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as exc:
+        stdout = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        stderr, status = "killed at the time bound", -9
+    results: list[dict[str, Any]] = []
+    for line in stdout.splitlines():
+        record = json.loads(line)
+        if record.get("started"):
+            results.append({"entry": record["entry"], "outcome": "hang", "message": stderr[-2000:]})
+        else:
+            results[-1] = record
+    if status != 0 and not (results and results[-1]["outcome"] == "hang"):
+        raise AssertionError(f"the child failed ({status}): {stderr[-3000:]}")
+    return results
