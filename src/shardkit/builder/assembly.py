@@ -40,7 +40,7 @@ from .journal import Journal
 from .manifest import ShardRecord
 from .options import BuildOptions
 from .store import LocalStore, ObjectStore
-from .worker import TaskResult, current_context
+from .worker import TaskResult, current_run
 
 __all__ = ["Cutter", "ShardPlan", "WorkerAssembler", "assemble_shard"]
 
@@ -123,7 +123,7 @@ class Cutter:
 
 def assemble_shard(plan: ShardPlan) -> ShardRecord:
     """Worker side: copy ``plan``'s ranges into shard ``plan.name``; returns its record."""
-    store = current_context().store
+    store = current_run().context.store
     with store.create(plan.name) as pending:  # a failure (a full disk) leaves nothing behind
         for part, offset, length in plan.ranges:
             for block in _read_range(store, part, offset, length):

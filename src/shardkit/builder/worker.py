@@ -3,7 +3,12 @@
 This runs in a worker process (or in the driver for one-pass iterables and single-worker
 builds). Nothing per sample leaves the process: the driver gets one small
 :class:`TaskResult` per task and, a few times a second, progress counts through the
-reporter installed by :func:`init_worker`.
+reporter of the run's :class:`WorkerRun`.
+
+A task finds its build through :func:`current_run`: the state :func:`init_worker` made
+for that build in this process, which the engine sets around each of the build's tasks
+(:func:`shardkit.engines.run_state`). Nothing of a build is kept in a module global, so two
+builds in one process (two threads of a notebook or a service) never mix.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engines import run_state
 from ..errors import DataError
 from ..formats.cut import Cut
 from .options import BuildOptions
@@ -35,7 +41,8 @@ __all__ = [
     "Reporter",
     "TaskResult",
     "WorkerContext",
-    "current_context",
+    "WorkerRun",
+    "current_run",
     "init_worker",
     "encode_item",
     "part_name",
@@ -87,34 +94,44 @@ class TaskResult:
 #: This module: the local pool's forkserver imports it once for every worker process.
 WORKER_MODULE = __name__
 
-_context: WorkerContext | None = None
-_reporter: Reporter | None = None
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """One build as a process serving its tasks sees it: its context and its reporter."""
+
+    context: WorkerContext
+    reporter: Reporter | None = None
+
+    def close(self) -> None:
+        """Release what the build's tasks opened in this process (the source's cached
+        input streams; the download session)."""
+        close = getattr(self.context.source, "close", None)
+        if close is not None:
+            close()
+        # Imported only where URLs were read: other builds do not pay for the import.
+        fetch = sys.modules.get(f"{__package__}.fetch")
+        if fetch is not None:
+            fetch.close_fetcher()
 
 
-def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> None:
-    """Install the build context and progress reporter in this process."""
-    global _context, _reporter
-    # Input streams cached for an earlier run must not serve this one. The modules that
-    # cache them are imported only where shards or URLs were read: the workers of other
-    # builds do not pay for their imports (~30 ms each, before their first task).
-    shards = sys.modules.get(f"{__package__}.shards")
-    if shards is not None:
-        shards.close_streams()
-    _context, _reporter = context, reporter
-    fetch = sys.modules.get(f"{__package__}.fetch")
-    if context is None and fetch is not None:
-        fetch.close_fetcher()
-    if context is not None and context.options.transforms:
+def init_worker(context: WorkerContext, reporter: Reporter | None) -> WorkerRun:
+    """The state of the build ``context`` in this process (the engine's ``init``)."""
+    if context.options.transforms:
         from .transform import limit_threads
 
         limit_threads()
+    return WorkerRun(context, reporter)
 
 
-def current_context() -> WorkerContext:
-    """The build context :func:`init_worker` installed in this process."""
-    if _context is None:
-        raise RuntimeError("a build task ran before init_worker()")
-    return _context
+def current_run() -> WorkerRun:
+    """The build whose task is running (in this thread)."""
+    try:
+        state = run_state()
+    except RuntimeError:
+        state = None
+    if not isinstance(state, WorkerRun):
+        raise RuntimeError("a build task ran outside a build (not through its engine)")
+    return state
 
 
 def part_name(options: BuildOptions, task: int) -> str:
@@ -125,7 +142,8 @@ def part_name(options: BuildOptions, task: int) -> str:
 class _Progress:
     """Counts since the last report; reports at most every ``interval`` seconds."""
 
-    def __init__(self, interval: float = 0.2) -> None:
+    def __init__(self, reporter: Reporter | None, interval: float = 0.2) -> None:
+        self._reporter = reporter
         self.samples = self.bytes = self.skipped = 0
         self._interval = interval
         self._last = time.monotonic()
@@ -140,18 +158,19 @@ class _Progress:
             self._last = now
 
     def flush(self) -> None:
-        if _reporter is not None and (self.samples or self.skipped):
-            _reporter(self.samples, self.bytes, self.skipped)
+        if self._reporter is not None and (self.samples or self.skipped):
+            self._reporter(self.samples, self.bytes, self.skipped)
         self.samples = self.bytes = self.skipped = 0
 
 
 def run_task(task: Task) -> TaskResult:
     """Write ``task`` into part files in the output; returns what was written."""
-    context = current_context()
+    run = current_run()
+    context = run.context
     options = context.options
     writer = _part_writer(context, part_name(options, task.index))
     result = TaskResult(task.index, [])
-    progress = _Progress()
+    progress = _Progress(run.reporter)
     load, add, counts = context.source.load, writer.add, result.class_counts
     packed = 0
     try:

@@ -1,8 +1,11 @@
 """The local engine: a process pool on this machine, or the calling process itself.
 
-Both implement :class:`~shardkit.engines.Executor`. Each worker process (or the calling
-process, inline) gets the run's ``context`` once, through ``init(context, reporter)``;
-the reporter sends progress counts back to the driver.
+Both implement :class:`~shardkit.engines.Executor`. Each worker process gets the run's
+``context`` once and makes the run's state from it, through ``init(context, reporter)``
+(the reporter sends progress counts back to the driver); each task sees that state through
+:func:`~shardkit.engines.run_state`. Inline, the state belongs to the executor, and is set
+around each task in the calling thread only: two inline runs in two threads of one
+process never see each other's (see :mod:`._run`).
 
 The local pool uses the ``forkserver`` start method. ``fork`` starts fastest, but it
 copies whatever the calling process holds (threads of torch, tqdm or a user's program,
@@ -38,6 +41,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, TypeVar
 
+from . import _run
+
 __all__ = [
     "STOP_TIMEOUT_S",
     "UNGUARDED_SCRIPT",
@@ -50,19 +55,17 @@ __all__ = [
 T = TypeVar("T")
 R = TypeVar("R")
 Counts = tuple[int, int, int]
-InitFn = Callable[[Any, Any], None]  # init(context, reporter) in each worker process
+InitFn = Callable[[Any, Any], Any]  # init(context, reporter) -> the run's state, per process
 
 
 class InlineExecutor:
-    """Runs each task in the calling process when it is submitted."""
+    """Runs each task in the calling thread when it is submitted."""
 
     workers = 1
 
     def __init__(self, *, init: InitFn | None = None, context: Any = None) -> None:
         self._counts: list[Counts] = []
-        self._init = init
-        if init is not None:
-            init(context, self._report)
+        self._state = init(context, self._report) if init is not None else None
 
     def _report(self, samples: int, nbytes: int, skipped: int) -> None:
         self._counts.append((samples, nbytes, skipped))
@@ -70,7 +73,7 @@ class InlineExecutor:
     def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
         future: Future[R] = Future()
         try:
-            future.set_result(fn(arg))
+            future.set_result(_run.call(self._state, fn, arg))
         except Exception as exc:
             future.set_exception(exc)
         return future
@@ -80,15 +83,13 @@ class InlineExecutor:
         return counts
 
     def close(self, *, cancel: bool = False) -> None:
-        if self._init is not None:
-            self._init(None, None)
+        state, self._state = self._state, None
+        _run.close_state(state)
 
 
-_queue: Any = None
-
-
-def _report_to_queue(samples: int, nbytes: int, skipped: int) -> None:
-    _queue.put((samples, nbytes, skipped))
+# A pool process serves one run only (each run makes its own pool): its state is set by
+# the pool's initializer here, the only way to hand it to that process's tasks.
+_state: Any = None
 
 
 class _Stopped(BaseException):
@@ -98,12 +99,12 @@ class _Stopped(BaseException):
 _in_task = False
 
 
-def _run(fn: Callable[[T], R], arg: T) -> R:
+def _task(fn: Callable[[T], R], arg: T) -> R:
     """A task in a pool worker; a SIGTERM during it unwinds it, then ends the process."""
     global _in_task
     _in_task = True
     try:
-        return fn(arg)
+        return _run.call(_state, fn, arg)
     except _Stopped:
         os._exit(1)  # the task has cleaned up; a cancelled run takes no further task
     finally:
@@ -117,12 +118,21 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _init_process(init: InitFn | None, context: Any, progress_queue: Any, driver: int) -> None:
-    global _queue
+    global _state
     signal.signal(signal.SIGTERM, _on_sigterm)
     _exit_with(driver)
-    _queue = progress_queue
     if init is not None:
-        init(context, _report_to_queue)
+        _state = init(context, _QueueReporter(progress_queue))
+
+
+class _QueueReporter:
+    """Sends a pool worker's progress counts to the driver."""
+
+    def __init__(self, progress_queue: Any) -> None:
+        self._queue = progress_queue
+
+    def __call__(self, samples: int, nbytes: int, skipped: int) -> None:
+        self._queue.put((samples, nbytes, skipped))
 
 
 def _exit_with(pid: int) -> None:
@@ -212,7 +222,7 @@ class ProcessExecutor:
         )
 
     def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
-        return self._pool.submit(_run, fn, arg)
+        return self._pool.submit(_task, fn, arg)
 
     def progress(self) -> list[Counts]:
         counts: list[Counts] = []
