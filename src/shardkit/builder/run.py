@@ -32,8 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import Any
 
 from .. import config
 from ..engines import Executor, make_executor
@@ -58,7 +57,6 @@ logger = logging.getLogger(__name__)
 
 Store = LocalStore | ObjectStore
 Committer = Renamer | WorkerAssembler
-R = TypeVar("R")
 
 
 class _Driver:
@@ -216,10 +214,10 @@ class _Driver:
                 for future in sorted(done, key=lambda f: _order(inflight[f])):
                     job = inflight.pop(future)
                     if isinstance(job, ShardPlan):
-                        self._assembled(job, _result_of(future))
+                        self._assembled(job, future.result())
                     else:
                         running -= 1
-                        self._finished(_result_of(future))
+                        self._finished(future.result())
         except BaseException:
             executor.close(cancel=True)
             with contextlib.suppress(Exception):  # never in place of the run's own error
@@ -409,16 +407,6 @@ def _fetched(manifest: dict[str, Any]) -> dict[str, int]:
 def _order(job: Task | ShardPlan) -> tuple[bool, int]:
     """Chunk results first, each kind in plan order."""
     return isinstance(job, ShardPlan), job.index
-
-
-def _result_of(future: Future[R]) -> R:
-    try:
-        return future.result()
-    except BrokenProcessPool as exc:
-        raise BuildError(
-            "a worker process died unexpectedly (killed, out of memory, or see the line it "
-            "left above); rerun the same command to resume"
-        ) from exc
 
 
 def _cluster_executor(options: BuildOptions, listing: Listing, ctx: WorkerContext) -> Executor:

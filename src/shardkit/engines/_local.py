@@ -28,7 +28,9 @@ idle one exits at once.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import inspect
 import multiprocessing
 import os
 import queue
@@ -39,8 +41,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from ..errors import BuildError
 from . import _run
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "InlineExecutor",
     "ProcessExecutor",
     "check_not_bootstrapping",
+    "worker_died",
     "warm_up",
 ]
 
@@ -184,6 +189,70 @@ def check_not_bootstrapping() -> None:
         os._exit(1)
 
 
+def _script_call() -> tuple[str, int] | None:
+    """The script run as ``__main__`` and the line of its top-level code running now, if
+    this call comes from there (a worker process imports that script again)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not isinstance(path, str) or not path.endswith(".py"):
+        return None
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
+            return path, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _unguarded(path: str, line: int) -> bool:
+    """Whether ``line`` of the script ``path`` is outside every ``if __name__ ==
+    "__main__":`` block (False when the script cannot be read back)."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(1 << 22))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return not any(
+        isinstance(node, ast.If)
+        and _is_main_test(node.test)
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+    )
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if not isinstance(test, ast.Compare) or len(test.comparators) != 1:
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    texts = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return names == ["__name__"] and texts == ["__main__"]
+
+
+def worker_died(exc: BaseException, script_call: tuple[str, int] | None) -> BuildError:
+    """The error for a pool whose worker process died (``exc``: the pool's error);
+    ``script_call``: where the script run as ``__main__`` started the pool, if it did.
+
+    A script without the ``if __name__ == "__main__":`` guard kills every worker as it
+    starts (each imports the script, which starts a build again): the error says to add
+    the guard, since rerunning never helps then."""
+    if script_call is not None and _unguarded(*script_call):
+        path, line = script_call
+        message = (
+            f"worker processes could not start: {os.path.basename(path)} runs line {line} "
+            "at import, and each worker process imports the script; put that call under "
+            "`if __name__ == '__main__':`"
+        )
+    else:
+        message = (
+            "a worker process died unexpectedly (killed, out of memory, or see the line it "
+            "left above); rerun the same command to resume"
+        )
+    error = BuildError(message)
+    error.__cause__ = exc
+    return error
+
+
 def warm_up(preload: Sequence[str] = ()) -> None:
     """Start the forkserver now (it imports shardkit, and ``preload``, in the background),
     so that the pool starts in milliseconds once the source is listed and every worker
@@ -199,7 +268,8 @@ class ProcessExecutor:
     """A local pool of ``workers`` processes (forkserver), progress through one queue.
 
     ``preload`` names modules the forkserver imports once for every worker (the module
-    holding ``init`` and the task functions)."""
+    holding ``init`` and the task functions). A task whose worker died fails with
+    :func:`worker_died`'s BuildError."""
 
     def __init__(
         self,
@@ -213,6 +283,7 @@ class ProcessExecutor:
         mp = multiprocessing.get_context("forkserver")
         mp.set_forkserver_preload([*_PRELOAD, *preload])
         self.workers = workers
+        self._script_call = _script_call()  # for the error, if the workers cannot start
         self._queue = mp.Queue()
         self._pool = ProcessPoolExecutor(
             max_workers=workers,
@@ -222,7 +293,23 @@ class ProcessExecutor:
         )
 
     def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
-        return self._pool.submit(_task, fn, arg)
+        inner = self._pool.submit(_task, fn, arg)
+        out: Future[R] = Future()
+
+        def done(finished: Future[R]) -> None:
+            if finished.cancelled():
+                out.cancel()
+                return
+            exc = finished.exception()
+            if exc is None:
+                out.set_result(finished.result())
+            elif isinstance(exc, BrokenProcessPool):
+                out.set_exception(worker_died(exc, self._script_call))
+            else:
+                out.set_exception(exc)
+
+        inner.add_done_callback(done)
+        return out
 
     def progress(self) -> list[Counts]:
         counts: list[Counts] = []
