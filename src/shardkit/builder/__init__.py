@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..formats.record import ShardRecord
 from .options import BuildOptions
-from .results import BuildProgress, BuildResult, ProgressFn, ShardRecord
+from .results import BuildProgress, BuildResult, ProgressFn
 
 __all__ = ["BuildOptions", "BuildProgress", "BuildResult", "ShardRecord", "build"]
 

@@ -33,11 +33,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..digest import entry_digest
 from ..errors import StorageError
+from ..formats.record import ShardRecord
 from .commit import CommitPool, Namer
-from .journal import Journal
-from .manifest import ShardRecord
+from .journal import AssembledShard, Journal
 from .options import BuildOptions
 from .store import LocalStore, ObjectStore
 from .worker import TaskResult, current_run
@@ -197,16 +196,10 @@ class WorkerAssembler:
         """Keep the journaled shards found intact; yields chunks to run again (chunk
         results are read back from the journal in plan order, twice: none is held)."""
         matches = self.store.matcher()
-        for position, record in enumerate(self.journal.shards):
-            index = int(record.get("index", position))
-            try:
-                digest = entry_digest(record)
-            except ValueError:  # a damaged record: that shard is made again
-                continue
-            shard = ShardRecord(record["name"], record["samples"], record["bytes"], digest)
+        for recorded in self.journal.shards:  # a damaged record was dropped: made again
+            shard = recorded.shard
             if matches(shard.name, shard.bytes, shard.digest):
-                end = (int(record["end"][0]), int(record["end"][1]))
-                self._recorded[index] = (shard, end)
+                self._recorded[recorded.index] = (shard, recorded.end)
         needed = _Spans()  # chunks a shard still to be made reads
         dry = Cutter(self.options, self.cutter.final_name)
         task = 0  # the unbroken prefix of chunks the cut goes through
@@ -281,19 +274,19 @@ class WorkerAssembler:
                 f"planned {plan.size}, {plan.samples}",
                 url=self.store.join(plan.name),
             )
-        record = {**dataclasses.asdict(shard), "index": plan.index, "end": list(plan.end)}
+        record = AssembledShard(shard, plan.index, plan.end)
         if self.pool is None:
-            self.journal.record_shard(record, index=plan.index)
+            self.journal.record_shard(record)
         else:
             with self._lock:
                 self._unwritten += 1
-            write = self.pool.submit(self._record_shard, record, plan.index)
+            write = self.pool.submit(self._record_shard, record)
             for chunk in plan.chunks:
                 self._writes.setdefault(chunk, []).append(write)
         self._committed(plan, shard)
 
-    def _record_shard(self, record: dict[str, Any], index: int) -> None:
-        self.journal.record_shard(record, index=index)
+    def _record_shard(self, record: AssembledShard) -> None:
+        self.journal.record_shard(record)
         with self._lock:
             self._unwritten -= 1
 

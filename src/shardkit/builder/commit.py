@@ -29,8 +29,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .. import storage
+from ..formats.record import ShardRecord
 from .journal import Journal
-from .manifest import ShardRecord
 from .store import LocalStore, ObjectStore
 from .worker import TaskResult
 

@@ -10,8 +10,9 @@ from ..digest import entry_digest
 from ..errors import BuildError
 from ..formats.manifest import decode_name, encode_names
 from ..formats.names import TEMPORARY_MARK
+from ..formats.record import ShardRecord
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
-from .manifest import MANIFEST_NAME, ShardRecord, read_manifest
+from .manifest import MANIFEST_NAME, read_manifest
 from .options import BuildOptions
 from .store import LocalStore, ObjectStore
 

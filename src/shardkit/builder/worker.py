@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..engines import run_state
 from ..errors import DataError
 from ..formats.cut import Cut
+from ..formats.record import ShardRecord
 from .options import BuildOptions
 from .partwriter import PartWriter, tar_chunks
 from .plan import Task
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WORKER_MODULE",
-    "PartInfo",
     "Reporter",
     "TaskResult",
     "WorkerContext",
@@ -66,22 +66,12 @@ class WorkerContext:
     assemble: bool = False  # chunk parts to assemble shards from, not whole shards
 
 
-@dataclass(frozen=True)
-class PartInfo:
-    """One complete part written by a task (under its hidden part name)."""
-
-    name: str
-    samples: int
-    bytes: int
-    digest: str  # ALGO:HEX (shardkit.digest), "" with hash="none"
-
-
 @dataclass
 class TaskResult:
     """What a task sends back: its parts, what it skipped, per-class counts."""
 
     index: int
-    parts: list[PartInfo]
+    parts: list[ShardRecord]  # each under its hidden part name
     skipped: list[tuple[str, str]] = field(default_factory=list)
     class_counts: dict[int, int] = field(default_factory=dict)
     input_bytes: int = 0
@@ -201,7 +191,7 @@ def run_task(task: Task) -> TaskResult:
     except BaseException:  # a part being written is never left behind, even by a signal
         writer.abort()
         raise
-    result.parts = [PartInfo(*part) for part in parts]
+    result.parts = [ShardRecord(*part) for part in parts]
     result.sizes = writer.sizes
     return result
 

@@ -54,12 +54,6 @@ class ManifestShard:
     bytes: int | None = None
     digest: str | None = None  # ALGO:HEX
 
-    @property
-    def sha256(self) -> str | None:
-        """The hex sha256 the entry states, if its digest is one."""
-        name, _, hexdigest = (self.digest or "").partition(":")
-        return hexdigest if name == "sha256" else None
-
 
 @dataclass(frozen=True)
 class ManifestContents:

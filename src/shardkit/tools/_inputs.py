@@ -64,12 +64,6 @@ class ShardRef:
     def stdin(self) -> bool:
         return self.url == "-"
 
-    @property
-    def sha256(self) -> str | None:
-        """The manifest's hex sha256 of this shard, when it records one."""
-        name, _, hexdigest = (self.digest or "").partition(":")
-        return hexdigest if name == "sha256" else None
-
 
 @dataclass(frozen=True)
 class Manifest:
