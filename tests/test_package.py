@@ -129,3 +129,20 @@ def test_error_fields_survive_pickling() -> None:
     assert (back.url, back.offset, back.key) == ("s3://b/x.tfrecord", 1234, "k")
     assert str(back) == "s3://b/x.tfrecord, sample 'k', offset 1234: bad crc"
     assert isinstance(back, ValueError)
+
+
+def test_no_module_imports_its_own_package() -> None:
+    """A package's ``__init__`` exports what its modules define, never the reverse: a
+    module importing its own package is a cycle (``builder/api`` once imported a helper
+    of ``builder/__init__``, which imports ``api`` to run a build). import-linter's
+    contracts (``make lint``) cover the cycles between sibling modules, not this one."""
+    import grimp
+
+    graph = grimp.build_graph("shardkit", exclude_type_checking_imports=True)
+    back = sorted(
+        f"{module} -> {imported}"
+        for module in graph.modules
+        for imported in graph.find_modules_directly_imported_by(module)
+        if module.startswith(imported + ".")
+    )
+    assert back == []

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import BuildError, ConfigError
 from ..formats.names import MANIFEST_NAME, is_shard_name
-from . import _is_table
+from .kinds import is_table
 from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
@@ -84,7 +84,7 @@ def list_source(
 
         path = storage.local_path(path)
     remote = "://" in path
-    table = _is_table(path)
+    table = is_table(path)
     if options.root is not None and not table:
         raise ConfigError("root applies to a CSV/JSONL list only")
     if table:

@@ -40,8 +40,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .._optional import require
-from ..codecs import image_size
-from ..codecs._failures import image_failures
+from ..codecs import image_failures, image_size
 from ..errors import DataError
 
 __all__ = [

@@ -9,7 +9,14 @@ are used underneath.
 
 from __future__ import annotations
 
-from ._inputs import Manifest, ShardRef, iter_samples, read_manifest, resolve_inputs
+from ._inputs import (
+    Manifest,
+    ShardRef,
+    class_names,
+    iter_samples,
+    read_manifest,
+    resolve_inputs,
+)
 from .cat import cat, iter_cat, shuffle_buffer
 from .convert import convert
 from .grid import ContactSheet, contact_sheet
@@ -44,6 +51,7 @@ __all__ = [
     "VerifyReport",
     "build_index",
     "cat",
+    "class_names",
     "contact_sheet",
     "convert",
     "describe_field",
