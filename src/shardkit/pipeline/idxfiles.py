@@ -19,14 +19,9 @@ from ..errors import ConfigError
 from ..formats.index import ShardIndex, check_shard_size, index_url
 from ..reader import load_index
 
-__all__ = ["check_shard_size", "folder_counts", "index_name", "load_indexes"]
+__all__ = ["check_shard_size", "folder_counts", "load_indexes"]
 
 _THREADS = 8  # index files fetched at once from a remote folder
-
-
-def index_name(shard_name: str) -> str:
-    """The file name of a shard's index."""
-    return index_url(shard_name)
 
 
 def load_indexes(urls: Sequence[str], storage_options: dict[str, Any] | None) -> list[ShardIndex]:
@@ -36,7 +31,7 @@ def load_indexes(urls: Sequence[str], storage_options: dict[str, Any] | None) ->
         index = load_index(url, storage_options=storage_options)
         if index is None:
             raise ConfigError(
-                f"{url} has no index ({index_name(storage.basename(url))}): "
+                f"{url} has no index ({index_url(storage.basename(url))}): "
                 "run `shardkit index` on its folder first"
             )
         return index
@@ -56,7 +51,7 @@ def folder_counts(
     every shard in ``shards`` (names in it) has one, else None. Each index is checked
     against its shard's size now: a stale one raises FormatError."""
     present = set(names)
-    if not shards or not all(index_name(name) in present for name in shards):
+    if not shards or not all(index_url(name) in present for name in shards):
         return None
     urls = [storage.join(folder, name) for name in shards]
     indexes = load_indexes(urls, storage_options)

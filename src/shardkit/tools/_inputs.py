@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-import sys
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -217,11 +216,6 @@ def iter_samples(
             yield from read_shard(
                 ref.url, format=ref.format, handler=handler, storage_options=storage_options
             )
-
-
-def stdin_is_terminal() -> bool:
-    """Whether stdin is an interactive terminal (reading a tar stream from it is a mistake)."""
-    return sys.stdin is not None and sys.stdin.isatty()
 
 
 @contextlib.contextmanager
