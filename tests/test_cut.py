@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from shardkit.builder.assembly import Cutter
 from shardkit.builder.options import BuildOptions
-from shardkit.builder.partwriter import PartWriter, tar_chunks
+from shardkit.builder.partwriter import PartWriter
 from shardkit.builder.plan import cut_tasks
 from shardkit.builder.sources import Item
 from shardkit.builder.store import LocalStore
@@ -20,6 +20,7 @@ from shardkit.errors import ConfigError
 from shardkit.formats import tar
 from shardkit.formats.cut import Cut
 from shardkit.formats.record import ShardRecord
+from shardkit.formats.tar import tar_chunks
 from shardkit.tools._inputs import ShardRef
 from shardkit.tools._rawsplit import RawShards, split_raw
 from shardkit.writer import ShardWriter

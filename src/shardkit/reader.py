@@ -39,7 +39,6 @@ from .handlers import Handler, reraise
 
 __all__ = [
     "load_index",
-    "MAX_MEMBER_SIZE",
     "detect_format",
     "holds_whole_shard",
     "iter_shard_samples",

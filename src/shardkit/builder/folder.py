@@ -8,11 +8,11 @@ from typing import Any
 
 from ..digest import entry_digest
 from ..errors import BuildError
-from ..formats.manifest import decode_name, encode_names
-from ..formats.names import TEMPORARY_MARK
+from ..formats.manifest import encode_names
+from ..formats.names import MANIFEST_NAME, TEMPORARY_MARK, decode_name
 from ..formats.record import ShardRecord
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
-from .manifest import MANIFEST_NAME, read_manifest
+from .manifest import read_manifest
 from .options import BuildOptions
 from .store import LocalStore, ObjectStore
 

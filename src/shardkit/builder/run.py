@@ -37,12 +37,13 @@ from typing import Any
 from .. import config
 from ..engines import Executor, make_executor
 from ..errors import BuildError, EmptyBuildError
+from ..formats.names import MANIFEST_NAME
 from ..formats.record import ShardRecord
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
 from .commit import COMMIT_THREADS, Renamer
 from .folder import OutputFolder
 from .journal import Journal, output_lock
-from .manifest import MANIFEST_NAME, make_manifest, write_manifest
+from .manifest import make_manifest, write_manifest
 from .options import BuildOptions
 from .plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
 from .results import BuildProgress, BuildResult, ProgressFn

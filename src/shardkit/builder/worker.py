@@ -26,8 +26,9 @@ from ..engines import run_state
 from ..errors import DataError
 from ..formats.cut import Cut
 from ..formats.record import ShardRecord
+from ..formats.tar import tar_chunks
 from .options import BuildOptions
-from .partwriter import PartWriter, tar_chunks
+from .partwriter import PartWriter
 from .plan import Task
 from .sources import Item, Source, check_listed_size
 from .store import LocalStore, ObjectStore
@@ -289,7 +290,7 @@ def _example(
     from ..formats import tfschema as tf
 
     if size is None:
-        from .transform import image_size
+        from ..codecs import image_size
 
         size = image_size(data)
     sample: dict[str, Any] = {

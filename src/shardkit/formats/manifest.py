@@ -24,16 +24,13 @@ from typing import Any
 
 from ..digest import entry_digest
 from ..errors import ManifestError
-from .names import FORMATS, MANIFEST_NAME, Format, decode_name, encode_name
+from .names import FORMATS, Format, decode_name, encode_name
 
 __all__ = [
-    "MANIFEST_NAME",
     "MANIFEST_VERSION",
     "ManifestContents",
     "ManifestShard",
-    "decode_name",
     "encode_manifest",
-    "encode_name",
     "encode_names",
     "parse_manifest",
 ]

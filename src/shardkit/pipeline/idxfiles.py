@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..formats.index import ShardIndex, check_shard_size, index_url
 from ..reader import load_index
 
-__all__ = ["check_shard_size", "folder_counts", "load_indexes"]
+__all__ = ["folder_counts", "load_indexes"]
 
 _THREADS = 8  # index files fetched at once from a remote folder
 

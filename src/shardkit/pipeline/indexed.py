@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 from .. import reader
 from ..errors import DataError, FormatError
-from ..formats.index import check_key
+from ..formats.index import check_key, check_shard_size
 from ..formats.tar import span_sample
 from ..handlers import Handler, HandlerName
 from ..ranges import RangeReader
@@ -42,7 +42,7 @@ from ._torch import MapBase, register_map_dataset
 from .context import Context
 from .dataset import Dataset
 from .decode import Decode
-from .idxfiles import check_shard_size, load_indexes
+from .idxfiles import load_indexes
 from .stages import Stage
 
 __all__ = ["IndexedDataset"]

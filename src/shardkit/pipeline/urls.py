@@ -31,7 +31,7 @@ from ..formats.names import MANIFEST_NAME, is_shard_name
 from ..reader import load_manifest, manifest_urls
 from .idxfiles import folder_counts
 
-__all__ = ["MANIFEST_NAME", "ShardList", "is_shard_name", "parse_manifest", "resolve_source"]
+__all__ = ["ShardList", "parse_manifest", "resolve_source"]
 
 
 @dataclass(frozen=True)

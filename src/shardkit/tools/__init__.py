@@ -9,6 +9,8 @@ are used underneath.
 
 from __future__ import annotations
 
+from ..formats.index import ShardIndex, index_url
+from ..reader import load_index
 from ._inputs import (
     Manifest,
     ShardRef,
@@ -20,15 +22,7 @@ from ._inputs import (
 from .cat import cat, iter_cat, shuffle_buffer
 from .convert import convert
 from .grid import ContactSheet, contact_sheet
-from .index import (
-    ShardIndex,
-    build_index,
-    index_url,
-    load_index,
-    read_indexed_sample,
-    write_index,
-    write_indexes,
-)
+from .index import build_index, read_indexed_sample, write_index, write_indexes
 from .proc import ProcError, ProcResult, proc, run_on_sample, run_on_samples
 from .show import FieldInfo, describe_field, describe_sample, format_sample, format_samples
 from .split import split, write_shards

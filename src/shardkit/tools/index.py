@@ -14,22 +14,11 @@ from typing import Any
 
 from .. import storage
 from ..errors import FormatError, StorageError
-from ..formats.index import INDEX_SUFFIX, ShardIndex, compare_index, index_url
+from ..formats.index import ShardIndex, index_url
 from ..formats.names import Format
-from ..reader import load_index
 from .verify import scan_shard
 
-__all__ = [
-    "INDEX_SUFFIX",
-    "ShardIndex",
-    "build_index",
-    "compare_index",
-    "index_url",
-    "load_index",
-    "read_indexed_sample",
-    "write_index",
-    "write_indexes",
-]
+__all__ = ["build_index", "read_indexed_sample", "write_index", "write_indexes"]
 
 
 def build_index(

@@ -40,15 +40,7 @@ from ._inputs import (
     read_manifest,
 )
 
-__all__ = [
-    "Problem",
-    "ShardCheck",
-    "VerifyReport",
-    "compare_index",
-    "scan_shard",
-    "verify",
-    "verify_shard",
-]
+__all__ = ["Problem", "ShardCheck", "VerifyReport", "scan_shard", "verify", "verify_shard"]
 
 _SEEK_CHUNK = 1 << 14
 _READ_CHUNK = 1 << 22
