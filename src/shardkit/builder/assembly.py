@@ -38,7 +38,7 @@ from ..formats.record import ShardRecord
 from .commit import CommitPool, Namer
 from .journal import AssembledShard, Journal
 from .options import BuildOptions
-from .store import LocalStore, ObjectStore
+from .store import Store
 from .worker import TaskResult, current_run
 
 __all__ = ["Cutter", "ShardPlan", "WorkerAssembler", "assemble_shard"]
@@ -131,9 +131,7 @@ def assemble_shard(plan: ShardPlan) -> ShardRecord:
     return ShardRecord(plan.name, plan.samples, pending.size, pending.digest)
 
 
-def _read_range(
-    store: LocalStore | ObjectStore, part: str, offset: int, length: int
-) -> Iterator[bytes]:
+def _read_range(store: Store, part: str, offset: int, length: int) -> Iterator[bytes]:
     end = offset + length
     while offset < end:
         size = min(_BLOCK, end - offset)
@@ -152,7 +150,7 @@ class WorkerAssembler:
 
     def __init__(
         self,
-        store: LocalStore | ObjectStore,
+        store: Store,
         journal: Journal,
         final_name: Namer,
         options: BuildOptions,
@@ -330,9 +328,7 @@ class _Spans:
         return at >= 0 and chunk <= self._lasts[at]
 
 
-def _remove_after(
-    store: LocalStore | ObjectStore, names: list[str], writes: list[Future[Any]]
-) -> None:
+def _remove_after(store: Store, names: list[str], writes: list[Future[Any]]) -> None:
     """Remove ``names`` once ``writes`` (journal records submitted earlier) are done; a
     failed record raises instead (the parts stay for the resume)."""
     for write in writes:

@@ -14,7 +14,7 @@ from ..formats.record import ShardRecord
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from .manifest import read_manifest
 from .options import BuildOptions
-from .store import LocalStore, ObjectStore
+from .store import LocalStore, Store
 
 __all__ = ["OutputFolder"]
 
@@ -24,9 +24,7 @@ _OURS = (LOCK_NAME, JOURNAL_NAME, JOURNAL_DIR)  # never strays, whatever the pre
 class OutputFolder:
     """What a build may find in, and remove from, its output."""
 
-    def __init__(
-        self, store: LocalStore | ObjectStore, options: BuildOptions, journal: Journal
-    ) -> None:
+    def __init__(self, store: Store, options: BuildOptions, journal: Journal) -> None:
         self.store = store
         self.options = options
         self.journal = journal

@@ -31,7 +31,7 @@ from .options import BuildOptions
 from .partwriter import PartWriter
 from .plan import Task
 from .sources import Item, Source, check_listed_size
-from .store import LocalStore, ObjectStore
+from .store import Store
 from .validate import check_image
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ _META_KEYS = frozenset({"path", "class", "label"})
 class WorkerContext:
     """What every task of one build needs; sent to each worker once."""
 
-    store: LocalStore | ObjectStore  # the output: parts are written straight into it
+    store: Store  # the output: parts are written straight into it
     options: BuildOptions
     source: Source
     classes: tuple[str, ...]
