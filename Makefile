@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test lint typecheck unit bench clean system-deps
+.PHONY: demo test lint typecheck unit bench charts clean system-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,10 +32,14 @@ lint: $(VENV)/.test-stamp
 typecheck: $(VENV)/.test-stamp
 	$(BIN)/mypy
 
-# nginx serves the http tests (Debian package; root on this machine kind).
+# nginx serves the http tests; headless Chromium drives the viewer's browser tests
+# (Debian packages, no browser download; root on this machine kind).
 system-deps:
-	@command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null)
+	@missing=""; \
+	  command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="nginx"; \
+	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  [ -z "$$missing" ] || (apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null)
 
 unit: $(VENV)/.test-stamp system-deps
 	scripts/test-services scripts/cluster-services $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
@@ -44,6 +48,10 @@ test: lint typecheck unit
 
 bench: $(VENV)/.test-stamp
 	$(BIN)/python bench/formats.py
+
+# bench/results/*.json (each benchmark writes its own with --json) -> docs/charts/*.png
+charts: $(VENV)/.test-stamp
+	$(BIN)/python bench/charts.py
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache .mypy_cache .ruff_cache

@@ -51,6 +51,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _results import Results, add_json_option
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SHARD_SIZE = 100_000_000
@@ -562,7 +564,9 @@ def _output_images(out: str) -> Any:
 # --------------------------------------------------------------------------- report
 
 
-def report(rows: list[tuple[str, str, dict[str, Any]]], corpus: dict[str, Any]) -> None:
+def report(
+    rows: list[tuple[str, str, dict[str, Any]]], corpus: dict[str, Any], results: Results
+) -> None:
     """One table: throughput (time measured after imports), wall time (the whole process,
     imports and start-up included), CPU seconds and CPU microseconds per file (every
     process of the contender), peak RSS, corrupt files packed, and shardkit's speed-up by
@@ -596,6 +600,16 @@ def report(rows: list[tuple[str, str, dict[str, Any]]], corpus: dict[str, Any]) 
             f"{info['cpu'] / files * 1e6:.0f} | {info['rss_max']:.0f} | {info['rss_sum']:.0f} | "
             f"{info['bad_packed']} | {speedup} | {wall} |"
         )
+    for target in dict.fromkeys(target for target, _, _ in rows):
+        results.section(
+            f"build, {corpus['images']} JPEGs, output in {target}",
+            "images/s",
+            [
+                {"name": name, "rate": round(files / info["seconds"]), "peak_mb": info["rss_sum"]}
+                for t, name, info in rows
+                if t == target
+            ],
+        )
 
 
 def main() -> None:
@@ -614,6 +628,7 @@ def main() -> None:
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    add_json_option(parser, "build")
     args = parser.parse_args()
     if args.contender:
         run_contender(args.contender, args.src, args.out, args.workers)
@@ -635,7 +650,9 @@ def main() -> None:
                     best[key] = info
                 print(f"[{round_ + 1}] {target} {name}: {info['seconds']:.2f} s", file=sys.stderr)
     rows = [(target, name, info) for (target, name), info in best.items()]
-    report(rows, corpus)
+    results = Results("build")
+    report(rows, corpus, results)
+    results.write(args.json)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from _results import Results, add_json_option
+
 STAGES = ("whole task", "read", "validate", "header", "hash", "write", "rest")
 
 
@@ -163,7 +165,8 @@ def main() -> None:
     parser.add_argument("--hash", default="blake3")
     parser.add_argument("--rounds", type=int, default=3, help="best of R runs per stage")
     parser.add_argument("--against", help="another checkout to profile side by side")
-    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-json", action="store_true", help=argparse.SUPPRESS)
+    add_json_option(parser, "build_profile")
     args = parser.parse_args()
     count = 3_000 if args.quick else 20_000
     src = os.path.join(args.cache, f"corpus-{count}-100")
@@ -172,13 +175,13 @@ def main() -> None:
         from build import make_corpus
 
         make_corpus(src, count, 100)
-    if args.json:
+    if args.child_json:
         print(json.dumps(profile(src, args.hash, args.rounds)))
         return
     columns = {"this tree": profile(src, args.hash, args.rounds)}
     if args.against:
         env = {**os.environ, "PYTHONPATH": os.path.join(args.against, "src")}
-        cmd = [sys.executable, os.path.abspath(__file__), "--json", "--hash", args.hash]
+        cmd = [sys.executable, os.path.abspath(__file__), "--child-json", "--hash", args.hash]
         cmd += ["--rounds", str(args.rounds), "--cache", args.cache] + ["--quick"] * args.quick
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         columns[args.against] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -188,6 +191,14 @@ def main() -> None:
     print("|---|" + "---|" * len(columns))
     for stage in (*STAGES, "peak RSS MB"):
         print(f"| {stage} | " + " | ".join(f"{c[stage]:.1f}" for c in columns.values()) + " |")
+    results = Results("build_profile")
+    for stage in STAGES:
+        rows = [
+            {"name": f"shardkit ({name})", "rate": round(c[stage], 1)}
+            for name, c in columns.items()
+        ]
+        results.section(f"pass-through worker: {stage}", "CPU us/image", rows, better="lower")
+    results.write(args.json)
 
 
 if __name__ == "__main__":

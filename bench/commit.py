@@ -30,6 +30,8 @@ import time
 import uuid
 from typing import Any
 
+from _results import Results, add_json_option
+
 
 def run(url: str, shards: int, threads: int, rtt: float) -> tuple[float, float]:
     from shardkit.builder.commit import Renamer
@@ -147,7 +149,10 @@ def main() -> None:
     parser.add_argument(
         "--assembled", action="store_true", help="an assembled build's commits (resize, Python)"
     )
+    add_json_option(parser, "commit")
     args = parser.parse_args()
+    results = Results("commit")
+    rows = []
     endpoint = os.environ.get("SHARDKIT_TEST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
     if not endpoint:
         raise SystemExit("no S3 endpoint: run under scripts/test-services")
@@ -166,6 +171,11 @@ def main() -> None:
             seconds, cpu = timed(url, args.shards, threads, args.rtt / 1000)
             rate, per = args.shards / seconds, cpu / args.shards * 1000
             print(f"| {threads} | {args.shards} | {seconds:.2f} | {rate:,.0f} | {per:.1f} |")
+            name = "shardkit, serial" if threads == 0 else f"shardkit, pool of {threads}"
+            rows.append({"name": name, "rate": round(rate)})
+        title = f"commit {args.shards} shards into S3, {args.rtt:g} ms added per request"
+        results.section(title, "shards/s", rows[::-1])
+        results.write(args.json)
     finally:
         fs.rm(bucket, recursive=True)
 

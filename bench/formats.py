@@ -22,6 +22,8 @@ import tarfile
 import time
 from collections.abc import Callable
 
+from _results import Results, add_json_option
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 Sample = dict[str, object]
@@ -182,7 +184,11 @@ def best_of(fn: Callable[[], object], repeat: int) -> float:
 
 
 def race(
-    title: str, contenders: dict[str, Callable[[], object]], n: int, repeat: int
+    title: str,
+    contenders: dict[str, Callable[[], object]],
+    n: int,
+    repeat: int,
+    results: Results | None = None,
 ) -> list[tuple[str, float]]:
     times = {name: float("inf") for name in contenders}
     for _ in range(repeat):  # interleaved rounds: noise hits everyone alike
@@ -197,6 +203,8 @@ def race(
         ratio = "" if name == "shardkit" else f"{ours / rate:.2f}x"
         print(f"  {name:<28}{rate:>12,.0f}{ratio:>14}")
         rows.append((name, rate))
+    if results is not None:
+        results.section(title, "samples/s", [{"name": k, "rate": round(v)} for k, v in rows])
     return rows
 
 
@@ -225,7 +233,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
     parser.add_argument("--import-only", action="store_true", help="only the import time")
+    add_json_option(parser, "formats")
     args = parser.parse_args()
+    results = Results("formats")
     if args.import_only:
         print(import_time())
         return
@@ -248,6 +258,7 @@ def main() -> None:
             },
             n,
             args.repeat,
+            results,
         )
         size = os.path.getsize(paths["sk.tar"]), os.path.getsize(paths["wds.tar"])
         print(f"  shard size: shardkit {size[0]:,} B, webdataset {size[1]:,} B")
@@ -260,6 +271,7 @@ def main() -> None:
             },
             n,
             args.repeat,
+            results,
         )
         race(
             "TFRecord write (Example encode + framing)",
@@ -269,6 +281,7 @@ def main() -> None:
             },
             n,
             args.repeat,
+            results,
         )
         race(
             "TFRecord read + parse (CRC checked)",
@@ -278,8 +291,10 @@ def main() -> None:
             },
             n,
             args.repeat,
+            results,
         )
         print(f"\n{import_time()}")
+        results.write(args.json)
     finally:
         for path in paths.values():
             if os.path.exists(path):

@@ -32,6 +32,8 @@ import time
 import uuid
 from typing import Any
 
+from _results import Results, add_json_option
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # the tests' proxy: one copy
 
@@ -86,7 +88,9 @@ def main() -> None:
     parser.add_argument("--base", help="another tree's src to compare (before)")
     parser.add_argument("--in-flight", default="", help="comma-separated REQUESTS_IN_FLIGHT")
     parser.add_argument("--repeats", type=int, default=3, help="timed listings per row")
+    add_json_option(parser, "listing")
     args = parser.parse_args()
+    results, rows = Results("listing"), []
     endpoint = os.environ.get("SHARDKIT_TEST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
     if not endpoint:
         raise SystemExit("no S3 endpoint: run under scripts/test-services")
@@ -124,6 +128,11 @@ def main() -> None:
                 f"{row['cpu_s']:.2f} | {row['rss_mb']:.0f} |",
                 flush=True,
             )
+            label = f"shardkit ({name}, {row['in_flight']} in flight)"
+            rows.append({"name": label, "rate": round(args.folders / best, 1)})
+        title = f"list {args.folders} folders x {args.objects} objects in S3, +{args.rtt:g} ms"
+        results.section(title, "folders/s", rows)
+        results.write(args.json)
     finally:
         fs.rm(bucket, recursive=True)
 

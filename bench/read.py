@@ -70,6 +70,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from _results import Results, add_json_option
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 PER_SHARD = 1000
@@ -667,7 +669,7 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return best
 
 
-def report(results: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
+def report(results: dict[str, list[tuple[str, dict[str, Any]]]], out: Results) -> None:
     print(
         f"{'group':<28} {'contender':<14} {'samples':>8} {'samples/s':>10} {'ratio':>7} "
         f"{'CPU us/sample':>14} {'cores':>6} {'peak RSS MB':>12} {'worker RSS MB':>14} "
@@ -675,6 +677,11 @@ def report(results: dict[str, list[tuple[str, dict[str, Any]]]]) -> None:
     )
     for group, rows in results.items():
         ours = rows[0][1]["rate"]
+        out.section(
+            group,
+            "samples/s",
+            [{"name": n, "rate": round(r["rate"]), "peak_mb": round(r["rss_mb"])} for n, r in rows],
+        )
         for label, r in rows:
             ratio = ours / r["rate"]
             workers = f"{r['worker_rss_mb']:.0f}" if "DataLoader" in group else "-"
@@ -705,6 +712,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    add_json_option(parser, "read")
     args = parser.parse_args()
     samples = args.samples or (QUICK if args.quick else FULL)
     limit = args.limit or min(samples, 4000)  # decode and DataLoader groups
@@ -733,7 +741,9 @@ def main() -> None:
                 python = args.peers if fn.__name__ in PEERS else None
                 runs[label].append(run_child(fn.__name__, args.data, samples, limit, python))
         results[group] = [(label, best_of(runs[label])) for label, _ in contenders]
-    report(results)
+    out = Results("read")
+    report(results, out)
+    out.write(args.json)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ import sys
 import time
 from typing import Any
 
+from _results import Results, add_json_option
+
 ROOT = "/dev/shm/shardkit-bench-scale"
 ENGINES = ("local", "ray", "dask")
 
@@ -338,6 +340,7 @@ def main() -> None:
     parser.add_argument("--table", default="", help="rows of CSV lists of URLs, a,b,...")
     parser.add_argument("--build", default="", help="items in whole-build runs, a,b,...")
     parser.add_argument("--resume", default="", help="items in resumed-build runs, a,b,...")
+    add_json_option(parser, "scale")
     args = parser.parse_args()
     if args.driver_memory:
         args.items = [int(n) for n in args.items.split(",") if n]
@@ -370,7 +373,21 @@ def main() -> None:
             "per_task_ms": 1000 * (small["seconds"] - large["seconds"]) / extra,
             "rss": max(large["rss_mb"], small["rss_mb"]),
         }
+    results = Results("scale")
+    results.section(
+        f"build {count} JPEGs by engine (1000 per task)",
+        "images/s",
+        [
+            {
+                "name": f"shardkit --engine {engine}",
+                "rate": round(count / row["large"]["seconds"]),
+                "peak_mb": round(row["rss"]),
+            }
+            for engine, row in rows.items()
+        ],
+    )
     report(rows, count, size)
+    results.write(args.json)
 
 
 def report(rows: dict[str, dict[str, Any]], count: int, size: int) -> None:

@@ -32,6 +32,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from _results import Results, add_json_option
+
 BIN = os.path.dirname(sys.executable)
 SHARDKIT = os.path.join(BIN, "shardkit")
 GNU_TIME = "/usr/bin/time"
@@ -136,7 +138,7 @@ TASKS = {
 }
 
 
-def bench_profile(label: str, folder: str, out: str, repeat: int) -> None:
+def bench_profile(label: str, folder: str, out: str, repeat: int, results: Results) -> None:
     data_bytes = sum(
         os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".tar")
     )
@@ -154,6 +156,20 @@ def bench_profile(label: str, folder: str, out: str, repeat: int) -> None:
     shutil.rmtree(out, ignore_errors=True)
     shards = sum(n.endswith(".tar") for n in os.listdir(folder))
     print(f"\n## {label}: {data_bytes / 1e9:.2f} GB in {shards} shards, best of {repeat}\n")
+    for task, names in TASKS.items():
+        if task != "start-up":
+            results.section(
+                f"{task}, {label}",
+                "MB/s",
+                [
+                    {
+                        "name": name,
+                        "rate": round(data_bytes / best[name].seconds / 1e6),
+                        "peak_mb": round(best[name].rss_mb),
+                    }
+                    for name in names
+                ],
+            )
     print("| task | contender | MB/s | ratio vs baseline | wall s | peak RSS MB |")
     print("|---|---|---:|---:|---:|---:|")
     for task, names in TASKS.items():
@@ -176,7 +192,9 @@ def main() -> None:
     parser.add_argument("--dir", default="/dev/shm", help="where to put shards (tmpfs)")
     parser.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep the generated shards")
+    add_json_option(parser, "tools")
     args = parser.parse_args()
+    results = Results("tools")
     total = int((0.3 if args.quick else args.gb) * 1e9)
     repeat = 1 if args.quick else args.repeat
     root = os.path.join(args.dir, f"shardkit-bench-tools-{os.getpid()}")
@@ -192,7 +210,8 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
             size = total if sizes[0] > 10_000 else total // 4
             count = make_dataset(folder, size, sizes, shard_size if not args.quick else 64_000_000)
-            bench_profile(f"{label}, {count} samples", folder, os.path.join(root, "out"), repeat)
+            title = f"{label}, {count} samples"
+            bench_profile(title, folder, os.path.join(root, "out"), repeat, results)
             sys.stdout.flush()
     finally:
         if not args.keep:

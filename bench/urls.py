@@ -39,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build as buildbench  # bench/build.py: the corpus and the measuring
+from _results import Results, add_json_option
 
 SHARD_COUNT = 1_000  # samples per shard, for both (img2dataset splits work by shard)
 MISSING_SHARE = 0.03
@@ -165,6 +166,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="best of R rounds per contender")
     parser.add_argument("--img2dataset", default="/tmp/i2d-venv/bin/img2dataset")
     parser.add_argument("--only", default="", help="pass or resize")
+    add_json_option(parser, "urls")
     args = parser.parse_args()
     folder = os.environ.get("SHARDKIT_TEST_HTTP_ROOT")
     base = os.environ.get("SHARDKIT_TEST_HTTP_URL")
@@ -198,12 +200,19 @@ def main() -> None:
                 best["cmd"] = " ".join(cmd)
                 rows.append(("resize 256" if resize else "pass-through", name, best))
                 print(json.dumps({"mode": rows[-1][0], "contender": name, **best}), flush=True)
-        report(rows, info, args.workers)
+        results = Results("urls")
+        report(rows, info, args.workers, results)
+        results.write(args.json)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report(rows: list[tuple[str, str, dict[str, Any]]], info: dict[str, Any], workers: int) -> None:
+def report(
+    rows: list[tuple[str, str, dict[str, Any]]],
+    info: dict[str, Any],
+    workers: int,
+    results: Results,
+) -> None:
     print(
         f"\n{info['urls']} URLs: {info['images']} JPEGs, {len(info['bad'])} corrupt files, "
         f"{info['missing']} missing (404), {info['dead']} to a dead port; {workers} processes"
@@ -229,6 +238,16 @@ def report(rows: list[tuple[str, str, dict[str, Any]]], info: dict[str, Any], wo
             f"{r['self_s']:.1f} | "
             f"{r['cpu']:.1f} | {r['rss_max']:.0f} | {r['rss_sum']:.0f} | {r['bad_packed']} | "
             f"{ratio} |"
+        )
+    for mode in dict.fromkeys(mode for mode, _, _ in rows):
+        results.section(
+            f"build from {info['urls']} http URLs, {mode}",
+            "images/s",
+            [
+                {"name": name, "rate": round(r["rate"]), "peak_mb": round(r["rss_sum"])}
+                for m, name, r in rows
+                if m == mode
+            ],
         )
 
 

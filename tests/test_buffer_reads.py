@@ -14,6 +14,7 @@ import json
 import mmap
 import os
 import pickle
+from typing import Any
 
 import pytest
 from conftest_hostile import archive, member, outcome, read_tar
@@ -47,6 +48,17 @@ def _index(shard: str) -> dict[str, list[int]]:
 def _edit_sizes(shard: str, k: int, change: int) -> None:
     doc = _index(shard)
     doc["sizes"][k] += change
+    with open(shard + ".idx", "w") as f:
+        json.dump(doc, f)
+
+
+def _merge_entries(shard: str, k: int) -> None:
+    """Entry ``k`` of the shard's index covers sample k + 1 too, which it no longer lists:
+    the spans still tile the shard."""
+    with open(shard + ".idx") as f:
+        doc: dict[str, list[Any]] = json.load(f)
+    doc["sizes"][k] += doc["sizes"].pop(k + 1)
+    del doc["offsets"][k + 1], doc["keys"][k + 1]
     with open(shard + ".idx", "w") as f:
         json.dump(doc, f)
 
@@ -128,13 +140,13 @@ def test_the_buffer_scanner_takes_only_what_it_can_walk() -> None:
 
 def test_a_span_holding_another_samples_member_goes_to_the_handler(indexed: str) -> None:
     shard = os.path.join(indexed, "shard-000000.tar")
-    _edit_sizes(shard, 1, _index(shard)["sizes"][2])  # entry 1 now covers sample 2 too
+    _merge_entries(shard, 1)  # entry 1 now covers sample 2 too
     with pytest.raises(FormatError, match="another sample too \\('s00002'") as caught:
         shardkit.IndexedDataset(indexed)[1]
     assert caught.value.url == shard and caught.value.offset == _index(shard)["offsets"][1]
     seen: list[Exception] = []
     ds = shardkit.IndexedDataset(indexed, handler=_reporter(seen))
-    assert ds[1]["__key__"] == "s00002"  # the next readable sample stands in
+    assert ds[1]["__key__"] == "s00003"  # the next readable sample stands in
     assert len(seen) == 1 and isinstance(seen[0], FormatError)
 
 
@@ -348,13 +360,13 @@ def _bytes(sample: dict[str, object]) -> dict[str, object]:
 
 
 def test_read_indexed_sample_refuses_a_span_of_two_samples(indexed: str) -> None:
-    from shardkit.reader import load_index
+    from shardkit.pipeline.idxfiles import load_index
     from shardkit.tools.index import read_indexed_sample
 
     shard = os.path.join(indexed, "shard-000000.tar")
     index = load_index(shard)
     assert index is not None and read_indexed_sample(shard, index, 1)["__key__"] == "s00001"
-    _edit_sizes(shard, 1, _index(shard)["sizes"][2])
+    _merge_entries(shard, 1)
     index = load_index(shard)
     assert index is not None
     with pytest.raises(FormatError, match="another sample too"):

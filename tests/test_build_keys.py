@@ -79,3 +79,23 @@ def test_list_keys_are_unique_and_safe_whatever_the_paths(locations: list[str], 
         assert key and "." not in key.rsplit("/", 1)[-1]
         assert not key.startswith("/") and ".." not in key.split("/")
     assert keys == make_keys(relative_paths(locations, root))
+
+
+def test_a_urls_query_stays_in_its_key_and_its_fragment_does_not() -> None:
+    urls = [
+        "https://cdn/x/a.jpg?sig=1.5/b&w=2",
+        "https://cdn/x/a.jpg?sig=2",
+        "https://cdn/x/b.png#top",
+        "https://cdn/x/c?id=7",
+    ]
+    paths = relative_paths(urls, "/list")
+    assert paths == ["a?sig=1%2E5%2Fb&w=2.jpg", "a?sig=2.jpg", "b.png", "c?id=7"]
+    assert make_keys(paths) == ["a?sig=1%2E5%2Fb&w=2", "a?sig=2", "b", "c?id=7"]
+    # a query that looks like an extension, and one that looks like an escape: all distinct
+    tricky = [
+        "https://h/a?b.jpg",
+        "https://h/a.jpg?b",
+        "https://h/a.jpg?x/y",
+        "https://h/a.jpg?x%2Fy",
+    ]
+    assert len(set(make_keys(relative_paths(tricky, "/list")))) == 4

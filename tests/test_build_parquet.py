@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest_build import make_corpus, read_samples, run_cli, snapshot
+from conftest_hostile import run_measured
 
 import shardkit
 from shardkit import BuildOptions
@@ -68,6 +69,7 @@ def test_a_parquet_list_builds_the_shards_of_the_same_jsonl_list(
 ) -> None:
     jsonl, table = _write_lists(corpus, _rows(corpus))
     monkeypatch.setattr(parquet, "BATCH_ROWS", 5)  # batches that straddle row groups
+    monkeypatch.setattr(parquet, "BATCH_BYTES", 90)  # and are split into slices
     options = BuildOptions(workers=2, max_count=7, seed=4, format=fmt)  # type: ignore[arg-type]
     from_json = shardkit.build(jsonl, tmp_path / "jsonl", options=options)
     from_parquet = shardkit.build(table, tmp_path / "parquet", options=options)
@@ -124,3 +126,36 @@ def test_without_pyarrow_a_parquet_list_is_one_line_naming_the_extra(
         "Error: a parquet list needs pyarrow, which is not installed: "
         "pip install 'shardkit[parquet]'"
     ]
+
+
+_HUGE_CELL = """
+import resource
+import pyarrow as pa, pyarrow.parquet as pq
+import shardkit
+rows = 200
+value = pa.array(["x" * 20_000_000])
+note = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), value)
+table = pa.table({{"path": [f"a{{i}}.jpg" for i in range(rows)], "note": note}})
+pq.write_table(table, {path!r}, compression="zstd")
+result["file"] = len(open({path!r}, "rb").read())
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))
+try:
+    shardkit.build({path!r}, {out!r})
+except shardkit.errors.BuildError as exc:
+    result["error"] = str(exc)
+"""
+
+
+def test_a_huge_value_repeated_over_the_rows_is_refused_before_it_is_repeated(
+    tmp_path: Path,
+) -> None:
+    """2 KB of parquet: one 20 MB value (stored once, in a dictionary page) in each of 200
+    rows. Listed, it became 4 GB of Python strings (a MemoryError under a 3 GiB cap)."""
+    path, out = str(tmp_path / "huge.parquet"), str(tmp_path / "out")
+    result = run_measured(_HUGE_CELL.format(path=path, out=out))
+    assert result["file"] < 4096
+    assert result["error"] == (
+        f"{path}: row 1, column 'note': a cell of 20000000 bytes; a list's cell holds at most 65536"
+    )
+    assert result["peak_mb"] < 400, result
+    assert not os.path.exists(out)

@@ -279,3 +279,51 @@ def test_a_folder_that_cannot_be_listed_stops_the_listing_with_one_error(
     assert e.value.url == url
     assert len(listed) < 1 + 40  # the folders not yet started when it failed never were
     assert not [t for t in threading.enumerate() if t.name.startswith("shardkit-list")]
+
+
+def test_a_folder_of_shards_in_s3_is_shards_not_an_image_folder(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    # The one resolver decides, as for Dataset: a prefix holding shard files (and here a
+    # subfolder too) is shards; it used to be listed as an image folder with no images.
+    local = str(tmp_path / "shards")
+    with shardkit.ShardWriter(os.path.join(local, "in-%06d.tar"), max_count=5) as sink:
+        for i in range(12):
+            sink.write({"__key__": f"k{i:03d}", "txt": f"sample {i}"})
+    os.makedirs(os.path.join(local, "logs"))
+    with open(os.path.join(local, "logs", "note.txt"), "w") as f:
+        f.write("not a shard")
+    _upload(local, f"s3://{s3_bucket}/shards")
+    source = f"s3://{s3_bucket}/shards"
+    result = shardkit.build(source, tmp_path / "out", options=BuildOptions(workers=1))
+    assert result.samples == 12
+    assert sorted(_by_key(str(tmp_path / "out"))) == [f"k{i:03d}" for i in range(12)]
+    assert sum(1 for _ in shardkit.Dataset(source + "/")) == 12
+
+
+def test_index_files_are_loaded_with_requests_in_flight_at_once(
+    s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One .idx loader for every consumer, bounded by storage.REQUESTS_IN_FLIGHT (the
+    # reader's own loader fetched 8 at once, the build's 16): 40 indexes behind a server
+    # 0.1 s away, for Dataset's counts, IndexedDataset and the build's listing alike.
+    from shardkit import storage
+    from shardkit.tools import write_indexes
+
+    local = str(tmp_path / "shards")
+    with shardkit.ShardWriter(os.path.join(local, "in-%06d.tar"), max_count=1) as sink:
+        for i in range(40):
+            sink.write({"__key__": f"k{i:03d}", "txt": f"sample {i}"})
+    write_indexes(sorted(os.path.join(local, n) for n in os.listdir(local)))
+    _upload(local, f"s3://{s3_bucket}/indexed")
+    url = f"s3://{s3_bucket}/indexed/"
+    for load in (
+        lambda: len(shardkit.Dataset(url)),
+        lambda: len(shardkit.IndexedDataset(url)),
+        lambda: shardkit.build(url, tmp_path / "out", options=BuildOptions(workers=1)).samples,
+    ):
+        held = Held()
+        proxy = slow_proxy(os.environ["AWS_ENDPOINT_URL"], 0.1, held=held)
+        with proxy as endpoint, _through(endpoint, monkeypatch):
+            assert load() == 40
+        assert 8 < held.peak <= storage.REQUESTS_IN_FLIGHT, f"{held.peak} requests at once"

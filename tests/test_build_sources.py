@@ -6,6 +6,8 @@ import json
 import logging
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -260,11 +262,115 @@ def test_root_is_where_relative_paths_are_read_from_and_keys_start(tmp_path: Pat
         shardkit.build(str(tmp_path / "data"), str(tmp_path / "o"), options=BuildOptions(root="x"))
 
 
-def test_the_same_file_listed_twice_under_two_spellings_is_an_error(tmp_path: Path) -> None:
+def test_repeated_and_empty_rows_are_each_skipped_with_the_reason(tmp_path: Path) -> None:
     rels = _imgs(tmp_path)
-    (tmp_path / "list.csv").write_text(f"path\n{rels[0]}\nimgs/../{rels[0]}\n")
-    with pytest.raises(BuildError, match=r"listed twice \(as 'imgs/class0/01600.jpg'\)"):
-        shardkit.build(str(tmp_path / "list.csv"), str(tmp_path / "out"))
+    rows = [rels[0], f"imgs/../{rels[0]}", "", rels[1], rels[1], "  ", rels[2]]
+    (tmp_path / "list.csv").write_text("path,label\n" + "".join(f"{r},1\n" for r in rows))
+    out = str(tmp_path / "out")
+    result = shardkit.build(str(tmp_path / "list.csv"), out, options=BuildOptions(workers=1))
+    assert result.samples == 3
+    expected = [
+        (f"imgs/../{rels[0]}", f"listed twice: row 1 lists it already as {rels[0]!r}"),
+        ("row 3", "empty 'path' cell"),
+        (rels[1], "listed twice: row 4 lists it already"),
+        ("row 6", "empty 'path' cell"),
+    ]
+    assert sorted(result.skipped) == sorted(expected)
+    with open(os.path.join(out, "manifest.json")) as f:
+        listed = {(r["path"], r["reason"]) for r in json.load(f)["skipped"]}
+    assert listed == set(expected)
+    lines = [{"path": rels[0]}, {"path": None}, {"path": rels[0]}, {"path": rels[1]}]
+    (tmp_path / "list.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    result = shardkit.build(str(tmp_path / "list.jsonl"), str(tmp_path / "o2"))
+    assert result.samples == 2
+    assert sorted(result.skipped) == [
+        (rels[0], "listed twice: row 1 lists it already"),
+        ("row 2", "empty 'path' cell"),
+    ]
+
+
+def _labelled(tmp_path: Path, labels: list[str]) -> str:
+    for i in range(len(labels)):
+        write(str(tmp_path), f"imgs/{i:02d}.jpg", make_corpus_jpeg(i))
+    rows = "".join(f"imgs/{i:02d}.jpg,{label}\n" for i, label in enumerate(labels))
+    (tmp_path / "list.csv").write_text("path,label\n" + rows)
+    return str(tmp_path / "list.csv")
+
+
+def test_an_empty_label_skips_its_row_and_integer_labels_stay_integers(tmp_path: Path) -> None:
+    listing = _labelled(tmp_path, ["2", "10", "", "3", " "])
+    out = str(tmp_path / "out")
+    result = shardkit.build(listing, out, options=BuildOptions(workers=1, shuffle=False))
+    assert sorted(result.skipped) == [
+        ("imgs/02.jpg", "no label (empty 'label' cell)"),
+        ("imgs/04.jpg", "no label (empty 'label' cell)"),
+    ]
+    assert [int(s["cls"]) for s in read_samples(out)] == [2, 10, 3]
+    with open(os.path.join(out, "manifest.json")) as f:
+        assert json.load(f)["num_classes"] == 11
+    lines = [{"path": f"imgs/{i:02d}.jpg", "label": v} for i, v in enumerate([2, None, 10])]
+    (tmp_path / "list.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = str(tmp_path / "jsonl")
+    result = shardkit.build(str(tmp_path / "list.jsonl"), out, options=BuildOptions(shuffle=False))
+    assert result.skipped == [("imgs/01.jpg", "no label (empty 'label' cell)")]
+    assert [int(s["cls"]) for s in read_samples(out)] == [2, 10]
+
+
+def test_a_label_past_the_class_bound_is_one_line(tmp_path: Path) -> None:
+    listing = _labelled(tmp_path, ["1", "10000000"])
+    done = run_cli(listing, str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"Error: {listing}: label 10000000 is too large: an integer label is a class number, "
+        "below 1,000,000 (one class per number up to the highest); give the classes names "
+        "instead"
+    ]
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_named_label_column_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    listing = _labelled(tmp_path, ["1", "2"])
+    done = run_cli(listing, str(tmp_path / "out"), "--label-column", "lable")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"Error: {listing}: no 'lable' column (columns: path, label); name the label "
+        "column with --label-column ('' for none)"
+    ]
+    assert not os.path.exists(tmp_path / "out")
+    unlabeled = tmp_path / "plain.csv"
+    unlabeled.write_text("path\nimgs/00.jpg\n")  # no column named: none expected
+    assert shardkit.build(str(unlabeled), str(tmp_path / "o")).samples == 1
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_a_cell_keeps_its_text_unless_its_column_is_wholly_canonical_numbers(
+    tmp_path: Path, fmt: str
+) -> None:
+    from shardkit.formats.example import decode_example
+    from shardkit.formats.tfrecord import iter_records
+
+    cells = [("001257", "3", "2.5", "1.50", "7"), ("000042", "14", "0.1", "2", "")]
+    for i in range(2):
+        write(str(tmp_path), f"imgs/{i}.jpg", make_corpus_jpeg(i))
+    rows = "".join(f"imgs/{i}.jpg,{','.join(c)}\n" for i, c in enumerate(cells))
+    (tmp_path / "list.csv").write_text("path,id,n,f,padded,some\n" + rows)
+    out = str(tmp_path / "out")
+    options = BuildOptions(format=fmt, shuffle=False, workers=1)  # type: ignore[arg-type]
+    shardkit.build(str(tmp_path / "list.csv"), out, options=options)
+    expected = [
+        {"id": "001257", "n": 3, "f": 2.5, "padded": "1.50", "some": 7},
+        {"id": "000042", "n": 14, "f": 0.1, "padded": "2", "some": ""},
+    ]
+    if fmt == "tar":
+        metas = [json.loads(s["json"]) for s in read_samples(out)]
+        assert [{k: m[k] for k in expected[0]} for m in metas] == expected
+        return
+    name = next(n for n in os.listdir(out) if n.endswith(".tfrecord"))
+    with open(os.path.join(out, name), "rb") as f:
+        features = [decode_example(record) for _, record in iter_records(f)]
+    assert features[0]["id"] == [b"001257"] and features[1]["id"] == [b"000042"]
+    assert [f["n"] for f in features] == [[3], [14]]
+    assert features[0]["padded"] == [b"1.50"] and features[0]["some"] == [7]
 
 
 def test_a_list_whose_every_row_is_skipped_fails_with_the_reasons(tmp_path: Path) -> None:
@@ -298,3 +404,23 @@ def test_second_build_in_one_process_reads_the_rewritten_input_shards(tmp_path: 
     shardkit.build(shard, str(tmp_path / "b"), options=BuildOptions(workers=1, shuffle=False))
     texts = [s["txt"] for s in read_samples(str(tmp_path / "b"))]
     assert texts == [b"new!-0", b"new!-1", b"new!-2"]
+
+
+def test_a_url_whose_scheme_needs_a_missing_module_stops_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    listing = _labelled(tmp_path, ["1", "2", "3"])
+    with open(listing, "a") as f:
+        f.write("gs://bucket/a.jpg,1\nftpx://host/b.jpg,2\n")
+    out = str(tmp_path / "out")
+    code = (
+        "import sys; sys.modules['gcsfs'] = None; from shardkit.cli import main; "
+        f"sys.exit(main(['build', {listing!r}, {out!r}, '-q']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"Error: {listing}: row 4 is a gs:// URL: gs:// URLs needs gcsfs, which is not "
+        "installed: pip install 'shardkit[gcs]'"
+    ]
+    assert not os.path.exists(out)  # not stopped mid-way: nothing was written

@@ -4,17 +4,21 @@ manifest, and a per-host breaker that skips a dead or hanging host without waiti
 
 from __future__ import annotations
 
+import http.server
+import itertools
 import json
 import random
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest_build import read_samples, run_cli, snapshot, write
+from conftest_hostile import run_measured, zeros_gzip
 from conftest_remote import http_service
 
 import shardkit
@@ -261,3 +265,183 @@ def test_a_url_build_downloads_on_after_a_forked_child_let_go_of_its_session(
         f"parent {expected} [0]",
     ], done.stdout
     assert snapshot(str(tmp_path / "parent")) == snapshot(str(tmp_path / "child"))
+
+
+def test_urls_with_a_query_a_fragment_or_no_extension_are_downloaded(tmp_path: Path) -> None:
+    folder, url = http_service()
+    rng = random.Random(5)
+    jpegs = [make_jpeg(rng, i) for i in range(4)]
+    for i, data in enumerate(jpegs[:3]):
+        write(folder, f"kinds/{i}.jpg", data)
+    write(folder, "kinds/photo", jpegs[3])  # no extension: the bytes say JPEG
+    write(folder, "kinds/page.html", b"<html>not an image</html>")
+    urls = [
+        f"{url}/kinds/0.jpg?sig=a.b/c&w=2",
+        f"{url}/kinds/1.jpg#part",
+        f"{url}/kinds/2.jpg?v=1",
+        f"{url}/kinds/photo",
+        f"{url}/kinds/page.html?x=1",
+    ]
+    out = str(tmp_path / "out")
+    options = BuildOptions(shuffle=False, workers=1)
+    result = shardkit.build(_list(tmp_path, urls), out, options=options)
+    assert result.samples == 4
+    assert result.skipped == [(urls[4], "not an image (content is no known format)")]
+    samples = read_samples(out)
+    assert [s["jpg"] for s in samples] == jpegs
+    assert [s["__key__"] for s in samples] == ["0?sig=a%2Eb%2Fc&w=2", "1", "2?v=1", "photo"]
+    tfrecord = shardkit.build(
+        _list(tmp_path, urls[:4]), tmp_path / "tf", options=BuildOptions(format="tfrecord")
+    )
+    assert tfrecord.samples == 4
+
+
+@pytest.fixture(scope="module")
+def gzip_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A loopback server whose every answer is gzip-encoded zeros: /N gives N MiB once
+    decoded, in about N KB on the wire."""
+    folder = tmp_path_factory.mktemp("gzip")
+    bodies: dict[int, bytes] = {}
+
+    class Zeros(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            mib = int(self.path.strip("/").split("/")[0])
+            if mib not in bodies:
+                zeros_gzip(str(folder / f"{mib}.gz"), [mib << 20])
+                bodies[mib] = (folder / f"{mib}.gz").read_bytes()
+            body = bodies[mib]
+            self.send_response(200)
+            self.send_header("Content-Type", "image/jpeg")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Zeros)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+_MEASURED_BUILD = """
+import shardkit
+options = shardkit.BuildOptions(workers=1, max_size={max_size!r})
+try:
+    skipped = shardkit.build({source!r}, {out!r}, options=options).skipped
+except shardkit.EmptyBuildError as exc:  # every download skipped: nothing to pack
+    skipped = exc.skipped
+result["skipped"] = len(skipped)
+result["reasons"] = sorted({{reason for _, reason in skipped}})
+"""
+
+
+def _measured_build(tmp_path: Path, urls: list[str], max_size: str) -> dict[str, object]:
+    code = _MEASURED_BUILD.format(
+        source=_list(tmp_path, urls), out=str(tmp_path / "out"), max_size=max_size
+    )
+    return run_measured(code, timeout=300)
+
+
+def test_a_gzip_answer_is_refused_once_it_decodes_past_the_limit(
+    gzip_host: str, tmp_path: Path
+) -> None:
+    """Four 0.2 MB answers that decode to 200 MiB each: each is refused at 32 MB decoded
+    (max_size), holding one buffer; before, each was held whole, twice (1.6 GB)."""
+    result = _measured_build(tmp_path, [f"{gzip_host}/200/{i}.jpg" for i in range(4)], "32MB")
+    assert result["skipped"] == 4
+    assert result["reasons"] == [
+        "download too large (more than 32000000 bytes once decoded; the limit is 32000000, "
+        "the build's max_size)"
+    ]
+    assert result["peak_mb"] < 250, result
+
+
+def test_the_bytes_a_worker_downloads_at_once_are_bounded(gzip_host: str, tmp_path: Path) -> None:
+    """Twelve answers of 40 MiB decoded, under the limit, 32 in flight: together they
+    would hold 480 MiB (960 MiB before, each held twice); the worker holds at most
+    IN_FLIGHT_BYTES (64 MiB) plus the next one the task takes."""
+    result = _measured_build(tmp_path, [f"{gzip_host}/40/{i}.jpg" for i in range(12)], "250MB")
+    assert result["skipped"] == 12  # all downloaded, none an image
+    assert result["reasons"] == ["not an image (content is not JPG nor another known format)"]
+    assert result["peak_mb"] < 280, result
+
+
+def test_two_builds_in_one_process_have_their_own_downloads(
+    served: tuple[list[str], dict[str, bytes]],
+) -> None:
+    """Two runs' downloads, interleaved in one process with other settings: closing one
+    (its build ended) leaves the other's session, loop and breaker alone. The download
+    loop was a module global that a run with other settings closed and replaced."""
+    from shardkit.builder.fetch import Downloads
+    from shardkit.builder.sources import Item
+
+    urls, good = served
+    ok = [u for u in urls if u in good][:12]
+    items = [Item(u, f"k{i}", -1, "jpg", 0, "") for i, u in enumerate(ok)]
+    first = Downloads(BuildOptions(fetch_concurrency=6))
+    second = Downloads(BuildOptions(fetch_concurrency=2, fetch_timeout=3))
+    try:
+        running = first.prefetch(lambda item: str(item.ref), items)
+        got = [download.result().data for _, download in itertools.islice(running, 3)]
+        other = [d.result().data for _, d in second.prefetch(lambda item: str(item.ref), items)]
+        second.close()  # the second build ends while the first still downloads
+        got += [download.result().data for _, download in running]
+    finally:
+        first.close()
+    assert got == other == [good[u] for u in ok]
+
+
+def test_a_task_that_stops_early_gives_back_the_room_its_downloads_held(
+    served: tuple[list[str], dict[str, bytes]],
+) -> None:
+    """Room for one byte: every download but the next one the task takes waits. A task
+    that stops mid-way (its item failed with on_error='fail') must give back what its
+    downloads hold, or the next task's downloads would wait for room forever."""
+    from shardkit.builder.fetch import Downloads
+    from shardkit.builder.sources import Item
+
+    urls, good = served
+    ok = [u for u in urls if u in good][:8]
+    items = [Item(u, f"k{i}", -1, "jpg", 0, "") for i, u in enumerate(ok)]
+    downloads = Downloads(BuildOptions(fetch_concurrency=4, fetch_timeout=5))
+    downloads.in_flight = 1
+    try:
+        stopped = downloads.prefetch(lambda item: str(item.ref), items)
+        _, first = next(stopped)
+        assert first is not None and first.result().data == good[ok[0]]
+        stopped.close()  # the task stops while it holds this download and three more
+        again = [d.result().data for _, d in downloads.prefetch(lambda i: str(i.ref), items)]
+    finally:
+        downloads.close()
+    assert again == [good[u] for u in ok]
+
+
+def test_waiting_for_room_does_not_count_toward_the_timeout(
+    served: tuple[list[str], dict[str, bytes]],
+) -> None:
+    """A 1 s timeout, room for one byte, and a task that takes 0.4 s per item: the later
+    downloads wait for room far longer than 1 s in all, and none times out."""
+    from shardkit.builder.fetch import Downloads
+    from shardkit.builder.sources import Item
+
+    urls, good = served
+    ok = [u for u in urls if u in good][:6]
+    items = [Item(u, f"k{i}", -1, "jpg", 0, "") for i, u in enumerate(ok)]
+    downloads = Downloads(BuildOptions(fetch_concurrency=6, fetch_timeout=1))
+    downloads.in_flight = 1
+    got = []
+    try:
+        for _, download in downloads.prefetch(lambda item: str(item.ref), items):
+            assert download is not None
+            got.append(download.result())
+            time.sleep(0.4)
+    finally:
+        downloads.close()
+    assert [d.category for d in got] == ["ok"] * 6
+    assert [d.data for d in got] == [good[u] for u in ok]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
 from typing import Any
@@ -11,7 +12,7 @@ from conftest_pipeline import keys, write_shards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit import Dataset
+from shardkit import Dataset, FormatError
 from shardkit.pipeline import ShardList
 from shardkit.pipeline.context import Context
 from shardkit.pipeline.epochs import plan_stream, rank_samples, split_counts
@@ -183,3 +184,56 @@ def test_rank_and_world_size_from_the_environment(
         seen.append(keys(list(ds)))
         assert len(seen[-1]) == len(ds) == 5
     assert not set(seen[0]) & set(seen[1])
+
+
+# A stated count of 0 is checked like any other: a shard that holds samples is an error
+# under handler="raise", never a silent skip of the whole shard.
+
+
+def _state_zero(folder: str, shard: int) -> None:
+    path = os.path.join(folder, "manifest.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["shards"][shard]["samples"] = 0
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+@pytest.mark.parametrize("node", [(0, 1), (1, 2)])
+def test_a_manifest_count_of_0_for_a_shard_with_samples_is_an_error(
+    tmp_path: Any, node: tuple[int, int]
+) -> None:
+    folder = str(tmp_path)
+    write_shards(folder, [4, 5, 3])
+    _state_zero(folder, 1 if node == (0, 1) else 2)  # the last: checked by the last rank
+    with pytest.raises(FormatError, match="more samples than the 0"):
+        list(Dataset(folder, node=node))
+    quiet = list(Dataset(folder, node=node, handler="ignore"))  # other policies go on
+    assert len(quiet) == len(Dataset(folder, node=node))
+
+
+def test_a_true_count_of_0_reads_fine(tmp_path: Any) -> None:
+    folder = str(tmp_path)
+    write_shards(folder, [4, 0, 4, 0])
+    assert len(keys(list(Dataset(folder)))) == 8
+    assert sorted(
+        keys(list(Dataset(folder, node=(0, 2)))) + keys(list(Dataset(folder, node=(1, 2))))
+    ) == sorted(keys(list(Dataset(folder))))
+
+
+def test_an_index_with_no_entries_for_a_shard_with_samples_is_an_error(tmp_path: Any) -> None:
+    from shardkit import IndexedDataset
+    from shardkit.tools.index import write_indexes
+
+    folder = str(tmp_path)
+    write_indexes(write_shards(folder, [3, 4], manifest=False))
+    path = os.path.join(folder, "shard-000001.tar.idx")
+    with open(path) as f:
+        doc = json.load(f)
+    doc.update(keys=[], offsets=[], sizes=[])
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    with pytest.raises(FormatError, match="more samples than the 0"):
+        list(Dataset(folder))
+    with pytest.raises(FormatError, match="more samples than the 0"):
+        len(IndexedDataset(folder))

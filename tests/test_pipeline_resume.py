@@ -14,7 +14,7 @@ from conftest_pipeline import write_shards
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardkit import ConfigError, Dataset, mix
+from shardkit import ConfigError, Dataset, Loader, StateError, mix
 
 
 def _key(sample: Any) -> Any:
@@ -61,7 +61,33 @@ PIPELINES: dict[str, Callable[[str], Dataset]] = {
     "shuffle-initial": lambda f: Dataset(f).shuffle(8, initial=2).map(_key),
     "mixed": lambda f: mix([Dataset(f, seed=1).shuffle(3), Dataset(f, seed=2)], [2, 1], seed=3),
     "mixed-shuffled": lambda f: mix([Dataset(f), Dataset(f)], seed=3).shuffle(6).with_epoch(45),
+    "rename-map-dict": lambda f: (
+        Dataset(f).shuffle(4).rename(label="cls", keep=False).map_dict(label=int).map(_key)
+    ),
+    "to-tuple-map-tuple": lambda f: (
+        Dataset(f).decode().to_tuple("__key__", "cls").map_tuple(_upper, None).shuffle(3)
+    ),
 }
+
+
+def _stage_classes(base: type) -> set[type]:
+    found = set()
+    for sub in base.__subclasses__():
+        found |= {sub} | _stage_classes(sub)
+    return found
+
+
+def test_every_stage_is_in_the_resume_table(shard_folder: str) -> None:
+    """The contract enumerates: a new Stage subclass fails here until a pipeline of
+    PIPELINES uses it (and so goes through the midpoint resume test below)."""
+    import shardkit.pipeline.counting
+    import shardkit.pipeline.decode  # registers its stages
+    from shardkit.pipeline.stages import Stage
+
+    used = {type(s) for build in PIPELINES.values() for s in build(shard_folder)._recipe.stages}
+    abstract = {shardkit.pipeline.counting.Counting}
+    missing = sorted(c.__name__ for c in _stage_classes(Stage) - abstract - used)
+    assert not missing, f"stages missing from the resume table PIPELINES: {missing}"
 
 
 def _plain(items: list[Any]) -> list[Any]:
@@ -241,7 +267,8 @@ def test_state_dict_refuses_after_dataloader_workers_read_it(
             break
     with pytest.raises(ConfigError, match="StatefulDataLoader"):
         ds.state_dict()
-    ds.load_state_dict(Dataset(shard_folder, seed=5).state_dict())  # a position of its own
+    fresh = Dataset(shard_folder, seed=5).shuffle(6).to_tuple("__key__")
+    ds.load_state_dict(fresh.state_dict())  # a position of its own
     assert ds.state_dict()["consumed"] == 0
     list(ds)  # read in this process: its own position again
     assert ds.state_dict()["done"]
@@ -276,3 +303,142 @@ def test_stage_counts_are_part_of_the_state(shard_folder: str) -> None:
     again.load_state_dict(older)
     with pytest.raises(ConfigError, match="no stage counts"):
         iter(again)
+
+
+# ---------------------------------------------------------------- hostile states
+# A state names the pipeline it belongs to and is checked whole (state.check_state /
+# check_states, Position.check_belongs / check_consumed) before anything is skipped.
+
+
+def _half_state(ds: Dataset) -> dict[str, Any]:
+    iterator = iter(ds)
+    for _ in range(10):
+        next(iterator)
+    state: dict[str, Any] = json.loads(json.dumps(ds.state_dict()))
+    return state
+
+
+def test_a_state_of_another_dataset_is_refused(shard_folder: str, tmp_path: Any) -> None:
+    other = str(tmp_path / "other")
+    write_shards(other, [9, 4, 11, 6, 7])  # one count differs
+    state = _half_state(Dataset(other))
+    ds = Dataset(shard_folder)
+    ds.load_state_dict(state)
+    with pytest.raises(StateError, match="another dataset or pipeline"):
+        iter(ds)
+    # another pipeline over the same shards: a shuffle buffer changes what a position means
+    shuffled = Dataset(shard_folder).shuffle(5)
+    shuffled.load_state_dict(_half_state(Dataset(shard_folder)))
+    with pytest.raises(StateError, match="another dataset or pipeline"):
+        iter(shuffled)
+
+
+def test_a_state_of_another_mix_is_refused(shard_folder: str) -> None:
+    state = _half_state(mix([Dataset(shard_folder, seed=1), Dataset(shard_folder)], [2, 1]))
+    for other in (
+        mix([Dataset(shard_folder, seed=1), Dataset(shard_folder)], [1, 1]),  # weights
+        mix([Dataset(shard_folder, seed=2), Dataset(shard_folder)], [2, 1]),  # a source's seed
+    ):
+        other.load_state_dict(state)
+        with pytest.raises(StateError, match="another dataset or pipeline"):
+            iter(other)
+    same = mix([Dataset(shard_folder, seed=1), Dataset(shard_folder)], [2, 1])
+    same.load_state_dict(state)
+    assert len(list(same)) == len(same) - 10
+
+
+def _tampered(state: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return {**state, **changes}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"done": "false"},
+        {"done": 0},
+        {"consumed": float("inf")},
+        {"consumed": 1e400},
+        {"consumed": 10**30},
+        {"consumed": -1},
+        {"consumed": "12"},
+        {"consumed": 2.5},
+        {"epoch": float("nan")},
+        {"world": 0},
+        {"rank": 5},
+        {"tallies": [float("inf")]},
+        {"tallies": "1"},
+        {"space": [[0, 1]] * 10_000},  # sample 0, 10,000 times
+        {"space": [[5, 9], [0, 3]]},
+        {"space": [[3, 3]]},
+        {"space": [[0, 1, 2]]},
+        {"dataset": ["x"]},
+    ],
+    ids=lambda changes: repr(changes)[:40],
+)
+def test_a_malformed_state_is_one_line_refusal(shard_folder: str, changes: dict[str, Any]) -> None:
+    state = _tampered(_half_state(Dataset(shard_folder)), **changes)
+    attempts: list[tuple[Callable[[Any], None], Any]] = [
+        (Dataset(shard_folder).load_state_dict, state),
+        (Dataset(shard_folder).load_state_dict, [state]),
+        (Loader(Dataset(shard_folder)).load_state_dict, _loader_state([state])),
+    ]
+    for load, saved in attempts:
+        with pytest.raises(StateError, match=r"malformed|not a shardkit") as caught:
+            load(saved)
+        assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
+
+
+def _loader_state(streams: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"version": 1, "epoch": streams[0]["epoch"], "streams": streams, "next_stream": 0}
+
+
+def test_a_position_past_the_epoch_is_refused(shard_folder: str) -> None:
+    state = _half_state(Dataset(shard_folder))
+    ds = Dataset(shard_folder)
+    ds.load_state_dict(_tampered(state, consumed=39))  # the epoch holds 38
+    with pytest.raises(StateError, match="past the 38"):
+        iter(ds)
+    space = Dataset(shard_folder)
+    space.load_state_dict(_tampered(state, space=[[30, 60]]))
+    with pytest.raises(StateError, match="past the 38 samples"):
+        iter(space)
+
+
+def test_two_states_for_one_stream_or_two_runs_are_refused(shard_folder: str) -> None:
+    ds = Dataset(shard_folder)
+    first = _half_state(ds)
+    later = json.loads(json.dumps(ds.state_dict()))
+    with pytest.raises(StateError, match="two states for one stream"):
+        Dataset(shard_folder).load_state_dict([first, _tampered(first, consumed=3)])
+    with pytest.raises(StateError, match="different runs"):
+        Dataset(shard_folder).load_state_dict([first, _tampered(later, seed=4, rank=1, world=2)])
+    with pytest.raises(StateError, match="two states for one stream"):
+        Loader(Dataset(shard_folder)).load_state_dict([_loader_state([first])] * 2)
+
+
+def test_a_loader_refuses_a_foreign_state_in_the_main_process(
+    shard_folder: str, tmp_path: Any
+) -> None:
+    other = str(tmp_path / "other")
+    write_shards(other, [20, 18])
+    loader = Loader(Dataset(other).to_tuple("__key__"), num_workers=0)
+    iterator = iter(loader)
+    next(iterator)
+    state = json.loads(json.dumps(loader.state_dict()))
+    resumed = Loader(Dataset(shard_folder).to_tuple("__key__"), num_workers=0)
+    resumed.load_state_dict(state)
+    with pytest.raises(StateError, match="another dataset"):
+        iter(resumed)
+    with pytest.raises(StateError, match="malformed Loader state"):
+        resumed.load_state_dict(_tampered(state, streams="abc"))
+
+
+def test_a_state_without_a_fingerprint_still_resumes_if_it_checks(shard_folder: str) -> None:
+    """Chosen: a state saved before states named their pipeline (no "dataset") is
+    accepted when everything else in it checks out."""
+    full = _plain(list(Dataset(shard_folder)))
+    state = _half_state(Dataset(shard_folder))
+    del state["dataset"]
+    ds = Dataset(shard_folder)
+    ds.load_state_dict(state)
+    assert _plain(list(ds)) == full[10:]

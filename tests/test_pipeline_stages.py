@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest_pipeline import keys, tiny_jpeg, write_shards
 
-from shardkit import DataError, Dataset, DecodeError, FormatError, TarWriter
+from shardkit import ConfigError, DataError, Dataset, DecodeError, FormatError, TarWriter
 from shardkit.errors import TruncatedShardError
 from shardkit.formats import tar
 
@@ -92,7 +92,8 @@ def test_missing_field(jpeg_shards: str) -> None:
     with pytest.raises(DataError, match="no field 'png;gif'") as info:
         list(Dataset(jpeg_shards).to_tuple("png;gif"))
     assert info.value.key == "s00000" and info.value.url is not None
-    assert list(Dataset(jpeg_shards).to_tuple("png", handler="ignore")) == []
+    with pytest.raises(ConfigError, match=r"no sample has a field 'png'; .* cls, txt, jpg"):
+        list(Dataset(jpeg_shards).to_tuple("png", handler="ignore"))  # a typo, not bad data
 
 
 def _shard_with_bad_json(path: str) -> None:
@@ -193,3 +194,75 @@ def test_a_truncated_shard_yields_every_whole_sample_before_the_cut(
     with pytest.raises(TruncatedShardError) as info:
         got.extend(read_shard(url))
     assert keys(got) == whole and info.value.url == url
+
+
+# webdataset habits: a stage's own handler= takes what the user's function raises; a field
+# that no sample has is a ConfigError whatever the handler.
+
+
+def _odd_fails(sample: dict[str, object]) -> dict[str, object]:
+    if int(str(sample["__key__"])[1:]) % 2:
+        raise ValueError("odd")
+    return sample
+
+
+def _odd_field_fails(ext: str, data: bytes) -> object:
+    if ext == "cls" and int(data) % 2:
+        raise ValueError("odd class")
+    return None
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_an_explicit_stage_handler_takes_what_the_function_raises(
+    tmp_path: os.PathLike[str], threads: int
+) -> None:
+    folder = str(tmp_path)
+    write_shards(folder, [5, 5])
+    heard: list[Exception] = []
+
+    def note(exc: Exception) -> bool:
+        heard.append(exc)
+        return True
+
+    mapped = list(Dataset(folder).map(_odd_fails, handler=note))
+    assert keys(mapped) == [f"s{i:05d}" for i in range(0, 10, 2)]
+    assert len(heard) == 5 and all(type(e) is ValueError for e in heard)
+    decoded = list(Dataset(folder).decode(_odd_field_fails, handler="ignore", threads=threads))
+    assert len(decoded) == 5
+    pairs = list(Dataset(folder).to_tuple("__key__", "cls").map_tuple(int, handler="ignore"))
+    assert pairs == []  # int("s00000") fails for every sample: all skipped, not raised
+    with pytest.raises(ValueError, match="odd"):  # without its own handler: a bug, raised
+        list(Dataset(folder, handler="ignore").map(_odd_fails))
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda ds: ds.to_tuple("__key__", "foo"),
+        lambda ds: ds.rename(x="foo;bar"),
+        lambda ds: ds.map_dict(foo=len),
+    ],
+    ids=["to_tuple", "rename", "map_dict"],
+)
+@pytest.mark.parametrize("handler", ["raise", "ignore", "skip"])
+def test_a_field_no_sample_has_raises_naming_the_fields_they_have(
+    tmp_path: os.PathLike[str], build: object, handler: str
+) -> None:
+    folder = str(tmp_path)
+    write_shards(folder, [3, 4])
+    pipeline = build(Dataset(folder, handler=handler))  # type: ignore[operator]
+    error = DataError if handler == "raise" else ConfigError
+    with pytest.raises(error, match=r"'foo.*fields.*cls"):
+        list(pipeline)
+
+
+def _foo_on_s00002(sample: dict[str, object]) -> dict[str, object]:
+    return {**sample, "foo": 1} if sample["__key__"] == "s00002" else sample
+
+
+def test_a_field_some_samples_have_is_bad_data_for_the_others(tmp_path: os.PathLike[str]) -> None:
+    folder = str(tmp_path)
+    write_shards(folder, [4])
+    some = Dataset(folder, handler="ignore").map(_foo_on_s00002)
+    assert list(some.to_tuple("__key__", "foo")) == [("s00002", 1)]
+    assert keys(list(some.rename(bar="foo"))) == ["s00002"]

@@ -3,14 +3,16 @@
 How a block is run:
 
 * ``python`` and ``sh`` blocks run (others, such as ``text``, are not code);
-  ``python`` blocks are executed with ``exec`` in the folder, one namespace per block.
+  ``python`` blocks are executed with ``exec`` in the folder, one namespace per block,
+  as a script's main module (``__name__ == "__main__"``, so guarded code runs).
   Names a snippet takes as given (``jpeg_bytes``, ``raw_sample``, ``epochs``,
   ``torchvision``) come from :data:`GIVEN`; nothing else is defined for it.
 * ``sh`` blocks run line by line (continuation lines joined) with ``bash -e``; the lines of
-  the *Packing* block are alternatives, each run in a fresh copy of the folder, the other
-  blocks run top to bottom in one folder. ``shardkit`` and ``python3`` on PATH are this
-  test's interpreter (a wrapper in a temporary bin folder). ``pip install`` lines are not
-  run: the test environment is the installation they describe.
+  a block of ``shardkit build`` lines only (the *Packing* block) are alternatives, each run
+  in a fresh copy of the folder; the other blocks run top to bottom in one folder.
+  ``shardkit`` and ``python3`` on PATH are this test's interpreter (a wrapper in a
+  temporary bin folder). ``pip install`` lines are not run: the test environment is the
+  installation they describe.
 * :data:`SUBSTITUTE` lists the only textual changes: remote URLs become local folders.
   Each substitution must still match something, so a stale entry fails the test.
 * :data:`NOT_RUN` names the blocks that need what a test cannot start here (the repository's
@@ -53,7 +55,7 @@ SUBSTITUTE = [
 NOT_RUN = {
     "make demo": "the repository's Makefile (tests/test_demo.py runs the demo)",
     "ray start --head": "a Ray and a Dask cluster (tests/test_scale_*.py run these on local ones)",
-    "map_shards(fix_sample": "a Ray cluster at HEAD:6379 (tests/test_scale_mapshards.py)",
+    "shardkit view train/": "a server that runs until stopped (tests/test_view*.py run it)",
 }
 
 
@@ -181,9 +183,9 @@ def test_readme_snippets_run_as_written(folder: Path, monkeypatch: pytest.Monkey
         code = _substituted(code, used)
         if language == "python":
             monkeypatch.chdir(shared)
-            namespace = {"__name__": f"readme_line_{line}", **GIVEN}
+            namespace = {"__name__": "__main__", **GIVEN}
             exec(compile(code, f"README.md:{line}", "exec"), namespace)
-        elif "shardkit build images/" in code:  # alternatives: each in a fresh folder
+        elif all(c.startswith("shardkit build ") for c in _shell_lines(code)):  # alternatives
             for number, command in enumerate(_shell_lines(code)):
                 alone = folder / f"build-{line}-{number}"
                 shutil.copytree(folder / "fresh", alone, symlinks=True)

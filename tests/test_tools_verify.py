@@ -186,3 +186,84 @@ def test_broken_manifest_is_a_problem_and_the_shards_are_still_checked(tmp_path:
         "manifest is not valid JSON",
     ]
     assert [s.url for s in report.shards] == urls
+
+
+# verify says what it did not check, and a digest the manifest's options promise is
+# required; an index's recorded sha256 and size are compared.
+
+
+def _flip_a_data_byte(url: str) -> None:
+    """Change one byte inside the first member's data: structure and counts stay sound."""
+    with open(url, "r+b") as f:
+        f.seek(512 + 2)
+        byte = f.read(1)
+        f.seek(512 + 2)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def _manifest_with_options(folder: str, urls: list[str], digest: str | None, algo: str) -> None:
+    shards = []
+    for url in urls:
+        with open(url, "rb") as f:
+            data = f.read()
+        shards.append(
+            {
+                "name": os.path.basename(url),
+                "samples": sum(1 for _ in tar.iter_samples(open_bytes(data))),
+                "bytes": len(data),
+                "digest": None if digest is None else f"sha256:{hashlib.sha256(data).hexdigest()}",
+            }
+        )
+    doc = {"format": "tar", "shards": shards, "options": {"hash": algo}}
+    put(os.path.join(folder, "manifest.json"), json.dumps(doc).encode())
+
+
+def test_a_digest_removed_where_the_options_promise_one_is_a_problem(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = str(tmp_path)
+    urls = write_shards(folder, samples(8), per_shard=4)
+    _manifest_with_options(folder, urls, None, "blake3")  # digests nulled
+    _flip_a_data_byte(urls[0])
+    report = verify([folder])
+    assert not report.ok
+    assert (
+        sum(
+            "lists no digest for it while its options say hash 'blake3'" in m
+            for m in messages(report)
+        )
+        == 2
+    )
+    assert main(["verify", os.path.join(folder, "manifest.json")]) == 1  # the path too
+    assert "lists no digest" in capsys.readouterr().out
+
+
+def test_verify_says_what_it_did_not_check(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = str(tmp_path)
+    urls = write_shards(folder, samples(8), per_shard=4)
+    _manifest_with_options(folder, urls, None, "none")  # built with --hash none
+    _flip_a_data_byte(urls[0])
+    report = verify([folder])
+    assert report.ok  # nothing it could check is wrong...
+    assert report.unchecked and "2 of 2 shards were compared with no digest" in report.unchecked[0]
+    assert main(["verify", folder]) == 0
+    err = capsys.readouterr().err
+    assert "not checked: the bytes of 2 of 2 shards" in err  # ...and it says what it skipped
+    _manifest_with_options(folder, urls, "sha256", "sha256")
+    checked = verify([folder])
+    assert checked.ok and checked.unchecked == []  # every shard's bytes held to a digest
+
+
+def test_an_index_records_sha256_and_size_that_verify_compares(tmp_path: object) -> None:
+    folder = str(tmp_path)
+    urls = write_shards(folder, samples(8), per_shard=4)
+    for url in urls:
+        write_index(url, sha256=True)
+    assert verify(urls).ok and verify(urls).unchecked == []
+    _flip_a_data_byte(urls[0])
+    assert any("differs from the index's" in m for m in messages(verify(urls)))
+    with open(urls[1], "ab") as f:
+        f.write(bytes(1024))  # two more zero blocks: still a sound tar, another size
+    assert any(m.startswith("size ") and "index's" in m for m in messages(verify([urls[1]])))

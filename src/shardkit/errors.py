@@ -11,6 +11,7 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
     ShardkitError
     ├── ConfigError (ValueError)          bad option or argument
     │   ├── MissingDependencyError (ImportError)  an optional module is not installed
+    │   ├── StateError                    a resume state that is malformed or not this pipeline's
     │   └── ManifestError (+ FormatError)  a manifest.json that is not one
     ├── DataError (ValueError)            something wrong with the data
     │   ├── FormatError                   malformed tar / TFRecord / Example
@@ -40,6 +41,7 @@ __all__ = [
     "MissingDependencyError",
     "MissingFieldError",
     "ShardkitError",
+    "StateError",
     "StorageError",
     "TruncatedShardError",
     "UnsafeDataError",
@@ -89,6 +91,11 @@ def _rebuild(
 
 class ConfigError(ShardkitError, ValueError):
     """An option or argument is invalid."""
+
+
+class StateError(ConfigError):
+    """A resume state (``load_state_dict``) is malformed, tampered with, or belongs to
+    another dataset, mix or run: refused whole, before anything is skipped."""
 
 
 class DataError(ShardkitError, ValueError):

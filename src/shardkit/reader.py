@@ -31,14 +31,12 @@ from typing import Any, BinaryIO
 
 from . import storage
 from .errors import DataError, FormatError
-from .formats.index import ShardIndex, check_index, index_url
 from .formats.manifest import ManifestContents, parse_manifest
 from .formats.names import Format, format_from_name
 from .formats.tar import MAX_MEMBER_SIZE
 from .handlers import Handler, reraise
 
 __all__ = [
-    "load_index",
     "detect_format",
     "holds_whole_shard",
     "iter_shard_samples",
@@ -249,21 +247,6 @@ def load_manifest(
         contents = parse_manifest(stream.read(), url=url)
     base = url.rsplit("/", 1)[0] if "/" in url else ""
     return contents, manifest_urls(contents, base=base, found_in=f"manifest {url}")
-
-
-def load_index(
-    shard_url: str, *, storage_options: dict[str, Any] | None = None
-) -> ShardIndex | None:
-    """The index of a shard (:mod:`shardkit.formats.index`), or None when it has none; a
-    FormatError if it names another shard or an entry outside the shard or the reader's
-    limits (:func:`~shardkit.formats.index.check_index`)."""
-    url = index_url(shard_url)
-    if not storage.url_exists(url, storage_options):
-        return None
-    with storage.open_read(url, storage_options=storage_options) as stream:
-        index = ShardIndex.from_json(stream.read(), url=url)
-    check_index(index, storage.basename(shard_url), url=url)  # untrusted: bounded, its own
-    return index
 
 
 def manifest_urls(contents: ManifestContents, *, base: str, found_in: str) -> tuple[str, ...]:

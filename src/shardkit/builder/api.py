@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import BuildError, ConfigError
-from ..formats.names import MANIFEST_NAME, is_shard_name
+from ..errors import BuildError, ConfigError, StorageError
+from ..formats.names import is_shard_name
+from ..pipeline.urls import find_shards, is_manifest
 from .kinds import is_table
 from .options import BuildOptions
 from .results import BuildResult, ProgressFn
@@ -93,67 +94,62 @@ def list_source(
         from .tables import list_table
 
         return list_table(path, options, spill)
-    if "{" in path or is_shard_name(os.path.basename(path)):
-        return _list_shards(path, out, options, spill=spill)
-    if remote:  # an image folder under an object-store prefix
-        from .sources import list_remote_folder
-
-        if (out.rstrip("/") + "/").startswith(path.rstrip("/") + "/"):
+    if not remote and not os.path.isdir(path) and "{" not in path:
+        if not os.path.exists(path):
+            raise BuildError("no such file or folder", url=path)
+        if not is_shard_name(os.path.basename(path)) and not is_manifest(path):
             raise BuildError(
-                f"the output {out!r} is inside the source folder: pick one outside it", url=path
+                "not a source shardkit can build from: expected an image folder, "
+                "a .csv/.jsonl/.parquet list or shards (.tar, .tfrecord)",
+                url=path,
             )
-        return list_remote_folder(path, spill)
-    if os.path.isdir(path):
-        if not _is_remote(out):
-            _check_not_inside(out, path)
-        shards = _shard_folder(path)
-        if shards is not None:
-            return _list_shards(shards, out, options, path, spill)
+    return _shards_or_images(path, out, options, spill)
+
+
+def _shards_or_images(path: str, out: str, options: BuildOptions, spill: Spill | None) -> Listing:
+    """Shards when the one resolver (:func:`shardkit.pipeline.urls.find_shards`) says
+    ``path`` names some (a folder by its manifest or shard files, a manifest, a pattern,
+    a shard); only a folder holding neither is an image folder."""
+    remote = "://" in path
+    folder = remote and not ("{" in path or is_shard_name(path) or is_manifest(path))
+    local_folder = not remote and os.path.isdir(path)
+    if local_folder and not _is_remote(out):
+        _check_not_inside(out, path)
+    if folder and (out.rstrip("/") + "/").startswith(path.rstrip("/") + "/"):
+        raise BuildError(
+            f"the output {out!r} is inside the source folder: pick one outside it", url=path
+        )
+    try:
+        part = find_shards(path.rstrip("/") + "/" if folder else path)
+    except StorageError:
+        if not (folder or local_folder):
+            raise
+        part = None  # unlisted: the image-folder listing reports it
+    if part is None:
+        if folder:  # an image folder under an object-store prefix
+            from .sources import list_remote_folder
+
+            return list_remote_folder(path, spill)
         return list_image_folder(path, spill)
-    if not os.path.exists(path):
-        raise BuildError("no such file or folder", url=path)
-    raise BuildError(
-        "not a source shardkit can build from: expected an image folder, "
-        "a .csv/.jsonl/.parquet list or shards (.tar, .tfrecord)",
-        url=path,
-    )
+    return _list_shards(list(part.urls), out, options, path, spill)
 
 
 def _list_shards(
-    spec: str | list[str],
+    spec: list[str],
     out: str,
     options: BuildOptions,
-    path: str | None = None,
+    path: str,
     spill: Spill | None = None,
 ) -> Listing:
     from .. import storage
     from .shards import list_shards
 
-    for url in storage.expand_urls(spec):
+    for url in spec:
         if storage.is_local(url):
             folder = os.path.dirname(os.path.abspath(storage.local_path(url)))
             if os.path.realpath(folder) == os.path.realpath(out):
                 raise BuildError("the output folder holds the input shards", url=url)
     return list_shards(spec, options.format, path=path, spill=spill)
-
-
-def _shard_folder(path: str) -> list[str] | None:
-    """The shards of a folder of shards (no subfolders; its manifest's, else every shard
-    file by name), or None when it is not one (an image folder)."""
-    try:
-        with os.scandir(path) as scan:
-            entries = list(scan)
-    except OSError:
-        return None  # unreadable: the image-folder listing reports it
-    if any(entry.is_dir() for entry in entries):
-        return None
-    names = {entry.name for entry in entries}
-    if MANIFEST_NAME in names:
-        from ..reader import load_manifest
-
-        return list(load_manifest(os.path.join(path, MANIFEST_NAME))[1])
-    shards = sorted(name for name in names if is_shard_name(name))
-    return [os.path.join(path, name) for name in shards] or None
 
 
 def _not_a_file(path: str) -> str:

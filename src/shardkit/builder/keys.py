@@ -11,7 +11,9 @@ The paths of a CSV/JSONL list become keys through :func:`key_base` and
 :func:`relative_path`: relative to the list's root folder when every listed file lies
 inside it, else relative to the deepest folder that holds them all (so ``../imgs/a.jpg``
 never becomes ``__/imgs/a``, and an absolute path or a URL does not drag its whole prefix
-or its host into the key).
+or its host into the key). A URL's query stays in its key, before the extension
+(``a.jpg?w=2`` -> ``a?w=2``; its ``%``, ``/``, ``\\`` and ``.`` percent-escaped), so URLs
+that differ only there get distinct keys; a fragment is dropped.
 """
 
 from __future__ import annotations
@@ -182,8 +184,24 @@ def _components(location: str) -> list[str]:
     """``["s3", "bucket", "a", "b.jpg"]`` for ``s3://bucket/a/b.jpg``; ``["", ...]`` local."""
     match = _SCHEME.match(location)
     scheme, path = (match.group()[:-3], location[match.end() :]) if match else ("", location)
+    query = ""
+    if match:  # a URL: its query stays in the key (before the extension), not its fragment
+        path, _, query = path.partition("#")[0].partition("?")
     path = posixpath.normpath("/" + path.replace("\\", "/"))
-    return [scheme, *(p for p in path.split("/") if p)]
+    parts = [scheme, *(p for p in path.split("/") if p)]
+    if query and len(parts) > 1:
+        stem, dot, ext = parts[-1].rpartition(".")
+        query = _escape_query(query)
+        parts[-1] = f"{stem}?{query}.{ext}" if dot and stem else f"{parts[-1]}?{query}"
+    return parts
+
+
+def _escape_query(query: str) -> str:
+    """A URL's query as a key may hold it: ``%``, ``/``, ``\\`` and ``.`` percent-escaped,
+    so no two queries give the same text and the extension after it stays the last."""
+    for char, code in (("%", "%25"), ("/", "%2F"), ("\\", "%5C"), (".", "%2E")):
+        query = query.replace(char, code)
+    return query
 
 
 def _common(common: list[str], parts: list[str]) -> list[str]:

@@ -29,10 +29,11 @@ from typing import Any, BinaryIO
 from .. import config, storage
 from ..errors import BuildError, DataError
 from ..formats import tfschema
-from ..formats.index import ShardIndex, check_key, check_shard_size
+from ..formats.index import ShardIndex, check_key, indexed_sample
 from ..formats.tar import BLOCK
+from ..pipeline.idxfiles import load_indexes
 from ..ranges import RangeReader
-from ..reader import detect_format, iter_stream_samples, load_index, read_shard
+from ..reader import detect_format, iter_stream_samples, read_shard
 from .sources import Item, Listing, SpilledItems
 from .spill import Spill, bucket_count, bucketed, held
 from .store import endpoint_options
@@ -41,6 +42,9 @@ __all__ = ["ShardSource", "list_shards"]
 
 _READ_AHEAD = 256 << 10  # bytes fetched per ranged read of a remote shard
 _KEEP_OPEN = 8  # input shards kept open per thread between samples
+_COMPRESSED = (
+    "compressed shards cannot be re-sharded (samples are read by seeking): decompress them first"
+)
 
 
 def list_shards(
@@ -63,7 +67,7 @@ def list_shards(
 
     indexes = _indexes(urls, versions)
 
-    def listed() -> Iterator[tuple[tuple[int, int], str, int]]:
+    def listed() -> Iterator[tuple[tuple[int, int, int], str, int]]:
         for index, (url, version) in enumerate(zip(urls, versions, strict=True)):
             digest.update(f"{url}\0{version}\n".encode())
             yield from _samples(index, url, indexes[index])
@@ -74,9 +78,9 @@ def list_shards(
     # Keys that repeat (e.g. TFRecords without __key__) get their shard's number.
     prefixed = _repeats((key for _, key, _ in records), len(records), spill)
 
-    def item(record: tuple[tuple[int, int], str, int]) -> Item:
+    def item(record: tuple[tuple[int, int, int], str, int]) -> Item:
         ref, key, size = record
-        ref = (int(ref[0]), int(ref[1]))
+        ref = (int(ref[0]), int(ref[1]), int(ref[2]))
         return Item(ref, f"{ref[0]:06d}/{key}" if prefixed else key, -1, "", size, "")
 
     items = [item(r) for r in records] if isinstance(records, list) else SpilledItems(records, item)
@@ -149,25 +153,39 @@ class ShardSource:
         self._streams.close()
 
     def load(self, item: Item) -> Mapping[str, Any]:
-        index, offset = item.ref
+        index, offset, span = item.ref
         url = self.urls[index]
         version = self.versions[index] if self.versions else ""
         stream = self._streams.get(url, version, self.s3_endpoint)
         stream.seek(offset)
         fmt = detect_format(url)[0]
-        for sample in iter_stream_samples(stream, url=url, format=fmt):
-            if fmt == "tar":  # the key may have been listed from a (lying) index
-                listed = item.key.split("/", 1)[1] if self.prefixed else item.key
+        listed = item.key.split("/", 1)[1] if self.prefixed else item.key
+        if span:
+            sample = indexed_sample(  # a span holding anything else is bad data
+                stream.read(span),
+                0,
+                span,
+                format=fmt,
+                key=listed,
+                offset=offset,
+                base=offset,
+                url=url,
+            )
+        else:
+            found = next(iter_stream_samples(stream, url=url, format=fmt), None)
+            if found is None:
+                raise DataError("sample not found at its offset (the shard changed?)", url=url)
+            sample = found
+            if fmt == "tar":
                 check_key(listed, sample["__key__"], url=url, offset=offset)
-            sample.pop("__url__", None)
-            sample.pop("__offset__", None)
-            sample["__key__"] = item.key
-            if fmt == "tar" and self.output_format == "tfrecord":
-                return tfschema.to_example_fields(sample)
-            if fmt == "tfrecord" and self.output_format == "tar":
-                return tfschema.to_tar_sample(sample)
-            return sample
-        raise DataError("sample not found at its offset (the shard changed?)", url=url)
+        sample.pop("__url__", None)
+        sample.pop("__offset__", None)
+        sample["__key__"] = item.key
+        if fmt == "tar" and self.output_format == "tfrecord":
+            return tfschema.to_example_fields(sample)
+        if fmt == "tfrecord" and self.output_format == "tar":
+            return tfschema.to_tar_sample(sample)
+        return sample
 
     def describe(self, item: Item) -> str:
         return f"{self.urls[item.ref[0]]}@{item.ref[1]}"
@@ -177,24 +195,24 @@ class ShardSource:
 
 
 def _indexes(urls: list[str], versions: list[str]) -> list[ShardIndex | None]:
-    """The ``.idx`` file of each shard that has one (remote ones fetched a few at once);
-    FormatError for a bad one, or a stale one (made for a shard of another size: the
-    rule :class:`~shardkit.pipeline.Dataset` applies)."""
+    """The ``.idx`` file of each shard that has one and provably lists every sample once
+    (:func:`_whole`), loaded by the one index loader (remote ones a few at once; a stale
+    one refused; one that fails the whole check is not used, and its shard is read
+    through: :func:`shardkit.pipeline.idxfiles.load_indexes`)."""
+    sizes = [_listed_size(version) for version in versions]
+    indexes = load_indexes(urls, sizes=sizes, unchecked="ignore")
+    for url, index in zip(urls, indexes, strict=True):
+        if index is not None and index.compressed:  # gzip bytes under a plain name
+            raise BuildError(_COMPRESSED, url=url)
+    return [
+        index if index is not None and size is not None and _whole(url, index, size) else None
+        for url, index, size in zip(urls, indexes, sizes, strict=True)
+    ]
 
-    def load(url: str, version: str) -> ShardIndex | None:
-        index = load_index(url)  # as read_shard reads the shard here
-        size = version.split("\0", 1)[0]
-        if index is None or not size.isdigit():  # a size the store did not give: read it
-            return None
-        check_shard_size(url, index.shard_bytes or 0, int(size))
-        return index if _whole(url, index, int(size)) else None
 
-    if all(storage.is_local(url) for url in urls):
-        return [load(url, version) for url, version in zip(urls, versions, strict=True)]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(storage.REQUESTS_IN_FLIGHT) as pool:
-        return list(pool.map(load, urls, versions))
+def _listed_size(version: str) -> int | None:
+    size = version.split("\0", 1)[0]
+    return int(size) if size.isdigit() else None
 
 
 _MAX_TAIL = 1 << 20  # bytes after a tar's last sample: end-of-archive blocks and padding
@@ -226,9 +244,11 @@ def _whole(url: str, index: ShardIndex, size: int) -> bool:
 
 def _samples(
     number: int, url: str, index: ShardIndex | None
-) -> Iterator[tuple[tuple[int, int], str, int]]:
-    """(shard number, offset), key and size of each sample of a shard: from its index
-    when it has one, else by reading it through.
+) -> Iterator[tuple[tuple[int, int, int], str, int]]:
+    """(shard number, offset, indexed span or 0), key and size of each sample of a shard:
+    from its index when it has one, else by reading it through. A worker reads an indexed
+    sample as exactly its span (:func:`shardkit.formats.index.indexed_sample`), so a span
+    that holds two samples is an error, never one sample silently dropped.
 
     The offset is where the sample starts (its first tar header or its record), in both;
     so are the keys. The size differs (the index counts headers and padding, a read the
@@ -237,11 +257,11 @@ def _samples(
     wrote, never from listed sizes, and the output is the same either way."""
     if index is not None:
         for key, offset, size in zip(index.keys, index.offsets, index.sizes, strict=True):
-            yield (number, offset), key, size
+            yield (number, offset, size), key, size
         return
     for sample in read_shard(url):
         size = sum(len(v) for v in sample.values() if isinstance(v, bytes))
-        yield (number, sample["__offset__"]), sample["__key__"], size
+        yield (number, sample["__offset__"], 0), sample["__key__"], size
 
 
 def _repeats(keys: Iterable[str], count: int, spill: Spill) -> bool:
@@ -257,11 +277,7 @@ def _repeats(keys: Iterable[str], count: int, spill: Spill) -> bool:
 def _version(url: str) -> str:
     """Size and mtime (or ETag) of an input shard; raises BuildError if it cannot be used."""
     if detect_format(url)[1]:
-        raise BuildError(
-            "compressed shards cannot be re-sharded (samples are read by seeking): "
-            "decompress them first",
-            url=url,
-        )
+        raise BuildError(_COMPRESSED, url=url)
     if storage.is_local(url):
         try:
             info = os.stat(storage.local_path(url))

@@ -42,6 +42,7 @@ __all__ = [
     "SpilledItems",
     "check_listed_size",
     "folder_json",
+    "image_extension",
     "list_image_folder",
     "list_remote_folder",
     "read_file",
@@ -325,10 +326,22 @@ def nothing_found(message: str, skipped: list[tuple[str, str]], url: str) -> NoR
     raise BuildError(message, url=url)
 
 
-def not_an_image(name: str) -> str:
-    """The reason to skip a file of an image folder by its name, or ''."""
+def not_an_image(name: str, *, url: bool = False) -> str:
+    """The reason to skip a file of an image folder or list by its name, or ''.
+
+    A URL's name (its path without the query and fragment) needs no image extension:
+    the kind of a download whose name names none comes from its bytes."""
     ext = name.rpartition(".")[2].lower() if "." in name else ""
-    return "" if ext in FOLDER_EXTENSIONS else f"not an image file (extension {ext or 'none'!r})"
+    if ext in FOLDER_EXTENSIONS or url:
+        return ""
+    return f"not an image file (extension {ext or 'none'!r})"
+
+
+def image_extension(name: str) -> str:
+    """The field extension of an image file by its name (``JPEG`` -> ``jpg``); '' when
+    the name has no image extension (the kind then comes from the bytes)."""
+    ext = name.rpartition(".")[2].lower() if "." in name else ""
+    return normalize_image_extension(ext) if ext in FOLDER_EXTENSIONS else ""
 
 
 def list_remote_folder(url: str, spill: Spill | None = None) -> Listing:

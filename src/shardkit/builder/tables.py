@@ -4,11 +4,14 @@ Paths are relative to the list's folder, absolute, or URLs (read with
 :func:`shardkit.storage.open_read`); a ``pipe:`` row would run a shell command, so it is
 skipped with the reason unless ``SHARDKIT_ALLOW_PIPE=all`` (the list is data). The list
 itself may be a URL (``s3://b/train.csv``); its relative paths then name objects beside
-it, whose sizes are learnt when they are read. Labels are integers (used as they are) or
-class names (numbered in sorted order, like an image folder's classes). Every other column
-goes into the sample's ``json`` together with the path, class and label. Rows whose file
-is missing or not an image file are skipped and reported; the same path twice is an error
-of the list.
+it, whose sizes are learnt when they are read. A list never guesses (docs/build.md, "List
+rules"): labels are integers (class numbers, kept as they are, below :data:`MAX_LABEL`) or
+class names (numbered in sorted order, like an image folder's classes); a row whose label
+cell is empty is skipped, never renumbering the others; a named label column must exist.
+Every other column goes into the sample's ``json`` together with the path, class and
+label, as text unless the column is wholly canonical numbers. Rows with an empty path, a
+file an earlier row lists, a missing label, or a file that is missing or not an image are
+skipped with their reason; a URL scheme whose module is missing stops the listing.
 
 A parquet list (``.parquet``, the shape img2dataset users keep their URL lists in) only
 supplies rows, read one batch at a time (:mod:`.parquet`); its columns keep their types
@@ -20,23 +23,40 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import os
 import posixpath
+import re
 import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import storage
-from ..codecs import normalize_image_extension
-from ..errors import BuildError
+from .._optional import require
+from ..errors import BuildError, MissingDependencyError
 from .keys import key_base, path_key, relative_path, spilled_keys
 from .options import BuildOptions
-from .sources import FileSource, Item, Listing, SpilledItems, not_an_image, nothing_found
+from .sources import (
+    FileSource,
+    Item,
+    Listing,
+    SpilledItems,
+    image_extension,
+    not_an_image,
+    nothing_found,
+)
 from .spill import Spill, bucket_count, bucketed, held
 from .walk import file_kind
 
-__all__ = ["list_table"]
+__all__ = ["DEFAULT_LABEL_COLUMN", "MAX_LABEL", "list_table"]
+
+#: The label column a list may lack (it is then unlabeled); any other named column must exist.
+DEFAULT_LABEL_COLUMN = "label"
+#: Integer labels are class numbers below this: one class is listed per number up to the
+#: highest, so a label of 10,000,000 would list ten million classes.
+MAX_LABEL = 1_000_000
 
 
 def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> Listing:
@@ -67,7 +87,7 @@ def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> 
     def item(entry: tuple[str, str, int, int, str]) -> Item:
         rel, location, label, size, text = entry
         relative = relative_path(location, base)
-        ext = normalize_image_extension(rel.rpartition(".")[2].lower())
+        ext = image_extension(_name(rel))
         return Item(rel, keys.get(relative) or path_key(relative), label, ext, size, text)
 
     items = [item(e) for e in listed] if isinstance(listed, list) else SpilledItems(listed, item)
@@ -103,32 +123,43 @@ class _Columns:
     def add(self, row: dict[str, Any]) -> dict[str, Any]:
         if self.names is None:
             self._first(row)
-        if self.label_column is not None:
+        if self.label_column is not None and not _blank(row.get(self.label_column)):
             self._label(row.get(self.label_column))
         for name, kind in self.kinds.items():
             value = row.get(name)
-            if value in (None, ""):
+            if _blank(value):
                 continue
             if not isinstance(value, str):
                 kind[:] = [True, False, False]  # JSON lines keep their own types
                 continue
             kind[0] = True
-            kind[1] = kind[1] and _is_int(value) and _fits_int64(value)
-            kind[2] = kind[2] and _is_float(value)
+            kind[1] = kind[1] and _canonical_int(value)
+            kind[2] = kind[2] and (_canonical_int(value) or _canonical_float(value))
         return row
+
+    def missing_label(self, row: dict[str, Any]) -> str:
+        """Why ``row`` has no label when the list has a label column, or ''."""
+        if self.label_column is None or not _blank(row.get(self.label_column)):
+            return ""
+        return f"no label (empty {self.label_column!r} cell)"
 
     def _first(self, row: dict[str, Any]) -> None:
         self.names = list(row)
         if self.column not in row:
             raise BuildError(
-                f"no {self.column!r} column (columns: {', '.join(map(str, row))}); "
+                f"no {self.column!r} column (columns: {_names(row)}); "
                 "name the path column with --path-column",
                 url=self.path,
             )
         if self.label_column is not None and self.label_column not in row:
+            if self.label_column != DEFAULT_LABEL_COLUMN:  # named, so meant to be there
+                raise BuildError(
+                    f"no {self.label_column!r} column (columns: {_names(row)}); name the "
+                    "label column with --label-column ('' for none)",
+                    url=self.path,
+                )
             self.label_column = None
-        if self.typed:
-            self.kinds = {n: [False, True, True] for n in self._others(self.names)}
+        self.kinds = {n: [False, True, True] for n in self._others(self.names)}
 
     def _others(self, names: list[Any]) -> list[Any]:
         """Columns that go into the json (a TFRecord build: checked against its schema)."""
@@ -148,7 +179,7 @@ class _Columns:
     def _label(self, value: Any) -> None:
         text = str(value).strip()
         self.texts.add(text)
-        if self.ints and _is_int(value):
+        if self.ints and _is_int_label(value):
             number = int(text)
             self.lowest, self.highest = min(self.lowest, number), max(self.highest, number)
         else:
@@ -160,7 +191,14 @@ class _Columns:
             return lambda value: -1
         if self.ints:
             if self.lowest < 0:
-                raise BuildError("labels must not be negative")
+                raise BuildError("labels must not be negative", url=self.path)
+            if self.highest >= MAX_LABEL:
+                raise BuildError(
+                    f"label {self.highest} is too large: an integer label is a class number, "
+                    f"below {MAX_LABEL:,} (one class per number up to the highest); "
+                    "give the classes names instead",
+                    url=self.path,
+                )
             self.classes = [str(i) for i in range(self.highest + 1)]
             return lambda value: int(str(value).strip())
         self.classes = sorted(self.texts)
@@ -183,7 +221,7 @@ class _Columns:
                 meta.update({"class": self.classes[label], "label": label})
             meta.update(
                 {
-                    k: convert[k](v) if k in convert and v not in (None, "") else v
+                    k: convert[k](v) if k in convert and not _blank(v) else v
                     for k, v in row.items()
                     if k not in skip
                 }
@@ -193,16 +231,32 @@ class _Columns:
             yield rel, location, label, size, text
 
 
-def _fits_int64(text: Any) -> bool:
-    return -(1 << 63) <= int(text) < (1 << 63)
+def _names(row: dict[str, Any]) -> str:
+    return ", ".join(map(str, row))
 
 
-def _is_float(text: Any) -> bool:
+def _blank(value: Any) -> bool:
+    """Whether a cell is empty: JSON null, or text of nothing but spaces."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+
+
+def _canonical_int(text: str) -> bool:
+    """Whether ``text`` is an integer written as Python writes it (no ``+``, no leading
+    zero, no spaces), within int64: reading it as a number loses nothing."""
+    return bool(_INT.fullmatch(text)) and text != "-0" and -(1 << 63) <= int(text) < (1 << 63)
+
+
+def _canonical_float(text: str) -> bool:
+    """Whether ``text`` is a finite float written as Python writes it (``2.5``, not
+    ``2.50`` or ``inf``)."""
     try:
-        float(text)
+        number = float(text)
     except ValueError:
         return False
-    return True
+    return math.isfinite(number) and repr(number) == text
 
 
 def _rows(path: str) -> Iterator[dict[str, Any]]:
@@ -237,35 +291,46 @@ def _json_lines(lines: Iterator[str], path: str) -> Iterator[dict[str, Any]]:
         yield row
 
 
-def _is_int(value: Any) -> bool:
+def _is_int_label(value: Any) -> bool:
+    """Whether a label cell is a class number: a JSON int, or text of a canonical int."""
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
         return True
-    return isinstance(value, str) and value.strip().lstrip("-").isdigit()
+    return isinstance(value, str) and _canonical_int(value.strip())
 
 
 def _files(
     rows: Iterable[dict[str, Any]], root: str, columns: _Columns, path: str, spill: Spill
 ) -> tuple[Iterator[tuple[dict[str, Any], str, str, int, int]], list[tuple[str, str]]]:
     """(row, path, location, size, mtime_ns) of every usable row, as they are read, and
-    the skipped ones (filled as they are read). Raises when a location is listed twice.
+    the skipped ones with their reasons (filled as they are read): an empty path, a file
+    an earlier row lists already, a missing label, a file that is missing or not an image.
 
-    Sizes of URLs and of relative paths under a remote root are not known (0).
+    Sizes of URLs and of relative paths under a remote root are not known (0). A URL
+    whose scheme needs a module that is not installed stops the listing (before anything
+    is written), naming the extra: skipping every such row would build a partial dataset.
     """
     column = columns.column
-    _check_twice(rows, root, column, path, spill)
+    repeats = _repeats(rows, root, column, spill)
     skipped: list[tuple[str, str]] = []
+    schemes = _Schemes(path)
 
     def found() -> Iterator[tuple[dict[str, Any], str, str, int, int]]:
-        for row in rows:
-            rel = str(row.get(column))
-            location = _location(rel, root)
-            problem = storage.data_url_problem(rel) or not_an_image(rel.rpartition("/")[2])
+        for index, row in enumerate(rows):
+            cell = row.get(column)
+            rel = "" if cell is None else str(cell)
+            problem = (
+                repeats.get(index)
+                or columns.missing_label(row)
+                or storage.data_url_problem(rel)
+                or not_an_image(_name(rel), url="://" in rel)
+            )
             if problem:
-                skipped.append((rel, problem))
+                skipped.append((rel if rel.strip() else f"row {index + 1}", problem))
             elif "://" in rel or "://" in root:
-                yield row, rel, location, 0, 0
+                schemes.check(rel, index)
+                yield row, rel, _location(rel, root), 0, 0
             else:
                 try:
                     info = os.stat(os.path.join(root, rel))
@@ -275,25 +340,55 @@ def _files(
                 if not stat.S_ISREG(info.st_mode):  # a FIFO would block the worker
                     skipped.append((rel, f"not a regular file ({file_kind(info.st_mode)})"))
                     continue
-                yield row, rel, location, info.st_size, info.st_mtime_ns
+                yield row, rel, _location(rel, root), info.st_size, info.st_mtime_ns
 
     return found(), skipped
 
 
-def _check_twice(
-    rows: Iterable[dict[str, Any]], root: str, column: str, path: str, spill: Spill
-) -> None:
-    """Raise for the first row (in list order) with an empty path, or whose file an
-    earlier row lists already; checked bucket by bucket when the rows are many."""
-    empty: list[int] = []
+# Schemes whose module is an extra of shardkit's. Others are not checked here: some
+# filesystems connect when made (ftp, sftp); a row of an unknown one is skipped when read.
+_EXTRA_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "http", "https"})
+
+
+class _Schemes:
+    """Checks, once per URL scheme, that the module which opens it is installed."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seen: set[str] = set()
+
+    def check(self, url: str, index: int) -> None:
+        scheme = url.partition("://")[0].lower() if "://" in url else ""
+        if scheme in self.seen or scheme not in _EXTRA_SCHEMES:
+            return
+        self.seen.add(scheme)
+        try:
+            if scheme in ("http", "https"):  # downloaded by the workers (builder.fetch)
+                require("aiohttp", "downloading http(s) URLs")
+            else:
+                storage.filesystem(url)  # an object store's client: made, not connected
+        except MissingDependencyError as exc:
+            raise MissingDependencyError(
+                f"row {index + 1} is a {scheme}:// URL: {exc.message}", url=self.path
+            ) from exc
+        except (OSError, ValueError):
+            pass  # an unknown scheme: each such row is skipped with the reason when read
+
+
+def _repeats(
+    rows: Iterable[dict[str, Any]], root: str, column: str, spill: Spill
+) -> dict[int, str]:
+    """The rows (by index) with an empty path, or whose file an earlier row lists
+    already, with the reason to skip each; checked bucket by bucket when rows are many."""
+    bad: dict[int, str] = {}
 
     def located() -> Iterator[tuple[str, int, str]]:
         for index, row in enumerate(rows):
             rel = str(row.get(column) or "")
-            if rel:
+            if rel.strip():
                 yield _location(rel, root), index, rel
-            elif not empty:
-                empty.append(index)
+            else:
+                bad[index] = f"empty {column!r} cell"
 
     count = len(rows) if isinstance(rows, Sized) else 0
     buckets = bucket_count(count)
@@ -301,20 +396,23 @@ def _check_twice(
     def bucket_of(entry: tuple[str, int, str]) -> int:
         return zlib.crc32(entry[0].encode("utf-8", "surrogateescape")) % buckets
 
-    twice: tuple[int, str, str] | None = None  # (row, path, the path listed first)
     for chunk in bucketed(located(), buckets, bucket_of, spill):
-        seen: dict[str, str] = {}  # location -> the path as listed
-        for location, index, rel in chunk:
+        seen: dict[str, tuple[int, str]] = {}  # location -> the first row, its path
+        for location, index, rel in chunk:  # in list order within a bucket
             if location not in seen:
-                seen[location] = rel
-            elif twice is None or index < twice[0]:
-                twice = (index, rel, seen[location])
-    if empty and (twice is None or empty[0] < twice[0]):
-        raise BuildError(f"row {empty[0] + 1} has an empty {column!r}", url=path)
-    if twice is not None:
-        _, rel, first = twice
-        again = "" if first == rel else f" (as {first!r})"
-        raise BuildError(f"{rel!r} is listed twice{again}", url=path)
+                seen[location] = (index, rel)
+                continue
+            first, spelt = seen[location]
+            again = "" if spelt == rel else f" as {spelt!r}"
+            bad[index] = f"listed twice: row {first + 1} lists it already{again}"
+    return bad
+
+
+def _name(rel: str) -> str:
+    """The file name of a listed path or URL (a URL's without its query and fragment)."""
+    if "://" in rel:
+        rel = urlsplit(rel).path
+    return rel.rpartition("/")[2]
 
 
 def _root(path: str, root: str | None, remote: bool) -> str:
@@ -327,7 +425,7 @@ def _root(path: str, root: str | None, remote: bool) -> str:
 def _location(rel: str, root: str) -> str:
     """Where a listed path points: a URL, or a normalized absolute path."""
     if "://" in rel:
-        return rel
+        return rel.partition("#")[0]  # a fragment never reaches the server
     if "://" in root:
         return f"{root}/{posixpath.normpath(rel)}"
     return os.path.normpath(os.path.join(root, rel))

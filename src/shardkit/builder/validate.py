@@ -57,17 +57,21 @@ def sniff(data: bytes) -> str | None:
 
 
 def check_image(data: bytes, ext: str, mode: str = "header") -> str:
-    """Check ``data`` (a file named ``*.ext``); returns the extension to store it under.
+    """Check ``data`` (a file named ``*.ext``; ``ext`` '' when its name says nothing, as a
+    URL's may not); returns the extension to store it under.
 
     Raises :class:`~shardkit.errors.DataError` whose message is the reason to skip it.
     """
-    if mode == "none":
+    if mode == "none" and ext:
         return ext
     if not data:
         raise DataError("empty file")
     kind = sniff(data)
     if kind is None:
-        raise DataError(f"not an image (content is not {ext.upper()} nor another known format)")
+        what = f"is not {ext.upper()} nor another known format" if ext else "is no known format"
+        raise DataError(f"not an image (content {what})")
+    if mode == "none":  # a URL whose name gives no extension: the bytes give it
+        return kind
     _CHECKS[_FAMILY[kind]](data)
     if mode == "full":
         _decode(data)

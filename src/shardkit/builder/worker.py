@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
@@ -35,7 +34,7 @@ from .store import Store
 from .validate import check_image
 
 if TYPE_CHECKING:
-    from .fetch import Download
+    from .fetch import Download, Downloads
 
 __all__ = [
     "WORKER_MODULE",
@@ -86,23 +85,24 @@ class TaskResult:
 WORKER_MODULE = __name__
 
 
-@dataclass(frozen=True)
+@dataclass
 class WorkerRun:
-    """One build as a process serving its tasks sees it: its context and its reporter."""
+    """One build as a process serving its tasks sees it: its context, its reporter and
+    its downloads (made by the first task that downloads; :mod:`.fetch`)."""
 
     context: WorkerContext
     reporter: Reporter | None = None
+    downloads: Downloads | None = None
 
     def close(self) -> None:
         """Release what the build's tasks opened in this process (the source's cached
-        input streams; the download session)."""
+        input streams; the download loop and session)."""
         close = getattr(self.context.source, "close", None)
         if close is not None:
             close()
-        # Imported only where URLs were read: other builds do not pay for the import.
-        fetch = sys.modules.get(f"{__package__}.fetch")
-        if fetch is not None:
-            fetch.close_fetcher()
+        downloads, self.downloads = self.downloads, None
+        if downloads is not None:
+            downloads.close()
 
 
 def init_worker(context: WorkerContext, reporter: Reporter | None) -> WorkerRun:
@@ -165,7 +165,7 @@ def run_task(task: Task) -> TaskResult:
     load, add, counts = context.source.load, writer.add, result.class_counts
     packed = 0
     try:
-        for item, download in _with_downloads(context, task.items):
+        for item, download in _with_downloads(run, task.items):
             try:
                 if download is None:
                     loaded = load(item)
@@ -198,18 +198,17 @@ def run_task(task: Task) -> TaskResult:
 
 
 def _with_downloads(
-    context: WorkerContext, items: list[Item]
+    run: WorkerRun, items: list[Item]
 ) -> Iterator[tuple[Item, Future[Download] | None]]:
     """The items with their downloads, when some are http(s) URLs (see :mod:`.fetch`)."""
-    url_of = getattr(context.source, "http_url", None)
+    url_of = getattr(run.context.source, "http_url", None)
     if url_of is None or not any(map(url_of, items)):
         return zip(items, itertools.repeat(None))
-    from .fetch import prefetch  # asyncio and aiohttp only where something is downloaded
+    from .fetch import Downloads  # asyncio and aiohttp only where something is downloaded
 
-    options = context.options
-    return prefetch(
-        url_of, items, concurrency=options.fetch_concurrency, timeout=options.fetch_timeout
-    )
+    if run.downloads is None:
+        run.downloads = Downloads(run.context.options)
+    return run.downloads.prefetch(url_of, items)
 
 
 def _downloaded(

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "stats": "stats",
     "convert": "convert",
     "proc": "proc",
+    "view": "view",
 }
 
 

@@ -13,12 +13,14 @@ from ..errors import ConfigError
 
 __all__ = [
     "HelpFormatter",
+    "ShardBar",
     "add_hash_option",
     "add_tool_parser",
     "check_stdin",
     "check_stdout",
     "count",
     "digest_printer",
+    "plural",
     "positive",
     "plain",
     "size",
@@ -124,3 +126,36 @@ def digest_printer(hash: str, output: str) -> Callable[[Any], None] | None:
         print(f"{digest_hex(info.digest)}  {info.url}", file=stream, flush=True)
 
     return show
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 shard``, ``2 shards``, ``0 shards``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+class ShardBar:
+    """One live tqdm bar of input shards, drawn only on a terminal: on a pipe or a log file
+    (stderr not a TTY) and with ``-q`` nothing is drawn, and the command's summary line is
+    all that is printed. :meth:`update` is a tool's ``progress=`` callback
+    (:class:`shardkit.tools._progress.ToolProgress`)."""
+
+    def __init__(self, args: argparse.Namespace, unit: str = "shard") -> None:
+        self._show = not getattr(args, "quiet", False) and sys.stderr.isatty()
+        self._unit = unit
+        self._bar: Any = None
+
+    def update(self, progress: Any) -> None:
+        if not self._show:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=progress.total, unit=self._unit, dynamic_ncols=True, leave=False)
+        self._bar.update(progress.shards - self._bar.n)
+
+    def __enter__(self) -> ShardBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -19,7 +19,7 @@ from ..engines import ENGINES
 from ..errors import EmptyBuildError
 from ..handlers import ON_ERROR
 from ..units import format_size
-from ._toolargs import HelpFormatter, plain
+from ._toolargs import HelpFormatter, plain, plural
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl/.parquet list with a path
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = options_from(args)
     try:
-        with _ProgressBar(disable=args.quiet) as bar:
+        with _ProgressBar(disable=args.quiet or not sys.stderr.isatty()) as bar:
             result = build(args.src, args.out, options=options, progress=bar.update)
     except EmptyBuildError as exc:  # a data problem, like verify's: exit 1, with the reasons
         print(f"Error: {exc}", file=sys.stderr)
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         write_indexes([storage.join(args.out, shard.name) for shard in result.shards])
     state = "already complete: " if result.resumed_tasks < 0 else ""
     print(
-        f"{state}{result.samples} samples in {len(result.shards)} shards "
+        f"{state}{plural(result.samples, 'sample')} in {plural(len(result.shards), 'shard')} "
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
         f"{result.seconds:.1f} s -> {result.manifest}"
     )

@@ -15,6 +15,7 @@ from typing import Any
 from ..formats.names import FORMATS
 from ._toolargs import (
     TOOL_HASH_HELP,
+    ShardBar,
     add_hash_option,
     add_tool_parser,
     check_stdin,
@@ -52,17 +53,19 @@ def run(args: argparse.Namespace) -> int:
 
     check_stdin(args.inputs)
     check_stdout(args.output)
-    written = cat(
-        args.inputs,
-        args.output,
-        count=args.count,
-        skip=args.skip,
-        shuffle=args.shuffle,
-        seed=args.seed,
-        format=args.format,
-        hash=args.hash,
-        on_shard=digest_printer(args.hash, args.output),
-    )
-    if args.output != "-":
+    with ShardBar(args) as bar:
+        written = cat(
+            args.inputs,
+            args.output,
+            count=args.count,
+            skip=args.skip,
+            shuffle=args.shuffle,
+            seed=args.seed,
+            format=args.format,
+            hash=args.hash,
+            on_shard=digest_printer(args.hash, args.output),
+            progress=bar.update,
+        )
+    if args.output != "-" and not args.quiet:
         print(f"wrote {written} samples to {args.output}", file=sys.stderr)
     return 0

@@ -18,11 +18,13 @@ from typing import Any
 from ..formats.names import FORMATS
 from ._toolargs import (
     TOOL_HASH_HELP,
+    ShardBar,
     add_hash_option,
     add_tool_parser,
     check_stdin,
     check_stdout,
     digest_printer,
+    plural,
     positive,
     size,
 )
@@ -50,16 +52,18 @@ def run(args: argparse.Namespace) -> int:
 
     check_stdin(args.inputs)
     check_stdout(args.output)
-    samples, shards = convert(
-        args.inputs,
-        args.output,
-        to=args.to,
-        max_count=args.max_count,
-        max_size=args.max_size,
-        hash=args.hash,
-        on_shard=digest_printer(args.hash, args.output),
-    )
-    where = f"{len(shards)} shards" if shards else args.output
-    if args.output != "-":
+    with ShardBar(args) as bar:
+        samples, shards = convert(
+            args.inputs,
+            args.output,
+            to=args.to,
+            max_count=args.max_count,
+            max_size=args.max_size,
+            hash=args.hash,
+            on_shard=digest_printer(args.hash, args.output),
+            progress=bar.update,
+        )
+    where = plural(len(shards), "shard") if shards else args.output
+    if args.output != "-" and not args.quiet:
         print(f"converted {samples} samples into {where}", file=sys.stderr)
     return 0

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from ._toolargs import add_tool_parser
+from ._toolargs import ShardBar, add_tool_parser, plural
 
 EXAMPLES = """
   shardkit index data/                     # data/shard-000000.tar.idx, ...
@@ -31,11 +31,15 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..tools import ShardIndex, resolve_inputs, write_indexes
 
-    def done(url: str, index: ShardIndex) -> None:
+    def done(url: str, index: ShardIndex) -> None:  # each shard, with -v
         print(f"{url}.idx\t{index.samples} samples", file=sys.stderr)
 
     urls = [ref.url for ref in resolve_inputs(args.inputs)]
-    indexes = write_indexes(urls, sha256=args.sha256, on_shard=done)
+    with ShardBar(args) as bar:
+        indexes = write_indexes(
+            urls, sha256=args.sha256, on_shard=done if args.verbose else None, progress=bar.update
+        )
     total = sum(index.samples for index in indexes)
-    print(f"indexed {len(indexes)} shards, {total} samples", file=sys.stderr)
+    if not args.quiet:
+        print(f"indexed {plural(len(indexes), 'shard')}, {total} samples", file=sys.stderr)
     return 0

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..handlers import ON_ERROR
 from ._toolargs import (
     TOOL_HASH_HELP,
+    ShardBar,
     add_hash_option,
     add_tool_parser,
     check_stdin,
@@ -75,26 +76,29 @@ def run(args: argparse.Namespace) -> int:
     _command(args)
     check_stdin(args.inputs)
     check_stdout(args.output)
-    result = proc(
-        args.inputs,
-        args.shell_command,
-        args.output,
-        workers=args.parallel,
-        on_error=args.on_error,
-        names=args.names,
-        timeout=args.timeout,
-        max_count=args.max_count,
-        max_size=args.max_size,
-        engine=args.engine,
-        address=args.address,
-        hash=args.hash,
-        on_shard=digest_printer(args.hash, args.output),
-    )
+    with ShardBar(args) as bar:
+        result = proc(
+            args.inputs,
+            args.shell_command,
+            args.output,
+            workers=args.parallel,
+            on_error=args.on_error,
+            names=args.names,
+            timeout=args.timeout,
+            max_count=args.max_count,
+            max_size=args.max_size,
+            engine=args.engine,
+            address=args.address,
+            hash=args.hash,
+            on_shard=digest_printer(args.hash, args.output),
+            progress=bar.update,
+        )
     skipped = f", skipped {result.skipped}" if result.skipped else ""
-    print(
-        f"processed {result.samples_in} samples, wrote {result.samples_out}{skipped}",
-        file=sys.stderr,
-    )
+    if not args.quiet:
+        print(
+            f"processed {result.samples_in} samples, wrote {result.samples_out}{skipped}",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -14,10 +14,12 @@ from typing import Any
 
 from ._toolargs import (
     TOOL_HASH_HELP,
+    ShardBar,
     add_hash_option,
     add_tool_parser,
     check_stdin,
     digest_printer,
+    plural,
     positive,
     size,
 )
@@ -48,15 +50,18 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.split import split
 
     check_stdin(args.inputs)
-    shards = split(
-        args.inputs,
-        args.output,
-        max_count=args.max_count,
-        max_size=args.max_size,
-        max_shards=args.max_shards,
-        hash=args.hash,
-        on_shard=digest_printer(args.hash, args.output),
-    )
+    with ShardBar(args) as bar:
+        shards = split(
+            args.inputs,
+            args.output,
+            max_count=args.max_count,
+            max_size=args.max_size,
+            max_shards=args.max_shards,
+            hash=args.hash,
+            on_shard=digest_printer(args.hash, args.output),
+            progress=bar.update,
+        )
     total = sum(info.samples for info in shards)
-    print(f"wrote {total} samples into {len(shards)} shards", file=sys.stderr)
+    if not args.quiet:
+        print(f"wrote {total} samples into {plural(len(shards), 'shard')}", file=sys.stderr)
     return 0

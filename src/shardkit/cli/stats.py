@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from ._toolargs import add_tool_parser, check_stdin
+from ._toolargs import ShardBar, add_tool_parser, check_stdin
 
 EXAMPLES = """
   shardkit stats data/
@@ -38,7 +38,13 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.stats import format_stats, plot_stats, stats
 
     check_stdin(args.inputs)
-    result = stats(args.inputs, label=args.label or None, image_sizes=bool(args.plot))
+    with ShardBar(args) as bar:
+        result = stats(
+            args.inputs,
+            label=args.label or None,
+            image_sizes=bool(args.plot),
+            progress=bar.update,
+        )
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=1)
         print()

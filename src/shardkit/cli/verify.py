@@ -5,7 +5,9 @@
 Checks: tar headers, truncation and the end-of-archive marker; TFRecord CRCs and
 Examples; sample grouping (a key whose members are not adjacent, duplicate extensions,
 links); a folder's manifest.json (sizes, digests, sample counts, shards missing or not
-listed); index files (<shard>.idx). --decode also decodes every image and every json,
+listed, a digest missing where its options name a hash); index files (<shard>.idx: keys,
+offsets, and the shard's size and sha256 when recorded). What could not be checked (shards
+no digest covers) is said on stderr. --decode also decodes every image and every json,
 text and int field. Exit status: 0 all good, 1 problems found, 2 usage or input error.
 """
 
@@ -15,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from ._toolargs import add_tool_parser, check_stdin
+from ._toolargs import ShardBar, add_tool_parser, check_stdin, plural
 
 EXAMPLES = """
   shardkit verify data/                   # every shard, against data/manifest.json
@@ -45,13 +47,20 @@ def run(args: argparse.Namespace) -> int:
     def show(problem: Problem) -> None:
         print(problem.line(), flush=True)
 
-    report = verify(
-        args.inputs, decode=args.decode, sha256=True if args.sha256 else None, on_problem=show
-    )
+    with ShardBar(args) as bar:
+        report = verify(
+            args.inputs,
+            decode=args.decode,
+            sha256=True if args.sha256 else None,
+            on_problem=show,
+            progress=bar.update,
+        )
     problems = len(report.problems)
     if not args.quiet:
+        for line in report.unchecked:
+            print(f"not checked: {line}", file=sys.stderr)
         print(
-            f"verified {len(report.shards)} shards, {report.samples} samples: "
+            f"verified {plural(len(report.shards), 'shard')}, {report.samples} samples: "
             f"{problems or 'no'} problem{'s' if problems != 1 else ''}",
             file=sys.stderr,
         )

@@ -20,11 +20,15 @@ and using indexes is :mod:`shardkit.tools.index`'s job.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import FormatError
+from . import example, tar, tfrecord
+from ._tarparse import Buffer
 from .limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
 from .names import Format, decode_name, encode_name
 from .tfrecord import RECORD_OVERHEAD
@@ -37,6 +41,7 @@ __all__ = [
     "check_shard_size",
     "compare_index",
     "index_url",
+    "indexed_sample",
 ]
 
 INDEX_SUFFIX = ".idx"
@@ -139,9 +144,12 @@ def compare_index(
 
 
 def check_index(index: ShardIndex, shard_name: str, *, url: str) -> None:
-    """FormatError (naming the index file) unless every entry of ``index`` lies inside
-    its shard (its uncompressed stream, for a gzipped one) and within the reader's
-    limits."""
+    """FormatError (naming the index file) unless ``index`` is whole and bounded: it names
+    this shard, lists each key once, its spans are in order and do not overlap, each lies
+    inside the shard (its uncompressed stream, for a gzipped one) and within the reader's
+    limits. Every consumer of an index (``Dataset``'s counts, ``IndexedDataset``, the
+    build from shards) loads it through this check; what it cannot see without reading
+    the shard (a span holding two samples) is :func:`span_sample`'s to refuse."""
     size = index.shard_bytes
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise FormatError(f"bad index: shard size {size!r}", url=url)
@@ -153,11 +161,12 @@ def check_index(index: ShardIndex, shard_name: str, *, url: str) -> None:
     limit = MAX_MEMBER_SIZE
     if index.shard_format == "tfrecord":
         limit = MAX_RECORD_LENGTH + RECORD_OVERHEAD
+    previous_end = 0
     for i, (offset, length) in enumerate(zip(index.offsets, index.sizes, strict=True)):
         if offset < 0 or length <= 0 or (end is not None and offset + length > end):
+            where = "uncompressed stream" if index.compressed else f"{size} bytes"
             raise FormatError(
-                f"bad index: entry {i} ({length} bytes at {offset}) is outside the "
-                f"shard's {size} bytes",
+                f"bad index: entry {i} ({length} bytes at {offset}) is outside the shard's {where}",
                 url=url,
             )
         if length > limit:
@@ -165,3 +174,72 @@ def check_index(index: ShardIndex, shard_name: str, *, url: str) -> None:
                 f"bad index: entry {i} is {length} bytes, over the reader's {limit}-byte limit",
                 url=url,
             )
+        if offset < previous_end:
+            raise FormatError(
+                f"bad index: entry {i} (at {offset}) overlaps or comes before the span "
+                f"of entry {i - 1} (which ends at {previous_end})",
+                url=url,
+            )
+        previous_end = offset + length
+    if len(set(index.keys)) != len(index.keys):
+        first = _first_repeat(index.keys)
+        raise FormatError(f"bad index: it lists sample {first!r} more than once", url=url)
+
+
+def _first_repeat(keys: Sequence[str]) -> str:
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            return key
+        seen.add(key)
+    return ""
+
+
+def indexed_sample(
+    buffer: Buffer,
+    start: int,
+    end: int,
+    *,
+    format: Format,
+    key: str,
+    offset: int,
+    base: int = 0,
+    url: str,
+    copy: bool = True,
+    verify: bool = True,
+) -> dict[str, Any]:
+    """The sample an index lists with ``key`` at shard offset ``offset``, from the bytes
+    of its span (``buffer[start:end]``; ``base`` is the shard offset of ``buffer[0]``): the
+    one rule every index consumer applies. The span must hold exactly that one sample (a tar
+    span: :func:`shardkit.formats.tar.span_sample`; a TFRecord span: exactly one whole
+    record) with the key the index lists (:func:`check_key`), else a FormatError naming
+    the shard offset. ``__key__`` is the listed key; ``__offset__`` its offset."""
+    if format == "tar":
+        sample = tar.span_sample(buffer, start, end, base=base, url=url, copy=copy)
+    else:
+        data = bytes(buffer[start:end])
+        sample = _span_record(data, key=key, url=url, offset=offset, verify=verify)
+    check_key(key, sample["__key__"], url=url, offset=offset)
+    sample["__offset__"] = offset
+    return sample
+
+
+def _span_record(data: bytes, *, key: str, url: str, offset: int, verify: bool) -> dict[str, Any]:
+    """The sample of a TFRecord span that holds exactly one record."""
+    records = tfrecord.iter_records(io.BytesIO(data), url=url, verify=verify)
+    try:
+        found = next(records, None)
+        other = next(records, None)
+    except FormatError as exc:  # the offsets of the span's bytes, made the shard's
+        raise type(exc)(exc.message, url=url, offset=offset + (exc.offset or 0)) from exc
+    if found is None:
+        raise FormatError("no sample at the indexed offset", url=url, offset=offset, key=key)
+    if other is not None:
+        raise FormatError(
+            f"the indexed span holds another record too (at offset {offset + other[0]})",
+            url=url,
+            offset=offset,
+            key=key,
+        )
+    features = example.decode_example(found[1], url=url, offset=offset)
+    return example.example_to_sample(features, key=key, url=url)

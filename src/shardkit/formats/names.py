@@ -19,8 +19,10 @@ same thing everywhere:
   which no strict JSON/UTF-8 parser accepts, so :func:`encode_name` writes each such byte
   0xNN as the private-use character U+EFNN (the range U+EF80..U+EFFF, as MirBSD's OPTU-8
   does) and :func:`decode_name` maps them back: ``os.fsencode(decode_name(name))`` gives
-  the original bytes. Any other lone surrogate is written as U+FFFD; valid names are
-  written as they are.
+  the original bytes. So that a *real* character of that range (or U+EF7F, the escape
+  mark) is not taken for an escaped byte, it is written after the mark U+EF7F: the
+  mapping round-trips every name. Any other lone surrogate is written as U+FFFD; other
+  valid names are written as they are.
 """
 
 from __future__ import annotations
@@ -75,7 +77,9 @@ _PLACEHOLDER = re.compile(r"%0?\d*d|\{shard(:[^}]*)?\}")
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 _OTHER_SURROGATE = re.compile("[\ud800-\udfff]")
-_PRIVATE_BYTE = re.compile("[\uef80-\uefff]")
+_MARK = "\uef7f"  # before a real character of U+EF7F..U+EFFF: it stands for itself
+_REAL_PRIVATE = re.compile("[\uef7f-\uefff]")
+_ENCODED = re.compile("\uef7f(.)|[\uef80-\uefff]", re.DOTALL)
 _OFFSET = 0xEF80 - 0xDC80
 
 
@@ -189,6 +193,7 @@ def encode_name(text: str) -> str:
     """A str safe in strict UTF-8 JSON (see the module docs); valid text is unchanged."""
     if text.isascii():
         return text
+    text = _REAL_PRIVATE.sub(lambda m: _MARK + m.group(), text)  # first: only real ones
     text = _ESCAPED_BYTE.sub(lambda m: chr(ord(m.group()) + _OFFSET), text)
     return _OTHER_SURROGATE.sub("\ufffd", text)
 
@@ -197,4 +202,9 @@ def decode_name(text: str) -> str:
     """The name :func:`encode_name` wrote, as Python holds file names (surrogateescape)."""
     if text.isascii():
         return text
-    return _PRIVATE_BYTE.sub(lambda m: chr(ord(m.group()) - _OFFSET), text)
+    return _ENCODED.sub(_decode_one, text)
+
+
+def _decode_one(match: re.Match[str]) -> str:
+    real = match.group(1)
+    return real if real is not None else chr(ord(match.group()) - _OFFSET)

@@ -27,7 +27,7 @@ from .stages import Batched, Select, Shuffle, Stage
 from .state import Progress, counted, finished
 from .urls import ShardList
 
-__all__ = ["Equalize", "Recipe"]
+__all__ = ["Equalize", "Recipe", "stage_shape"]
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +116,38 @@ class Recipe:
     def cut(self, stages: tuple[Stage, ...]) -> int:
         """The index of the resume point: after the last stage that holds items back."""
         return max((i + 1 for i, s in enumerate(stages) if s.reorders), default=0)
+
+    def identity(self, shards: ShardList) -> list[Any]:
+        """What a resume state of this pipeline names (hashed by
+        :func:`~shardkit.pipeline.state.fingerprint`): the shard names and counts, the
+        split options and the shape of the stages. The seed is not in it: a state carries
+        its seed and is refused for another one with its own message."""
+        names = [url.rstrip("/").rsplit("/", 1)[-1] for url in shards.urls]
+        return [
+            "dataset",
+            names,
+            None if shards.counts is None else list(shards.counts),
+            self.equalize,
+            self.shuffle_shards,
+            self.passes,
+            [stage_shape(stage) for stage in self.stages],
+        ]
+
+    def stream_bound(
+        self, shards: ShardList, ctx: Context, space: epochs.Intervals | None
+    ) -> int | None:
+        """The most items stream ``ctx`` can pass its resume point in an epoch (None: not
+        known in advance), to refuse a state that says it consumed more."""
+        if self.mode(shards) not in ("pad", "drop") or self.passes is None:
+            return None
+        if self._grows_before_cut():
+            return None
+        target = self.plan(shards, ctx, self.stages, 0, space).target
+        return None if target is None else target * self.passes
+
+    def _grows_before_cut(self) -> bool:
+        """Whether a stage before the resume point may turn one item into several."""
+        return any(isinstance(s, Unbatched) for s in self.stages[: self.cut(self.stages)])
 
     def elastic_refusal(self, shards: ShardList) -> str:
         """Why a state of this pipeline cannot resume on another topology ('' if it can)."""
@@ -225,6 +257,20 @@ class Recipe:
             if lookahead is not None:
                 progress.lookahead.append(lookahead)
         return finished(items, progress)
+
+
+def stage_shape(stage: Stage) -> list[Any]:
+    """A stage's class and the plain parameters that decide which items pass where
+    (buffer sizes, counts, salts), not functions, handlers or thread counts."""
+    shape: list[Any] = [type(stage).__name__]
+    if dataclasses.is_dataclass(stage):
+        for f in dataclasses.fields(stage):
+            value = getattr(stage, f.name)
+            if f.name not in ("threads", "granularity") and (
+                value is None or isinstance(value, (bool, int, str))
+            ):
+                shape.append([f.name, value])
+    return shape
 
 
 def _check_not_empty(items: Iterator[Any], ctx: Context) -> Iterator[Any]:

@@ -54,7 +54,7 @@ from .stages import (
     ToTuple,
     parse_fields,
 )
-from .state import Position, Progress, check_state
+from .state import Position, Progress, check_state, check_states, fingerprint
 from .urls import ShardList, resolve_source
 
 __all__ = ["Dataset"]
@@ -162,6 +162,7 @@ class Dataset(_Base):
         self._resume: Position | tuple[Position, ...] | None = None
         self._live: tuple[Progress, Context] | None = None
         self._handoff = Handoff()
+        self._identity: str | None = None
 
     # ------------------------------------------------------------------ stages
 
@@ -171,6 +172,7 @@ class Dataset(_Base):
         new._recipe = dataclasses.replace(self._recipe, stages=stages, **changes)
         new._live = None
         new._handoff = Handoff()
+        new._identity = None
         return new
 
     def _handler_or_default(self, handler: HandlerName | Handler | None) -> Handler:
@@ -220,7 +222,8 @@ class Dataset(_Base):
         core (at most 8) when iterating in a single process, 1 inside DataLoader workers or
         under DDP.
         ``partial=False``: a field that is no longer bytes raises TypeError (webdataset's
-        default) instead of passing through."""
+        default) instead of passing through. ``handler`` given here takes whatever a custom
+        decoder raises too, not only bad data (webdataset's habit)."""
         from ..codecs import Decoder
 
         if other:
@@ -231,7 +234,9 @@ class Dataset(_Base):
         ):
             raise ConfigError(f"threads must be an int >= 1 or None, not {threads!r}")
         decoder = Decoder(*specs, allow_pickle=allow_pickle, only=only, partial=bool(partial))
-        return self._then(Decode(decoder, self._handler_or_default(handler), threads))
+        return self._then(
+            Decode(decoder, self._handler_or_default(handler), threads, handler is not None)
+        )
 
     def to_tuple(
         self,
@@ -259,9 +264,10 @@ class Dataset(_Base):
     def map(
         self, fn: Callable[[Any], Any], *, handler: HandlerName | Handler | None = None
     ) -> Dataset:
-        """Apply ``fn`` to each item."""
+        """Apply ``fn`` to each item. ``handler``: this stage's own policy; given here,
+        it takes whatever ``fn`` raises too (webdataset's habit), not only bad data."""
         _check_callable(fn, "map")
-        return self._then(Map(fn, self._handler_or_default(handler)))
+        return self._then(Map(fn, self._handler_or_default(handler), handler is not None))
 
     def map_dict(
         self, *, handler: HandlerName | Handler | None = None, **fns: Callable[[Any], Any]
@@ -269,7 +275,9 @@ class Dataset(_Base):
         """Apply ``fns[name]`` to field ``name`` of each dict sample."""
         for fn in fns.values():
             _check_callable(fn, "map_dict")
-        return self._then(MapDict(dict(fns), self._handler_or_default(handler)))
+        return self._then(
+            MapDict(dict(fns), self._handler_or_default(handler), handler is not None)
+        )
 
     def map_tuple(
         self, *fns: Callable[[Any], Any] | None, handler: HandlerName | Handler | None = None
@@ -278,7 +286,9 @@ class Dataset(_Base):
         for fn in fns:
             if fn is not None:
                 _check_callable(fn, "map_tuple")
-        return self._then(MapTuple(tuple(fns), self._handler_or_default(handler)))
+        return self._then(
+            MapTuple(tuple(fns), self._handler_or_default(handler), handler is not None)
+        )
 
     def rename(
         self, *, keep: bool = True, handler: HandlerName | Handler | None = None, **names: str
@@ -421,7 +431,7 @@ class Dataset(_Base):
         ctx = Context(self._seed, self._epoch, rank, world, worker, workers)
         resume = self._resume_for(ctx)
         if resume is not None:
-            resume.check(ctx)  # before it is used up: a refused state stays loaded
+            self._check_resume(resume, ctx)  # before it is used up: a refused state stays loaded
             self._resume = None
         progress = Progress(ctx.epoch, resume.consumed if resume else 0)
         progress.space = resume.space if resume else None
@@ -466,10 +476,9 @@ class Dataset(_Base):
                 ctx.rank,
                 ctx.worker,
                 progress.space,
+                self._fingerprint(),
             ).as_dict()
-        return Position(
-            self._epoch, 0, False, self._seed, world, workers, (), rank, worker
-        ).as_dict()
+        return self._start(Context(self._seed, self._epoch, rank, world, worker, workers)).as_dict()
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Make the next iteration continue where ``state`` was saved: the same epoch,
@@ -480,13 +489,8 @@ class Dataset(_Base):
         on another topology (elastic resume, :mod:`shardkit.pipeline.elastic`) the
         samples no saved stream handed out are split over the new streams."""
         position: Position | tuple[Position, ...]
-        if isinstance(state, Sequence):
-            if not state:
-                raise ConfigError("load_state_dict() got an empty list of states")
-            position = tuple(check_state(one) for one in state)
-            epochs = {p.epoch for p in position}
-            if len(epochs) > 1:
-                raise ConfigError(f"cannot resume: the states are of epochs {sorted(epochs)}")
+        if isinstance(state, Sequence) and not isinstance(state, (str, bytes)):
+            position = check_states(state)
         else:
             position = check_state(state)
         self._resume = position
@@ -502,11 +506,39 @@ class Dataset(_Base):
         for worker in range(workers):
             ctx = Context(self._seed, self._epoch, rank, world, worker, workers)
             loaded = self._resume_for(ctx)
-            position = loaded or Position(
-                self._epoch, 0, False, self._seed, world, workers, (), rank, worker
-            )
-            out.append(position.as_dict())
+            if loaded is not None:
+                self._check_resume(loaded, ctx)  # here, in the main process, not in a worker
+            out.append((loaded or self._start(ctx)).as_dict())
         return out
+
+    def _start(self, ctx: Context) -> Position:
+        """The position of stream ``ctx`` before it yields anything."""
+        return Position(
+            ctx.epoch,
+            0,
+            False,
+            ctx.seed,
+            ctx.world,
+            ctx.workers,
+            (),
+            ctx.rank,
+            ctx.worker,
+            dataset=self._fingerprint(),
+        )
+
+    def _fingerprint(self) -> str:
+        """What this pipeline's states name (:meth:`Recipe.identity`), computed once."""
+        if self._identity is None:
+            self._identity = fingerprint(self._recipe.identity(self.shards))
+        return self._identity
+
+    def _check_resume(self, position: Position, ctx: Context) -> None:
+        """Refuse a loaded position that is not of this iteration: the topology and seed,
+        the pipeline it names, its space and its count against this epoch's."""
+        position.check(ctx)
+        counts = self.shards.counts
+        position.check_belongs(self._fingerprint(), None if counts is None else sum(counts))
+        position.check_consumed(self._recipe.stream_bound(self.shards, ctx, position.space))
 
     def _resume_for(self, ctx: Context) -> Position | None:
         """The loaded position of stream ``ctx``: its own saved one, else (elastic) the
@@ -526,6 +558,8 @@ class Dataset(_Base):
         first = resume[0]
         if first.seed != ctx.seed:
             first.check(ctx)  # the one-line error for another seed
+        total = sum(self.shards.counts or ())
+        first.check_belongs(self._fingerprint(), total if self.shards.counts else None)
         why = self._recipe.elastic_refusal(self.shards)
         if why:
             raise ConfigError(
@@ -534,11 +568,20 @@ class Dataset(_Base):
             )
         mode = self._recipe.mode(self.shards)
         granularity = self._recipe.granularity(self._recipe.stages)
-        total = sum(self.shards.counts or ())
         space = elastic.merge(resume, total, mode, granularity)
         done = all(p.done for p in resume)
         return Position(
-            first.epoch, 0, done, ctx.seed, ctx.world, ctx.workers, (), ctx.rank, ctx.worker, space
+            first.epoch,
+            0,
+            done,
+            ctx.seed,
+            ctx.world,
+            ctx.workers,
+            (),
+            ctx.rank,
+            ctx.worker,
+            space,
+            self._fingerprint(),
         )
 
     # ------------------------------------------------------------------ misc

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import config
-from ..errors import DataError
 from ..handlers import Handler, reraise
 from .context import Context
-from .stages import Stage, report_bad_data
+from .stages import Stage, handles, report_error
 
 __all__ = ["MAX_DEFAULT_THREADS", "Decode", "default_threads"]
 
@@ -57,11 +56,12 @@ class Decode(Stage):
     decoder: _Decode
     handler: Handler = reraise
     threads: int | None = None
+    catch_all: bool = False  # the stage's own handler= takes what a custom decoder raises
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         threads = default_threads(ctx) if self.threads is None else self.threads
         if threads > 1:
-            return _ParallelDecode(items, self.decoder, self.handler, threads)
+            return _ParallelDecode(items, self.decoder, self.handler, threads, self.catch_all)
         return self._serial(items)
 
     def _serial(self, items: Iterator[Any]) -> Iterator[Any]:
@@ -69,8 +69,10 @@ class Decode(Stage):
         for sample in items:
             try:
                 out = decode(sample)
-            except DataError as exc:
-                report_bad_data(handler, exc, sample)
+            except Exception as exc:
+                if not handles(exc, self.catch_all):
+                    raise
+                report_error(handler, exc, sample)
                 continue
             yield out
 
@@ -117,9 +119,15 @@ class _ParallelDecode:
     """Decode ahead in ``threads`` threads, handing the items on in order."""
 
     def __init__(
-        self, items: Iterator[Any], decode: _Decode, handler: Handler, threads: int
+        self,
+        items: Iterator[Any],
+        decode: _Decode,
+        handler: Handler,
+        threads: int,
+        catch_all: bool = False,
     ) -> None:
         self._started = self._closed = False
+        self._catch_all = catch_all
         self._failure: Exception | None = None
         self._items = items
         self._handler = handler
@@ -159,9 +167,9 @@ class _ParallelDecode:
                 ok, value = self._result()
                 if ok:
                     return value
-                if not isinstance(value, DataError):
+                if not isinstance(value, Exception) or not handles(value, self._catch_all):
                     raise value
-                report_bad_data(self._handler, value, sample)
+                report_error(self._handler, value, sample)
         except BaseException:  # StopIteration too: the iteration is over either way
             self.close()
             raise

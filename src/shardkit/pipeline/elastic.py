@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import ConfigError
+from ..errors import StateError
 from ..handlers import reraise
 from .epochs import Intervals, SplitMode, stream_ranges, through_space
-from .state import Position
+from .state import Position, check_states
 
 __all__ = ["merge", "refusal"]
 
@@ -49,22 +49,24 @@ def merge(saved: Sequence[Position], total: int, mode: SplitMode, granularity: i
 
     ``saved``: the states of every stream of the saved run, ``total``: the samples in the
     epoch's whole sequence."""
+    saved = check_states([p.as_dict() for p in saved])  # whole, one run, each stream once
     first = saved[0]
     world, workers = first.world, first.workers
-    same = {(p.epoch, p.seed, p.world, p.workers, p.space) for p in saved}
-    if len(same) > 1:
-        raise ConfigError(
-            "cannot resume: the states come from different runs or epochs "
-            "(epoch, seed, world size, workers or elastic space differ)"
-        )
-    streams = {(p.rank, p.worker) for p in saved}
-    wanted = {(r, w) for r in range(world) for w in range(workers)}
-    if streams != wanted or len(saved) != len(wanted):
-        missing = sorted(wanted - streams, key=str)
-        raise ConfigError(
+    # check_states: each stream once, each within the topology; so all are there iff
+    # there are world x workers of them (no set of a tampered world's size is built).
+    if len(saved) != world * workers:
+        have = {(p.rank, p.worker) for p in saved}
+        missing = [
+            (r, w)
+            for r in range(min(world, 8))
+            for w in range(min(workers, 8))
+            if (r, w) not in have
+        ]
+        raise StateError(
             f"cannot resume on another topology: it needs the states of all {world} ranks x "
-            f"{workers} workers of the saved run, each once (missing (rank, worker): "
-            f"{missing[:8]}); gather every rank's loader.state_dict() into one list"
+            f"{workers} workers of the saved run, each once (got {len(saved)}; missing "
+            f"(rank, worker) such as {missing[:8]}); gather every rank's loader.state_dict() "
+            "into one list"
         )
     size = total if first.space is None else sum(b - a for a, b in first.space)
     epoch: list[tuple[int, int]] = []
@@ -72,7 +74,9 @@ def merge(saved: Sequence[Position], total: int, mode: SplitMode, granularity: i
     for p in saved:
         ranges = stream_ranges(size, mode, p.rank or 0, world, p.worker or 0, workers, granularity)
         epoch += ranges
-        left = sum(b - a for a, b in ranges) if p.done else p.consumed
+        length = sum(b - a for a, b in ranges)
+        p.check_consumed(length)
+        left = length if p.done else p.consumed
         for a, b in ranges:
             take = min(left, b - a)
             if take:

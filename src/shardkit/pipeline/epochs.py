@@ -157,7 +157,11 @@ def plan_stream(
         ranges = [g for r in ranges for g in through_space(space, *r)]
     ordered = [counts[i] for i in order]
     bounds = list(itertools.accumulate(ordered, initial=0))
-    segments = [s for a, b in ranges for s in _segments(order, ordered, bounds, a, b)]
+    empty = [k for k, count in enumerate(ordered) if count == 0]
+    segments = []
+    for a, b in ranges:
+        segments += _segments(order, ordered, bounds, a, b)
+        segments += _empty_checks(order, bounds, empty, a, b)
     return EpochPlan(tuple(segments), sum(b - a for a, b in ranges))
 
 
@@ -237,6 +241,21 @@ def _segments(
         out.append(Segment(order[k], skip, take))
         start += take
     return out
+
+
+def _empty_checks(
+    order: list[int], bounds: list[int], empty: list[int], start: int, stop: int
+) -> list[Segment]:
+    """Zero-length segments for the shards stated empty whose place in the sequence lies
+    in [start, stop) (the last ones: at its very end): reading one checks that the shard
+    is empty indeed, so a wrong count of 0 is an error, never a silent skip of the shard
+    (see :mod:`shardkit.pipeline.source`)."""
+    total = bounds[-1]
+    return [
+        Segment(order[k], 0, 0)
+        for k in empty
+        if start <= bounds[k] < stop or bounds[k] == stop == total
+    ]
 
 
 def drop_front(

@@ -1,75 +1,131 @@
-"""The ``.idx`` files of a shard list (written by ``shardkit index``), as the pipeline uses
-them: per-shard sample counts for :class:`~shardkit.pipeline.dataset.Dataset`, and
-sample offsets for :class:`~shardkit.pipeline.indexed.IndexedDataset`.
+"""The one ``.idx`` loader: every consumer of an index (``Dataset``'s sample counts,
+:class:`~shardkit.pipeline.indexed.IndexedDataset`, ``verify``, the build from shards)
+loads it here.
 
-An index is untrusted input like any file read: :func:`shardkit.reader.load_index` bounds
-every entry by the shard's size and by the reader's member limit
-(:func:`shardkit.formats.index.check_index`) before anything is read through it, and an
-index whose recorded shard size differs from the shard's is stale and refused.
+An index is untrusted input like any file read. :func:`read_index` is the one place an
+``.idx`` file is opened and parsed; :func:`load_index` then checks it whole
+(:func:`shardkit.formats.index.check_index`: it names its shard, each key once, spans in
+order, not overlapping, inside the shard and the reader's limits) and, given the shard's
+size, refuses a stale one (made for a shard of another size). :func:`load_indexes` loads
+many, at most :data:`shardkit.storage.REQUESTS_IN_FLIGHT` remote ones at once.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import Any, Literal
 
 from .. import storage
-from ..errors import ConfigError
-from ..formats.index import ShardIndex, check_shard_size, index_url
-from ..reader import load_index
+from ..errors import ConfigError, FormatError
+from ..formats.index import ShardIndex, check_index, check_shard_size, index_url
 
-__all__ = ["folder_counts", "load_indexes"]
+__all__ = ["index_counts", "load_index", "load_indexes", "read_index", "shard_size"]
 
-_THREADS = 8  # index files fetched at once from a remote folder
+_log = logging.getLogger(__name__)
+
+Sizes = Sequence[int | None] | Literal["stat"] | None
+"""Shard sizes to check indexes against: one per URL (None: ask the storage), ``"stat"``
+to ask the storage for each, or None to check none."""
 
 
-def load_indexes(urls: Sequence[str], storage_options: dict[str, Any] | None) -> list[ShardIndex]:
-    """The index of every shard; ConfigError naming the first shard that has none."""
+def read_index(shard_url: str, storage_options: dict[str, Any] | None) -> ShardIndex | None:
+    """The parsed ``.idx`` file of a shard, unchecked, or None when it has none (the one
+    place an index file is opened)."""
+    url = index_url(shard_url)
+    if not storage.url_exists(url, storage_options):
+        return None
+    with storage.open_read(url, storage_options=storage_options) as stream:
+        return ShardIndex.from_json(stream.read(), url=url)
 
-    def load(url: str) -> ShardIndex:
-        index = load_index(url, storage_options=storage_options)
-        if index is None:
+
+def load_index(
+    shard_url: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    size: int | None = None,
+    unchecked: Literal["raise", "ignore"] = "raise",
+) -> ShardIndex | None:
+    """The index of a shard, checked whole (see the module docs), or None when it has none;
+    with ``size``, a stale index (made for a shard of another size) is a FormatError.
+    ``unchecked="ignore"``: an index that fails the whole check is None (logged), for a
+    caller that can read the shard through instead."""
+    index = read_index(shard_url, storage_options)
+    if index is None:
+        return None
+    try:
+        check_index(index, storage.basename(shard_url), url=index_url(shard_url))
+    except FormatError as exc:
+        if unchecked == "raise":
+            raise
+        _log.warning("%s: not used, the shard is read through instead", exc)
+        return None
+    if size is not None:
+        check_shard_size(shard_url, index.shard_bytes or 0, size)
+    return index
+
+
+def load_indexes(
+    urls: Sequence[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    sizes: Sizes = None,
+    required: bool = False,
+    unchecked: Literal["raise", "ignore"] = "raise",
+) -> list[ShardIndex | None]:
+    """:func:`load_index` for each shard (remote ones at most
+    ``storage.REQUESTS_IN_FLIGHT`` at once); with ``required``, a ConfigError naming the
+    first shard that has none; ``unchecked`` as for :func:`load_index`."""
+
+    def load(i: int) -> ShardIndex | None:
+        url = urls[i]
+        size = None if sizes is None or sizes == "stat" else sizes[i]
+        if sizes is not None and size is None:
+            size = shard_size(url, storage_options)
+        index = load_index(url, storage_options=storage_options, size=size, unchecked=unchecked)
+        if index is None and required:
             raise ConfigError(
-                f"{url} has no index ({index_url(storage.basename(url))}): "
+                f"{url} has no index ({storage.basename(index_url(url))}): "
                 "run `shardkit index` on its folder first"
             )
         return index
 
-    if len(urls) == 1 or all(storage.is_local(url) for url in urls):
-        return [load(url) for url in urls]
-    from concurrent.futures import ThreadPoolExecutor  # only remote folders need threads
+    if len(urls) <= 1 or all(storage.is_local(url) for url in urls):
+        return [load(i) for i in range(len(urls))]
+    from concurrent.futures import ThreadPoolExecutor  # only remote shards need threads
 
-    with ThreadPoolExecutor(_THREADS) as pool:
-        return list(pool.map(load, urls))
+    with ThreadPoolExecutor(min(storage.REQUESTS_IN_FLIGHT, len(urls))) as pool:
+        return list(pool.map(load, range(len(urls))))
 
 
-def folder_counts(
-    folder: str, names: Sequence[str], shards: Sequence[str], storage_options: dict[str, Any] | None
+def index_counts(
+    urls: Sequence[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    listed: Collection[str] | None = None,
+    sizes: Sizes = "stat",
 ) -> tuple[int, ...] | None:
-    """Per-shard sample counts from the ``.idx`` files of a folder listing ``names``, if
-    every shard in ``shards`` (names in it) has one, else None. Each index is checked
-    against its shard's size now: a stale one raises FormatError."""
-    present = set(names)
-    if not shards or not all(index_url(name) in present for name in shards):
+    """Per-shard sample counts from the ``.idx`` files beside ``urls``, when every shard
+    has one, else None. ``listed``: the names in the shards' folder, when it was listed
+    (else the first shard's index is looked for, and the others only if it is there).
+    Each index is loaded by :func:`load_indexes` and checked against its shard's size:
+    a bad or stale one raises FormatError."""
+    if not urls or any(storage.is_executing(url) for url in urls):
         return None
-    urls = [storage.join(folder, name) for name in shards]
-    indexes = load_indexes(urls, storage_options)
-    sizes = _sizes(folder, urls, storage_options)
-    for url, index in zip(urls, indexes, strict=True):
-        check_shard_size(url, index.shard_bytes or 0, sizes[url])
-    return tuple(index.samples for index in indexes)
+    if listed is not None:
+        if not all(storage.basename(index_url(url)) in listed for url in urls):
+            return None
+    elif not storage.url_exists(index_url(urls[0]), storage_options):
+        return None  # a list without indexes costs one look
+    indexes = load_indexes(urls, storage_options=storage_options, sizes=sizes)
+    counts = [index.samples for index in indexes if index is not None]
+    return tuple(counts) if len(counts) == len(urls) else None
 
 
-def _sizes(
-    folder: str, urls: Sequence[str], storage_options: dict[str, Any] | None
-) -> dict[str, int]:
-    if storage.is_local(folder):
-        return {url: os.stat(storage.local_path(url)).st_size for url in urls}
-    fs, path = storage.filesystem(folder, storage_options)
-    listed = {storage.basename(str(e["name"])): e.get("size") for e in fs.ls(path, detail=True)}
-    sizes = {}
-    for url in urls:
-        size = listed.get(storage.basename(url))
-        sizes[url] = size if isinstance(size, int) else int(fs.size(url))
-    return sizes
+def shard_size(url: str, storage_options: dict[str, Any] | None) -> int:
+    """A shard's size in bytes, as its storage states it."""
+    if storage.is_local(url):
+        return os.stat(storage.local_path(url)).st_size
+    fs, path = storage.filesystem(url, storage_options)
+    return int(fs.size(path))

@@ -8,9 +8,10 @@ Every shard needs its ``.idx`` file (``shardkit index DIR`` writes them;
 :mod:`shardkit.pipeline.idxfiles` reads and checks them). ``ds[i]`` finds sample i's
 shard, offset and size in the indexes, takes just those bytes (:class:`shardkit.ranges.
 RangeReader`: one ``pread`` locally, or with ``copy=False`` a slice of the memory-mapped
-shard; one ranged read remotely, or the local cache copy), parses them with the one tar
-parser over that buffer (:func:`shardkit.formats.tar.span_sample`: the span must be
-exactly the indexed sample), and runs the same per-sample stages as
+shard; one ranged read remotely, or the local cache copy), parses them with the one
+rule of index spans (:func:`shardkit.formats.index.indexed_sample`: the span must hold
+exactly the indexed sample, a tar sample or one TFRecord record), and runs the same
+per-sample stages as
 :class:`~shardkit.pipeline.dataset.Dataset` (``decode``, ``to_tuple``, ``map``,
 ``map_dict``, ``map_tuple``, ``rename``; built by a ``Dataset`` so both share one
 definition). Order, shuffling, batching, splitting over ranks: the sampler's and the
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import io
 import itertools
 import operator
 from array import array
@@ -32,9 +32,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 from .. import reader
-from ..errors import DataError, FormatError
-from ..formats.index import check_key, check_shard_size
-from ..formats.tar import span_sample
+from ..errors import ConfigError, DataError, FormatError
+from ..formats.index import check_shard_size, indexed_sample
 from ..handlers import Handler, HandlerName
 from ..ranges import RangeReader
 from ..writer import Format
@@ -43,7 +42,9 @@ from .context import Context
 from .dataset import Dataset
 from .decode import Decode
 from .idxfiles import load_indexes
-from .stages import Stage
+from .source import check_stated_empty
+from .stages import MapDict, Rename, Stage, ToTuple
+from .urls import resolve_source
 
 __all__ = ["IndexedDataset"]
 
@@ -126,7 +127,12 @@ class IndexedDataset(MapBase[Any]):
         new._pipe = pipe
         # One item at a time: decode in the calling thread (a pool per item costs more).
         new._stages = tuple(
-            dataclasses.replace(s, threads=1) if isinstance(s, Decode) else s
+            dataclasses.replace(s, threads=1)
+            if isinstance(s, Decode)
+            # each item is a stream of one: a field it lacks is bad data, not a typo
+            else dataclasses.replace(s, check_fields=False)
+            if isinstance(s, (ToTuple, Rename, MapDict))
+            else s
             for s in pipe._recipe.stages
         )
         return new
@@ -178,9 +184,15 @@ class IndexedDataset(MapBase[Any]):
     def _load(self) -> tuple[_Shard, ...]:
         if self._shards is None:
             read = self._pipe._recipe.read
-            urls = self._pipe.shards.urls
+            # The shard list only: the indexes are loaded once, here, not for counts too.
+            urls = resolve_source(
+                self._pipe._source, storage_options=read.storage_options, counts=False
+            ).urls
             shards = []
-            for url, index in zip(urls, load_indexes(urls, read.storage_options), strict=True):
+            indexes = load_indexes(urls, storage_options=read.storage_options, required=True)
+            for url, index in zip(urls, indexes, strict=True):
+                if index is None:  # required: never None
+                    raise ConfigError(f"{url} has no index")
                 if index.compressed or reader.detect_format(url, read.format)[1]:
                     raise FormatError(
                         "random access needs an uncompressed shard (gunzip it)", url=url
@@ -195,6 +207,9 @@ class IndexedDataset(MapBase[Any]):
                         array("q", index.sizes),
                     )
                 )
+            for shard in shards:
+                if not shard.keys:  # stated empty: a shard with samples is a wrong index
+                    check_stated_empty(shard.url, read)
             self._ends = list(itertools.accumulate(len(s.keys) for s in shards))
             self._shards = tuple(shards)
         return self._shards
@@ -256,37 +271,25 @@ class IndexedDataset(MapBase[Any]):
         if url not in self._checked:  # the shard on disk is the one that was indexed
             check_shard_size(url, shard.size, self._ranges.size(url))
             self._checked.add(url)
-        offset, key = shard.offsets[k], shard.keys[k]
-        if shard.format == "tar":
-            sample = self._tar_sample(url, offset, shard.sizes[k])
-            check_key(key, sample["__key__"], url=url, offset=offset)
+        offset, size = shard.offsets[k], shard.sizes[k]
+        if shard.format == "tar":  # views need the memory map of a local shard
+            buffer, start = self._ranges.span(url, offset, size, mapped=self._map_local)
         else:
-            sample = self._record_sample(url, offset, shard.sizes[k], shard.format, key)
-            sample["__key__"] = key
+            buffer, start = self._ranges.read(url, offset, size), 0
+        # The one rule of every index consumer: the span holds exactly its one sample.
+        sample = indexed_sample(
+            buffer,
+            start,
+            start + size,
+            format=shard.format,
+            key=shard.keys[k],
+            offset=offset,
+            base=offset - start,
+            url=url,
+            copy=self._copy,
+            verify=self._pipe._recipe.read.verify,
+        )
         sample["__url__"] = url
-        sample["__offset__"] = offset
-        return sample
-
-    def _tar_sample(self, url: str, offset: int, size: int) -> dict[str, Any]:
-        """The sample of a tar shard's span: one read, or a slice of the memory map of a
-        local file (or cache copy) for views (:meth:`RangeReader.span`); the span must
-        hold exactly one sample (:func:`~shardkit.formats.tar.span_sample`)."""
-        buffer, start = self._ranges.span(url, offset, size, mapped=self._map_local)
-        return span_sample(
-            buffer, start, start + size, base=offset - start, url=url, copy=self._copy
-        )
-
-    def _record_sample(
-        self, url: str, offset: int, size: int, format: Format, key: str
-    ) -> dict[str, Any]:
-        """The sample of a TFRecord shard's record at ``offset``."""
-        data = self._ranges.read(url, offset, size)
-        samples = reader.iter_stream_samples(
-            io.BytesIO(data), url=url, format=format, verify=self._pipe._recipe.read.verify
-        )
-        sample = next(samples, None)
-        if sample is None:
-            raise FormatError("no sample at the indexed offset", url=url, offset=offset, key=key)
         return sample
 
     def _run_stages(self, sample: dict[str, Any]) -> Any:

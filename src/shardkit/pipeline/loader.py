@@ -26,6 +26,7 @@ from ..errors import ConfigError
 from ._torch import register_iterable_dataset
 from .context import Context, current_node
 from .stages import Map, MapDict, MapTuple, Rename, Select, Stage, ToTuple
+from .state import check_loader_states
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -183,17 +184,7 @@ class Loader:
         a list of every rank's (``torch.distributed.all_gather_object``), which also
         resumes on a different number of ranks or workers."""
         states = [state] if isinstance(state, Mapping) else list(state)
-        epochs, streams = set(), []
-        for one in states:
-            if not isinstance(one, Mapping) or one.get("version") != LOADER_STATE_VERSION:
-                raise ConfigError(f"not a shardkit Loader state: {one!r}")
-            epochs.add(one.get("epoch"))
-            streams += list(one.get("streams") or ())
-        if len(epochs) != 1:
-            raise ConfigError(f"cannot resume: the states are of different epochs {epochs}")
-        epoch = epochs.pop()
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ConfigError(f"malformed Loader state: epoch {epoch!r}")
+        epoch, streams = check_loader_states(states, LOADER_STATE_VERSION)
         if streams:
             self._dataset.load_state_dict(streams)
         else:

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..handlers import Handler, HandlerName
-from .chain import Recipe
+from .chain import Recipe, stage_shape
 from .context import Context
 from .counting import Counting, Take, Unbatched
 from .dataset import Dataset
@@ -123,6 +123,21 @@ class MixRecipe(Recipe):
                 ) from None
         n = min(math.floor(n * whole / w) for n, w in zip(lengths, self.weights, strict=True))
         return n * (self.passes or 0)
+
+    def identity(self, shards: ShardList) -> list[Any]:
+        """A mix's state names its sources (each with its seed) and weights."""
+        sources = [[s._recipe.identity(s.shards), s._seed] for s in self.sources]
+        shapes = [stage_shape(stage) for stage in self.stages]
+        return ["mix", [str(w) for w in self.weights], sources, self.passes, shapes]
+
+    def stream_bound(self, shards: ShardList, ctx: Context, space: Any) -> int | None:
+        if self.take is not None or self.passes is None or self._grows_before_cut():
+            return None
+        try:
+            rank_total = self.rank_samples(shards, ctx.world)
+        except TypeError:
+            return None
+        return split_counts(rank_total, ctx.workers, self.granularity(self.stages))[ctx.worker]
 
     def elastic_refusal(self, shards: ShardList) -> str:
         return "a mix resumes only on the ranks and workers it was saved with"

@@ -24,7 +24,7 @@ from ..handlers import Handler, reraise
 from .epochs import EpochPlan, Segment, drop_front
 from .urls import ShardList
 
-__all__ = ["ReadOptions", "open_samples", "stream_samples"]
+__all__ = ["ReadOptions", "check_stated_empty", "open_samples", "stream_samples"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,13 +82,20 @@ def _read_segment(
         if stated == segment.skip + segment.take and next(samples, None) is not None:
             options.handler(
                 FormatError(
-                    f"shard holds more samples than the {stated} its manifest states; "
+                    f"shard holds more samples than the {stated} its manifest or index states; "
                     "the rest would be dropped",
                     url=url,
                 )
             )
     finally:
         samples.close()
+
+
+def check_stated_empty(url: str, options: ReadOptions) -> None:
+    """A shard whose index or manifest states 0 samples must hold none: reading its first
+    sample reports a wrong count through the handler (never a silent skip)."""
+    for _ in _read_segment((url,), Segment(0, 0, 0), options, (0,)):
+        pass
 
 
 def stream_samples(

@@ -10,8 +10,15 @@ what lets :mod:`shardkit.pipeline.state` resume exactly. Only :class:`Shuffle` (
 
 Bad *data* (:class:`~shardkit.errors.DataError`: an undecodable field, a sample missing a
 field :class:`ToTuple` needs) goes to the ``handler``; whatever it returns, that sample is
-dropped. Other exceptions, from your functions included, propagate. The decode stage is in
-:mod:`shardkit.pipeline.decode`.
+dropped. Other exceptions, from your functions included, propagate, unless the stage was
+given its own ``handler=`` (``.map(f, handler=...)``, ``.decode(f, handler=...)``, as in
+webdataset): then what ``f`` raises goes to that handler too (:func:`handles`), except a
+:class:`~shardkit.errors.ConfigError` or :class:`~shardkit.errors.UnsafeDataError`.
+
+A field name that *no* sample of a stream has (``to_tuple("foo")``, ``rename(x="foo")``,
+``map_dict(foo=f)``) is a :class:`~shardkit.errors.ConfigError` at the end of the stream,
+whatever the handler, naming the fields the samples have: a typo, not bad data. The
+decode stage is in :mod:`shardkit.pipeline.decode`.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import DataError, MissingFieldError
+from ..errors import ConfigError, DataError, MissingFieldError, UnsafeDataError
 from ..handlers import Handler, reraise
 from .collate import Collate, collate_batch
 from .context import Context
@@ -35,6 +42,7 @@ __all__ = [
     "Shuffle",
     "Stage",
     "ToTuple",
+    "handles",
     "missing_field",
     "parse_fields",
     "report_bad_data",
@@ -62,6 +70,48 @@ def report_bad_data(handler: Handler, exc: DataError, item: Any) -> None:
         located.__cause__ = exc
         exc = located
     handler(exc)
+
+
+def handles(exc: Exception, catch_all: bool) -> bool:
+    """Whether a stage's handler takes ``exc``: bad data always; with the stage's own
+    ``handler=`` (``catch_all``) whatever the user's function raised, except errors that
+    are never about data (a bad option, an unsafe unpickle)."""
+    if isinstance(exc, DataError):
+        return True
+    return catch_all and not isinstance(exc, (ConfigError, UnsafeDataError))
+
+
+def report_error(handler: Handler, exc: Exception, item: Any) -> None:
+    """Pass an error :func:`handles` took to ``handler`` (bad data with its location)."""
+    if isinstance(exc, DataError):
+        report_bad_data(handler, exc, item)
+    else:
+        handler(exc)
+
+
+class _Fields:
+    """Which of a stage's wanted fields some sample of the stream had; at its end, one
+    that none had is a :class:`ConfigError` (see the module docs)."""
+
+    def __init__(self, wanted: tuple[tuple[str, ...], ...]) -> None:
+        self.wanted = wanted
+        self.unseen = list(range(len(wanted)))
+        self.example: Any = None
+
+    def see(self, sample: Any) -> None:
+        if self.example is None:
+            self.example = sample
+        if self.unseen and isinstance(sample, Mapping):
+            self.unseen = [i for i in self.unseen if not any(n in sample for n in self.wanted[i])]
+
+    def check(self, method: str) -> None:
+        if self.unseen and isinstance(self.example, Mapping):
+            name = ";".join(self.wanted[self.unseen[0]])
+            have = [k for k in self.example if not k.startswith("__")][:32]
+            raise ConfigError(
+                f"{method}(): no sample has a field {name!r}; the samples have the fields "
+                f"{', '.join(have) or '(none)'}"
+            )
 
 
 def missing_field(alternatives: tuple[str, ...], sample: Mapping[str, Any]) -> MissingFieldError:
@@ -109,14 +159,17 @@ class Map(Stage):
 
     fn: Callable[[Any], Any]
     handler: Handler = reraise
+    catch_all: bool = False  # the stage's own handler= takes what fn raises
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         fn, handler = self.fn, self.handler
         for item in items:
             try:
                 out = fn(item)
-            except DataError as exc:
-                report_bad_data(handler, exc, item)
+            except Exception as exc:
+                if not handles(exc, self.catch_all):
+                    raise
+                report_error(handler, exc, item)
                 continue
             yield out
 
@@ -128,20 +181,27 @@ class MapDict(Stage):
 
     fns: Mapping[str, Callable[[Any], Any]]
     handler: Handler = reraise
+    catch_all: bool = False
+    check_fields: bool = True  # a field no sample of the stream has is a ConfigError
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         fns, handler = self.fns, self.handler
+        fields = _Fields(tuple((name,) for name in fns) if self.check_fields else ())
         for sample in items:
+            fields.see(sample)
             try:
                 out = dict(sample)
                 for name, fn in fns.items():
                     if name not in out:
                         raise missing_field((name,), sample)
                     out[name] = fn(out[name])
-            except DataError as exc:
-                report_bad_data(handler, exc, sample)
+            except Exception as exc:
+                if not handles(exc, self.catch_all):
+                    raise
+                report_error(handler, exc, sample)
                 continue
             yield out
+        fields.check("map_dict")
 
 
 @dataclass(eq=False)
@@ -150,6 +210,7 @@ class MapTuple(Stage):
 
     fns: tuple[Callable[[Any], Any] | None, ...]
     handler: Handler = reraise
+    catch_all: bool = False
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         fns, handler = self.fns, self.handler
@@ -157,8 +218,10 @@ class MapTuple(Stage):
             try:
                 out = tuple(v if f is None else f(v) for f, v in zip(fns, item, strict=False))
                 out += tuple(item[len(fns) :])
-            except DataError as exc:
-                report_bad_data(handler, exc, item)
+            except Exception as exc:
+                if not handles(exc, self.catch_all):
+                    raise
+                report_error(handler, exc, item)
                 continue
             yield out
 
@@ -194,10 +257,13 @@ class ToTuple(Stage):
     handler: Handler = reraise
     missing_is_error: bool = True
     none_is_error: bool = False
+    check_fields: bool = True
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         fields, handler = self.fields, self.handler
+        seen = _Fields(fields if self.missing_is_error and self.check_fields else ())
         for sample in items:
+            seen.see(sample)
             out = []
             for alternatives in fields:
                 name = next((name for name in alternatives if name in sample), None)
@@ -212,6 +278,7 @@ class ToTuple(Stage):
                 out.append(value)
             else:
                 yield tuple(out)
+        seen.check("to_tuple")
 
 
 @dataclass(eq=False)
@@ -222,9 +289,12 @@ class Rename(Stage):
     names: tuple[tuple[str, tuple[str, ...]], ...]
     keep: bool = True
     handler: Handler = reraise
+    check_fields: bool = True
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
+        seen = _Fields(tuple(old for _, old in self.names) if self.check_fields else ())
         for sample in items:
+            seen.see(sample)
             out = {k: v for k, v in sample.items() if self.keep or k.startswith("__")}
             for new, alternatives in self.names:
                 old = next((name for name in alternatives if name in sample), None)
@@ -235,6 +305,7 @@ class Rename(Stage):
                 out[new] = sample[old]
             else:
                 yield out
+        seen.check("rename")
 
 
 @dataclass(eq=False)

@@ -17,16 +17,29 @@ epoch ends exactly where the uninterrupted one would have.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import hashlib
+import itertools
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import StateError
 from .context import Context
 from .counting import Tally
 from .epochs import Intervals
 
-__all__ = ["STATE_VERSION", "Position", "Progress", "check_state", "counted", "finished"]
+__all__ = [
+    "STATE_VERSION",
+    "Position",
+    "Progress",
+    "check_loader_states",
+    "check_state",
+    "check_states",
+    "counted",
+    "fingerprint",
+    "finished",
+]
 
 STATE_VERSION = 1
 
@@ -69,7 +82,9 @@ class Position:
     """A saved position: resume epoch ``epoch`` after ``consumed`` items (``done``: the
     epoch had ended, nothing of it is left) of stream (``rank``, ``worker``); ``space``:
     the positions of the epoch's sample sequence left to it by an elastic resume (None:
-    all of them, see :mod:`shardkit.pipeline.elastic`)."""
+    all of them, see :mod:`shardkit.pipeline.elastic`); ``dataset``: the fingerprint of
+    the pipeline it belongs to (:func:`fingerprint`; None: a state saved before states
+    named their pipeline)."""
 
     epoch: int
     consumed: int
@@ -81,6 +96,7 @@ class Position:
     rank: int | None = None  # None: a state from before elastic resume
     worker: int | None = None
     space: Intervals | None = None
+    dataset: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -97,6 +113,8 @@ class Position:
         }
         if self.space is not None:
             out["space"] = [list(pair) for pair in self.space]
+        if self.dataset is not None:
+            out["dataset"] = self.dataset
         return out
 
     def check(self, ctx: Context) -> None:
@@ -109,36 +127,165 @@ class Position:
                 "torchdata's StatefulDataLoader (one state per worker); to resume on another "
                 "topology, load the states of all saved ranks and workers as one list"
             )
-            raise ConfigError(
+            raise StateError(
                 "cannot resume: the state was saved with (seed, world size, workers) = "
                 f"{saved}, this iteration has {now}; the saved position would mean other "
                 f"samples{hint}"
             )
 
+    def check_belongs(self, dataset: str, total: int | None) -> None:
+        """Refuse a state of another pipeline, or whose elastic space lies outside the
+        ``total`` samples of this epoch's sequence (None: unknown)."""
+        if self.dataset is not None and self.dataset != dataset:
+            raise StateError(
+                f"cannot resume: the state belongs to another dataset or pipeline "
+                f"(fingerprint {self.dataset}, this one {dataset}: the shard names, their "
+                "counts, the stages or a mix's sources and weights differ)"
+            )
+        if self.space and total is not None and self.space[-1][1] > total:
+            raise StateError(
+                f"cannot resume: the state's positions reach {self.space[-1][1]}, past the "
+                f"{total} samples of the epoch"
+            )
 
-def check_state(state: Mapping[str, Any]) -> Position:
-    """Validate a dict from ``state_dict()``."""
+    def check_consumed(self, bound: int | None) -> None:
+        """Refuse a position past the end of its stream (``bound`` items; None: unknown)."""
+        if bound is not None and self.consumed > bound:
+            raise StateError(
+                f"cannot resume: the state says {self.consumed} items of stream (rank "
+                f"{self.rank}, worker {self.worker}) were consumed, past the {bound} its "
+                "epoch holds"
+            )
+
+
+# Bound of every number in a state: a position past it is tampering, not a real run.
+_MAX = 2**62
+_SEEDS = 2**64
+_FIELDS = ("epoch", "consumed", "seed", "world", "workers")
+
+
+def check_state(state: object) -> Position:
+    """Validate a dict from ``state_dict()`` whole (types, ranges, internal consistency);
+    :class:`StateError` in one line for anything else. What needs the data (the
+    fingerprint, counts within the epoch) is checked when the state is used
+    (:meth:`Position.check_belongs`, :meth:`Position.check_consumed`)."""
     if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
-        raise ConfigError(f"not a shardkit Dataset state (version {STATE_VERSION}): {state!r}")
-    try:
-        epoch, consumed, seed, world, workers = (
-            int(state[k]) for k in ("epoch", "consumed", "seed", "world", "workers")
+        raise StateError(f"not a shardkit Dataset state (version {STATE_VERSION}): {_show(state)}")
+    epoch, consumed, seed, world, workers = (
+        _integer(state, key, *((-_SEEDS, _SEEDS) if key == "seed" else (0, _MAX)))
+        for key in _FIELDS
+    )
+    done = state.get("done")
+    if not isinstance(done, bool):
+        raise StateError(f"malformed Dataset state: done must be true or false, not {_show(done)}")
+    saved = state.get("tallies")
+    tallies = None if saved is None else tuple(_integers(saved, "tallies", 0))
+    rank, worker = (
+        None if state.get(k) is None else _integer(state, k, 0) for k in ("rank", "worker")
+    )
+    space = state.get("space")
+    if space is not None:
+        flat = list(_integers(space, "space", 0, pairs=True))
+        space = tuple(zip(flat[::2], flat[1::2], strict=True))
+        ends = [n for pair in space for n in pair]
+        if not space or any(b <= a for a, b in itertools.pairwise(ends)):
+            raise StateError(
+                "malformed Dataset state: space must be sorted, non-empty, disjoint "
+                f"[start, stop) ranges, not {_show(state.get('space'))}"
+            )
+    dataset = state.get("dataset")
+    if dataset is not None and not (isinstance(dataset, str) and 0 < len(dataset) <= 64):
+        raise StateError(f"malformed Dataset state: dataset {_show(dataset)}")
+    if world < 1 or workers < 1 or not 0 <= (rank or 0) < world or not 0 <= (worker or 0) < workers:
+        raise StateError(
+            f"malformed Dataset state: stream (rank {rank}, worker {worker}) of {world} ranks "
+            f"x {workers} workers"
         )
-        done = bool(state["done"])
-        saved = state.get("tallies")
-        tallies = None if saved is None else tuple(int(n) for n in saved)
-        rank, worker = (None if state.get(k) is None else int(state[k]) for k in ("rank", "worker"))
-        space = state.get("space")
-        space = None if space is None else tuple((int(a), int(b)) for a, b in space)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"malformed Dataset state {dict(state)!r}: {exc}") from exc
-    position = Position(epoch, consumed, done, seed, world, workers, tallies, rank, worker, space)
-    numbers = (position.consumed, *(position.tallies or ()), *(n for p in space or () for n in p))
-    bad = min(numbers) < 0 or any(a >= b for a, b in space or ())
-    bad = bad or not 0 <= (rank or 0) < world or not 0 <= (worker or 0) < workers
-    if bad or position.epoch < 0 or position.world < 1 or position.workers < 1:
-        raise ConfigError(f"malformed Dataset state {dict(state)!r}")
-    return position
+    return Position(
+        epoch, consumed, done, seed, world, workers, tallies, rank, worker, space, dataset
+    )
+
+
+def check_states(states: Sequence[object]) -> tuple[Position, ...]:
+    """Validate the states of several streams (an elastic or multi-worker resume) as one:
+    each whole, all of one run (epoch, seed, topology, pipeline, space), each stream once."""
+    if not states:
+        raise StateError("load_state_dict() got an empty list of states")
+    if len(states) > _MAX_STREAMS:
+        raise StateError(f"cannot resume: {len(states)} states, more than {_MAX_STREAMS} streams")
+    positions = tuple(check_state(one) for one in states)
+    runs = {(p.epoch, p.seed, p.world, p.workers, p.space, p.dataset) for p in positions}
+    if len(runs) > 1:
+        raise StateError(
+            "cannot resume: the states come from different runs, epochs or pipelines "
+            "(epoch, seed, world size, workers, elastic space or dataset differ)"
+        )
+    seen: set[tuple[int | None, int | None]] = set()
+    for p in positions:
+        stream = (p.rank, p.worker)
+        if stream in seen:
+            raise StateError(
+                f"cannot resume: two states for one stream (rank {p.rank}, worker {p.worker})"
+            )
+        seen.add(stream)
+    return positions
+
+
+_MAX_STREAMS = 1 << 20
+
+
+def check_loader_states(states: Sequence[object], version: int) -> tuple[int, list[Any]]:
+    """Validate ``Loader`` states (one per rank): the envelope of each, one epoch for all;
+    returns the epoch and every stream's state (checked whole by the dataset)."""
+    epochs, streams = set(), []
+    for one in states:
+        if not isinstance(one, Mapping) or one.get("version") != version:
+            raise StateError(f"not a shardkit Loader state (version {version}): {_show(one)}")
+        epoch = _integer(one, "epoch", 0)
+        epochs.add(epoch)
+        saved = one.get("streams", [])
+        if not isinstance(saved, (list, tuple)) or len(saved) > _MAX_STREAMS:
+            raise StateError(f"malformed Loader state: streams {_show(saved)}")
+        if any(not isinstance(p, Mapping) or p.get("epoch") != epoch for p in saved):
+            raise StateError("malformed Loader state: a stream's state is of another epoch")
+        streams += list(saved)
+    if len(epochs) != 1:
+        raise StateError(f"cannot resume: the states are of different epochs {sorted(epochs)}")
+    return epochs.pop(), streams
+
+
+def fingerprint(*parts: object) -> str:
+    """A short digest naming what a state belongs to (see ``Recipe.identity``)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def _integer(state: Mapping[str, Any], key: str, least: int, most: int = _MAX) -> int:
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value < most:
+        raise StateError(
+            f"malformed Dataset state: {key} must be an int in [{least}, {most}), not "
+            f"{_show(value)}"
+        )
+    return value
+
+
+def _integers(values: object, key: str, least: int, pairs: bool = False) -> Iterator[int]:
+    if not isinstance(values, (list, tuple)) or len(values) > _MAX_STREAMS:
+        raise StateError(f"malformed Dataset state: {key} must be a list, not {_show(values)}")
+    for value in values:
+        if pairs:
+            if not isinstance(value, (list, tuple)) or len(value) != 2:
+                raise StateError(f"malformed Dataset state: {key} holds {_show(value)}")
+            yield from (_integer({key: n}, key, least) for n in value)
+        else:
+            yield _integer({key: value}, key, least)
+
+
+def _show(value: object) -> str:
+    """A bounded repr for error lines."""
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def counted(items: Iterator[Any], progress: Progress) -> Iterator[Any]:

@@ -1,15 +1,7 @@
-"""Turn command-line inputs into shards: URLs, brace patterns, folders, manifests, stdin.
-
-An input is one of:
-
-* ``-``: a tar stream on stdin (gzip is detected);
-* a local folder: every shard in it (:func:`shardkit.formats.names.is_shard_name`:
-  ``*.tar``, ``*.tgz``, ``*.tfrecord``, ``*.tfrecords``, ``*.tfr``, each optionally
-  ``.gz``, sorted by name; hidden files are left out), or the shards its ``manifest.json``
-  lists, in the manifest's order, when it has one;
-* a ``manifest.json`` file or URL: the shards it lists, next to it (a ``pipe:`` shard in
-  a manifest is refused: see :func:`shardkit.reader.load_manifest`);
-* anything else: a shard URL, brace-expanded (``data/shard-{000000..000099}.tar``).
+"""Turn command-line inputs into shards: ``-`` for a tar stream on stdin (gzip is
+detected), or any source the one resolver takes (:mod:`shardkit.pipeline.urls`: a folder,
+local or remote, by its ``manifest.json`` or its shard files; a manifest; a brace pattern
+or URL), so a tool reads the same shards as ``Dataset`` and ``build`` for the same input.
 """
 
 from __future__ import annotations
@@ -18,14 +10,16 @@ import contextlib
 import gzip
 import os
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .. import storage
 from ..errors import ConfigError, FormatError
-from ..formats.names import MANIFEST_NAME, Format, is_shard_name
+from ..formats.manifest import ManifestContents
+from ..formats.names import MANIFEST_NAME, Format
 from ..handlers import Handler, reraise
+from ..pipeline import urls
 from ..reader import detect_format, iter_stream_samples, load_manifest, read_shard
 
 __all__ = [
@@ -36,6 +30,7 @@ __all__ = [
     "as_refs",
     "class_names",
     "gzip_errors",
+    "has_manifest",
     "iter_samples",
     "list_folder",
     "magic",
@@ -78,6 +73,10 @@ class Manifest:
 def read_manifest(url: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:
     """Parse a manifest; shard names are resolved next to it. Unknown fields are ignored."""
     contents, urls = load_manifest(url, storage_options=storage_options)
+    return _manifest(url, contents, urls)
+
+
+def _manifest(url: str, contents: ManifestContents, urls: Sequence[str]) -> Manifest:
     refs = []
     for shard, shard_url in zip(contents.shards, urls, strict=True):
         kind, gz = detect_format(shard_url, contents.format)
@@ -114,43 +113,34 @@ def class_names(
 
 def list_folder(folder: str) -> list[str]:
     """Shard files in a local folder, sorted by name (no manifest involved)."""
-    names = sorted(
-        name
-        for name in os.listdir(folder)
-        if is_shard_name(name) and os.path.isfile(os.path.join(folder, name))
-    )
-    return [os.path.join(folder, name) for name in names]
+    return [os.path.join(folder, name) for name in urls.list_folder(folder).shards]
 
 
-def _ref(url: str) -> ShardRef:
-    kind, gz = detect_format(url)
-    return ShardRef(url, kind, gz)
+def has_manifest(spec: str | ShardRef) -> bool:
+    """Whether an input is a local folder that the resolver reads by its manifest."""
+    if isinstance(spec, ShardRef) or not storage.is_local(spec):
+        return False
+    return os.path.isdir(storage.local_path(spec)) and urls.list_folder(spec).has_manifest
 
 
 def resolve_inputs(
     specs: Sequence[str], *, storage_options: dict[str, Any] | None = None
 ) -> list[ShardRef]:
-    """The shards named by command-line inputs, in order (see the module docs)."""
+    """The shards named by command-line inputs, in order (see the module docs): ``-``, or
+    what the one resolver (:func:`shardkit.pipeline.urls.resolve_parts`) says a source
+    names, each shard with what its manifest says of it."""
     if isinstance(specs, str):
         specs = [specs]
     refs: list[ShardRef] = []
     for spec in specs:
         if spec == "-":
             refs.append(ShardRef("-", "tar", False))
-        elif storage.is_local(spec) and os.path.isdir(storage.local_path(spec)):
-            folder = storage.local_path(spec)
-            manifest = os.path.join(folder, MANIFEST)
-            if os.path.isfile(manifest):
-                refs.extend(read_manifest(manifest).shards)
+            continue
+        for part in urls.resolve_parts(spec, storage_options=storage_options, counts=False):
+            if part.manifest is not None and part.contents is not None:
+                refs.extend(_manifest(part.manifest, part.contents, part.urls).shards)
             else:
-                found = list_folder(folder)
-                if not found:
-                    raise ConfigError(f"no shards (*.tar, *.tfrecord, ...) in folder {spec!r}")
-                refs.extend(_ref(url) for url in found)
-        elif storage.basename(spec) == MANIFEST:
-            refs.extend(read_manifest(spec, storage_options=storage_options).shards)
-        else:
-            refs.extend(_ref(url) for url in storage.expand_urls(spec))
+                refs.extend(ShardRef(url, *detect_format(url)) for url in part.urls)
     if not refs:
         raise ConfigError("no input shards given")
     if sum(ref.stdin for ref in refs) > 1:
@@ -202,7 +192,7 @@ def magic(raw: BinaryIO) -> bytes:
 
 
 def iter_samples(
-    refs: Sequence[ShardRef],
+    refs: Iterable[ShardRef],
     *,
     handler: Handler = reraise,
     storage_options: dict[str, Any] | None = None,

@@ -11,7 +11,7 @@ the sample is complete, then runs of whole samples go out as single slices of it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import storage
@@ -130,7 +130,7 @@ def _split_shard(members: TarScanner, sink: RawShards) -> bool:
 
 
 def split_raw(
-    refs: Sequence[ShardRef],
+    refs: Iterable[ShardRef],
     sink: RawShards,
     storage_options: dict[str, Any] | None = None,
     *,

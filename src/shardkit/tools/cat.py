@@ -22,6 +22,7 @@ from ..handlers import Handler, reraise
 from ..writer import ShardInfo
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
 from ._outputs import Output
+from ._progress import ToolProgressFn, track
 
 __all__ = ["cat", "iter_cat", "shuffle_buffer"]
 
@@ -58,13 +59,15 @@ def iter_cat(
     seed: int = 0,
     handler: Handler = reraise,
     storage_options: dict[str, Any] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The samples of ``inputs`` (raw bytes fields): skip ``skip``, shuffle through a
-    buffer of ``shuffle`` samples (0: keep the order), then take ``count``."""
+    buffer of ``shuffle`` samples (0: keep the order), then take ``count``. ``progress``
+    hears of each input shard done."""
     _check_counts(count, skip, shuffle)
     refs = as_refs(inputs, storage_options=storage_options)
     samples: Iterator[dict[str, Any]] = iter_samples(
-        refs, handler=handler, storage_options=storage_options
+        track(refs, progress), handler=handler, storage_options=storage_options
     )
     if skip:
         samples = islice(samples, skip, None)
@@ -87,10 +90,12 @@ def cat(
     storage_options: dict[str, Any] | None = None,
     hash: HashName = DEFAULT_HASH,
     on_shard: Callable[[ShardInfo], None] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> int:
     """Write the samples of ``inputs`` to ``output`` (``-``, a file, or a shard pattern);
     returns the number of samples written. See :func:`iter_cat` for the options.
-    ``on_shard`` gets each file written (its size and ``hash`` digest)."""
+    ``on_shard`` gets each file written (its size and ``hash`` digest); ``progress`` each
+    input shard read."""
     _check_counts(count, skip, shuffle)
     refs = as_refs(inputs, storage_options=storage_options)
     with Output(
@@ -98,7 +103,7 @@ def cat(
     ) as out:
         if out.raw is not None and not shuffle:
             window = _Window(skip, count)
-            for ref in refs:
+            for ref in track(refs, progress):
                 if window.done:
                     break
                 _copy_shard(ref, out, window, storage_options)
@@ -110,6 +115,7 @@ def cat(
                 shuffle=shuffle,
                 seed=seed,
                 storage_options=storage_options,
+                progress=progress,
             ):
                 out.write(sample)
     return out.samples

@@ -30,6 +30,7 @@ from ..units import Size
 from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, is_pattern
+from ._progress import ToolProgressFn, track
 
 __all__ = ["convert"]
 
@@ -57,6 +58,7 @@ def convert(
     storage_options: dict[str, Any] | None = None,
     hash: HashName = DEFAULT_HASH,
     on_shard: Callable[[ShardInfo], None] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> tuple[int, list[ShardInfo]]:
     """Convert the samples of ``inputs`` to ``to`` (default: the output's extension),
     written to a file, ``-`` or a shard pattern; returns (samples, shards written).
@@ -78,7 +80,7 @@ def convert(
         on_shard=on_shard,
         **rotation,
     ) as out:
-        for ref in refs:
+        for ref in track(refs, progress):
             to_schema = ref.format == "tar" and target == "tfrecord"
             for sample in iter_samples([ref], storage_options=storage_options):
                 out.write(to_example_fields(sample) if to_schema else sample)

@@ -8,15 +8,17 @@ problems (as ``verify`` sees them).
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import storage
 from ..errors import FormatError, StorageError
-from ..formats.index import ShardIndex, index_url
+from ..formats.index import ShardIndex, index_url, indexed_sample
 from ..formats.names import Format
+from ._progress import ToolProgressFn, track
 from .verify import scan_shard
+
+_GZIP_MAGIC = b"\x1f\x8b"
 
 __all__ = ["build_index", "read_indexed_sample", "write_index", "write_indexes"]
 
@@ -27,7 +29,7 @@ def build_index(
     """Scan one shard and return its index; FormatError if the shard has a problem."""
     from ._inputs import ShardRef
 
-    ref = ShardRef(*_detect(url))
+    ref = ShardRef(*_detect(url, storage_options))
     check, seen = scan_shard(ref, sha256=sha256, storage_options=storage_options)
     if check.problems:
         first = check.problems[0]
@@ -49,10 +51,18 @@ def build_index(
     )
 
 
-def _detect(url: str) -> tuple[str, Format, bool]:
+def _detect(url: str, storage_options: dict[str, Any] | None) -> tuple[str, Format, bool]:
+    """(url, format, gzip) of a shard; gzip from its bytes too: a gzipped TFRecord named
+    ``.tfrecord`` (what TensorFlow's ``options="GZIP"`` writes) gets an index of its
+    uncompressed stream, marked compressed, which counts its samples and is refused for
+    random access, instead of offsets that a reader would check against the compressed
+    size."""
     from ..reader import detect_format
 
     kind, gz = detect_format(url)
+    if not gz:
+        with storage.open_read(url, storage_options=storage_options) as stream:
+            gz = stream.read(2) == _GZIP_MAGIC
     return url, kind, gz
 
 
@@ -74,10 +84,11 @@ def write_indexes(
     sha256: bool = False,
     storage_options: dict[str, Any] | None = None,
     on_shard: Callable[[str, ShardIndex], None] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> list[ShardIndex]:
-    """:func:`write_index` for each shard URL."""
+    """:func:`write_index` for each shard URL; ``progress`` hears of each shard done."""
     done = []
-    for url in urls:
+    for url in track(urls, progress):
         index = write_index(url, sha256=sha256, storage_options=storage_options)
         done.append(index)
         if on_shard is not None:
@@ -92,10 +103,8 @@ def read_indexed_sample(
     *,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Sample ``i`` of an uncompressed shard, reading only its bytes."""
-    from ..formats.tar import span_sample
-    from ..reader import iter_stream_samples
-
+    """Sample ``i`` of an uncompressed shard, reading only its bytes (which must hold
+    exactly that sample: :func:`shardkit.formats.index.indexed_sample`)."""
     if index.compressed:
         raise StorageError("random access needs an uncompressed shard", url=shard_url)
     if not -index.samples <= i < index.samples:
@@ -104,14 +113,13 @@ def read_indexed_sample(
     with storage.open_read(shard_url, storage_options=storage_options) as stream:
         stream.seek(offset)
         data = stream.read(size)
-    fmt = index.shard_format
-    if fmt == "tar":  # the span must be exactly the indexed sample
-        sample = span_sample(data, 0, len(data), base=offset, url=shard_url)
-    else:
-        found = next(iter_stream_samples(io.BytesIO(data), url=shard_url, format=fmt), None)
-        if found is None:
-            raise FormatError("no sample at the indexed offset", url=shard_url, offset=offset)
-        sample = found
-    sample["__offset__"] = offset
-    sample["__key__"] = index.keys[i]  # TFRecords without __key__: the record number
-    return sample
+    return indexed_sample(
+        data,
+        0,
+        size,
+        format=index.shard_format,
+        key=index.keys[i],
+        offset=offset,
+        base=offset,
+        url=shard_url,
+    )

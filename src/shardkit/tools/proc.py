@@ -46,6 +46,7 @@ from ..units import Size
 from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
+from ._progress import ToolProgressFn, track
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -250,6 +251,7 @@ def proc(
     address: str | None = None,
     hash: HashName = DEFAULT_HASH,
     on_shard: Callable[[ShardInfo], None] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> ProcResult:
     """Run ``command`` over every sample of ``inputs`` and write the results to ``output``.
 
@@ -284,7 +286,7 @@ def proc(
         on_shard=on_shard,
     )
     with out:
-        samples = iter_samples(refs, storage_options=storage_options)
+        samples = iter_samples(track(refs, progress), storage_options=storage_options)
         for result in run_on_samples(
             samples,
             command,

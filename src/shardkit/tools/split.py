@@ -13,6 +13,7 @@ from ..units import Size
 from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, is_pattern, prepare_output
+from ._progress import ToolProgressFn, track
 from ._rawsplit import RawShards, split_raw
 
 __all__ = ["split", "write_shards"]
@@ -83,6 +84,7 @@ def split(
     sha256: bool | None = None,
     storage_options: dict[str, Any] | None = None,
     on_shard: Callable[[ShardInfo], None] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> list[ShardInfo]:
     """Read ``inputs`` (URLs, folders, ``-``) and write their samples to shards.
 
@@ -111,8 +113,8 @@ def split(
             storage_options=storage_options,
             on_shard=on_shard,
         )
-        return split_raw(refs, sink, storage_options)
-    samples = iter_samples(refs, storage_options=storage_options)
+        return split_raw(track(refs, progress), sink, storage_options)
+    samples = iter_samples(track(refs, progress), storage_options=storage_options)
     return write_shards(
         samples,
         pattern,

@@ -25,9 +25,18 @@ from ..errors import DataError
 from ..formats.tar import Grouping, TarScanner
 from ..formats.tfschema import HEIGHT, WIDTH
 from ._inputs import Inputs, ShardRef, as_refs, class_names, gzip_errors, open_shard
+from ._progress import ToolProgressFn, track
 from .tsv import check_spec, escape_controls, label_text
 
-__all__ = ["ShardStats", "Stats", "field_kind", "format_stats", "plot_stats", "stats"]
+__all__ = [
+    "ShardStats",
+    "Stats",
+    "field_kind",
+    "format_stats",
+    "plot_stats",
+    "stats",
+    "stats_figure",
+]
 
 _KINDS = {
     **dict.fromkeys(("cls", "cls2", "class", "count", "index", "inx", "id"), "int"),
@@ -216,17 +225,19 @@ def stats(
     image_sizes: bool = False,
     on_shard: Callable[[ShardStats], None] | None = None,
     storage_options: dict[str, Any] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> Stats:
     """Gather statistics over ``inputs`` (shards, folders, manifests, ``-``).
 
     ``image_sizes`` also collects each sample's image width and height (reading image
-    headers from tar shards), for :func:`plot_stats`.
+    headers from tar shards), for :func:`plot_stats`. ``progress`` hears of each shard
+    done (:class:`~shardkit.tools._progress.ToolProgress`).
     """
     result = Stats()
     refs = as_refs(inputs, storage_options=storage_options)
     names = class_names(refs, storage_options=storage_options) if label else {}
     collect = _Collector(result, label, names, image_sizes)
-    for ref in refs:
+    for ref in track(refs, progress):
         shard = ShardStats(ref.url)
         if ref.format == "tar":
             _tar_shard(ref, shard, collect, storage_options)
@@ -274,37 +285,60 @@ def format_stats(result: Stats, *, top: int = 20) -> str:
 
 def plot_stats(result: Stats, output: str, *, top: int = 50) -> None:
     """Histograms of sample sizes, image widths and heights (when ``result`` has them)
-    and per-class counts, side by side in a PNG (matplotlib, Agg)."""
+    and per-class counts, side by side in a PNG (matplotlib, Agg): :func:`stats_figure`."""
+    from .. import storage
+
+    png = io.BytesIO()
+    stats_figure(result, top=top).savefig(png, format="png")
+    with storage.open_atomic(output) as file:  # an error while writing names the file
+        file.write(png.getbuffer())
+
+
+def stats_figure(result: Stats, *, top: int = 50) -> Any:
+    """The matplotlib ``Figure`` :func:`plot_stats` draws: every axis named, with its unit."""
     from .._optional import require
 
     matplotlib = require("matplotlib", "stats --plot")
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
-
-    from .. import storage
+    from matplotlib.ticker import StrMethodFormatter
 
     panels = 1 + bool(result.image_sizes) + bool(result.classes)
     figure = Figure(figsize=(6 * panels, 4), dpi=100, layout="constrained")
     axes = list(figure.subplots(1, panels, squeeze=False)[0])
+    count = StrMethodFormatter("{x:,.0f}")
     sizes = axes.pop(0)
     sizes.hist([s / 1000 for s in result.sizes] or [0], bins=50, color="#4477aa")
-    sizes.set(title=f"sample size ({result.samples} samples)", xlabel="kB", ylabel="samples")
+    sizes.set(
+        title=f"sample size ({result.samples:,} samples)",
+        xlabel="bytes in the shard per sample, headers included (kB)",
+        ylabel="samples (count)",
+    )
+    sizes.yaxis.set_major_formatter(count)
     if result.image_sizes:
         dims = axes.pop(0)
         widths, heights = zip(*result.image_sizes, strict=True)
         dims.hist(
             [widths, heights], bins=40, label=["width", "height"], color=["#228833", "#ccbb44"]
         )
-        dims.set(title=f"image size ({len(widths)} images)", xlabel="pixels", ylabel="images")
+        dims.set(
+            title=f"image size ({len(widths):,} images)",
+            xlabel="width and height (pixels)",
+            ylabel="images (count)",
+        )
+        dims.yaxis.set_major_formatter(count)
         dims.legend()
     if result.classes:
         names, counts = zip(*result.classes.most_common(top), strict=True)
         bars = axes.pop(0)
         bars.bar(range(len(names)), counts, color="#cc6677")
         bars.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
-        bars.set(title=f"samples per class (top {len(names)})", ylabel="samples")
-    png = io.BytesIO()
-    figure.savefig(png, format="png")
-    with storage.open_atomic(output) as file:  # an error while writing names the file
-        file.write(png.getbuffer())
+        shown = (
+            f"top {len(names)} of {len(result.classes)}"
+            if len(names) < len(result.classes)
+            else f"{len(names)}"
+        )
+        bars.set(title=f"samples per class ({shown})", xlabel="class", ylabel="samples (count)")
+        bars.yaxis.set_major_formatter(count)
+    return figure

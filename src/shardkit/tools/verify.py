@@ -8,6 +8,12 @@ manifest names: blake3, sha256 or xxh3-128) and sample count; against its index 
 (``<shard>.idx``), when there is one, its keys and offsets. ``decode=True`` also decodes
 every image (Pillow / simplejpeg) and every json, text, int and npy field.
 
+What was *not* checked is said too (:attr:`VerifyReport.unchecked`): shards whose bytes
+no digest covers (no manifest, a manifest built with ``--hash none``). A shard whose
+manifest entry has no digest while the manifest's options name a hash algorithm (a digest
+removed or nulled) is a problem; an index that records the shard's sha256 or size is
+compared too.
+
 The check goes on after a problem wherever it can: past a bad tar header (to the next
 valid one), past a record whose data CRC is wrong. Offsets are in the uncompressed stream.
 Without a manifest digest to compare, a local uncompressed tar shard is checked by reading
@@ -24,9 +30,10 @@ from typing import Any, BinaryIO, cast
 from .. import storage
 from ..digest import digest_name
 from ..errors import FormatError, StorageError
-from ..formats.index import compare_index
+from ..formats.index import ShardIndex, compare_index
 from ..formats.tar import TarScanner
-from ..reader import load_index
+from ..pipeline.idxfiles import load_index
+from ..reader import load_manifest
 from ..storage import Tally
 from ._checks import Seen, check_tar, check_tfrecord
 from ._inputs import (
@@ -39,6 +46,7 @@ from ._inputs import (
     open_shard,
     read_manifest,
 )
+from ._progress import ToolProgressFn, track
 
 __all__ = ["Problem", "ShardCheck", "VerifyReport", "scan_shard", "verify", "verify_shard"]
 
@@ -72,6 +80,7 @@ class ShardCheck:
     sha256: str | None = None
     digest: str | None = None  # ALGO:HEX, in the algorithm of the manifest's digest
     problems: list[Problem] = field(default_factory=list)
+    compared: list[str] = field(default_factory=list)  # the digests its bytes were held to
 
 
 @dataclass
@@ -92,6 +101,19 @@ class VerifyReport:
     @property
     def samples(self) -> int:
         return sum(s.samples for s in self.shards)
+
+    @property
+    def unchecked(self) -> list[str]:
+        """What this check could not do, one line each (empty when it checked it all)."""
+        bare = [s for s in self.shards if not s.compared]
+        if not bare:
+            return []
+        many = "s" if len(bare) != 1 else ""
+        return [
+            f"the bytes of {len(bare)} of {len(self.shards)} shard{many} were compared with no "
+            "digest (no manifest digest, no index sha256): a changed byte that keeps the "
+            "structure and counts is not detected"
+        ]
 
 
 class _Hashing:
@@ -181,13 +203,19 @@ def verify_shard(
     """Check one shard. Its bytes are hashed with the algorithm of the manifest's digest
     when there is one; ``sha256=True`` also computes its sha256 (:attr:`ShardCheck.sha256`),
     ``sha256=False`` hashes nothing."""
+    index, trouble = _load_index(ref, storage_options)
+    if index is not None and index.sha256 and sha256 is not False:
+        sha256 = True  # the index records the shard's sha256: compare it
     check, seen = scan_shard(
         ref, decode=decode, sha256=sha256, on_problem=on_problem, storage_options=storage_options
     )
     report = _reporter(check, on_problem)
+    if trouble:
+        report(None, None, trouble)
     if not any(p.message.startswith("cannot open") for p in check.problems):
         _against_manifest(ref, check, report)
-        _against_index(ref, seen, report, storage_options)
+        if index is not None:
+            _against_index(index, check, seen, report)
     return check
 
 
@@ -251,35 +279,49 @@ def _against_manifest(
 ) -> None:
     if ref.bytes is not None and check.bytes is not None and ref.bytes != check.bytes:
         report(None, None, f"size {check.bytes} differs from the manifest's {ref.bytes}")
-    if ref.digest is not None and check.digest is not None and ref.digest != check.digest:
-        report(None, None, f"digest {check.digest} differs from the manifest's {ref.digest}")
+    if ref.digest is not None and check.digest is not None:
+        check.compared.append("manifest")
+        if ref.digest != check.digest:
+            report(None, None, f"digest {check.digest} differs from the manifest's {ref.digest}")
     if ref.samples is not None and ref.samples != check.samples:
         report(None, None, f"{check.samples} samples, the manifest says {ref.samples}")
 
 
+def _load_index(
+    ref: ShardRef, storage_options: dict[str, Any] | None
+) -> tuple[ShardIndex | None, str]:
+    """The shard's index (None: it has none), or why it cannot be read."""
+    if ref.stdin:
+        return None, ""
+    try:
+        return load_index(ref.url, storage_options=storage_options), ""
+    except (StorageError, ValueError) as exc:
+        return None, f"unreadable index file: {exc}"
+
+
 def _against_index(
-    ref: ShardRef,
+    index: ShardIndex,
+    check: ShardCheck,
     seen: Seen,
     report: Callable[[str | None, int | None, str], None],
-    storage_options: dict[str, Any] | None,
 ) -> None:
-    if ref.stdin:
-        return
-    try:
-        index = load_index(ref.url, storage_options=storage_options)
-    except (StorageError, ValueError) as exc:
-        report(None, None, f"unreadable index file: {exc}")
-        return
-    if index is not None:
-        for key, offset, message in compare_index(index, seen.keys, seen.offsets):
-            report(key, offset, message)
+    for key, offset, message in compare_index(index, seen.keys, seen.offsets):
+        report(key, offset, message)
+    if None not in (index.shard_bytes, check.bytes) and index.shard_bytes != check.bytes:
+        report(None, None, f"size {check.bytes} differs from the index's {index.shard_bytes}")
+    if index.sha256 and check.sha256 is not None:
+        check.compared.append("index")
+        if index.sha256 != check.sha256:
+            report(None, None, f"sha256 {check.sha256} differs from the index's {index.sha256}")
 
 
 def _manifest_problems(spec: str) -> list[Problem]:
-    """Problems of a folder with a manifest: listed shards missing, unlisted shards."""
+    """Problems of a folder with a manifest: listed shards missing, unlisted shards, a
+    digest missing where the manifest's options promise one."""
     folder = storage.local_path(spec)
     manifest_url = os.path.join(folder, MANIFEST)
     manifest = read_manifest(manifest_url)
+    promised = _promised_hash(manifest_url)
     listed = {os.path.normpath(ref.url) for ref in manifest.shards}
     problems = [
         Problem(url, None, None, f"shard not listed in {MANIFEST}")
@@ -291,6 +333,18 @@ def _manifest_problems(spec: str) -> list[Problem]:
         for ref in manifest.shards
         if not os.path.exists(ref.url)
     ]
+    if promised:
+        problems += [
+            Problem(
+                ref.url,
+                None,
+                None,
+                f"{MANIFEST} lists no digest for it while its options say hash {promised!r} "
+                "(removed or nulled?): its bytes cannot be checked",
+            )
+            for ref in manifest.shards
+            if ref.digest is None and os.path.exists(ref.url)
+        ]
     stated = sum(ref.samples or 0 for ref in manifest.shards)
     if manifest.samples is not None and manifest.samples != stated:
         problems.append(
@@ -301,6 +355,26 @@ def _manifest_problems(spec: str) -> list[Problem]:
     return problems
 
 
+def _promised_hash(manifest_url: str) -> str | None:
+    """The hash algorithm a manifest's build options name (None: none, or not stated)."""
+    contents, _ = load_manifest(manifest_url)
+    document = contents.document
+    options = document.get("options") if isinstance(document, dict) else None
+    promised = options.get("hash") if isinstance(options, dict) else None
+    return promised if isinstance(promised, str) and promised != "none" else None
+
+
+def _manifest_folder(item: object) -> str | None:
+    """The folder of a manifest ``item`` names (a folder holding one, or its path)."""
+    if not isinstance(item, str) or item == "-" or not storage.is_local(item):
+        return None
+    if os.path.isfile(os.path.join(item, MANIFEST)):
+        return item
+    if os.path.basename(item) == MANIFEST and os.path.isfile(item):
+        return os.path.dirname(item) or "."
+    return None
+
+
 def verify(
     inputs: Inputs,
     *,
@@ -309,17 +383,20 @@ def verify(
     on_problem: Callable[[Problem], None] | None = None,
     on_shard: Callable[[ShardCheck], None] | None = None,
     storage_options: dict[str, Any] | None = None,
+    progress: ToolProgressFn | None = None,
 ) -> VerifyReport:
-    """Check every shard of ``inputs`` (shards, folders, manifests, ``-``)."""
+    """Check every shard of ``inputs`` (shards, folders, manifests, ``-``); ``progress``
+    hears of each shard done."""
     result = VerifyReport()
     items: list[str | ShardRef] = []
     for item in [inputs] if isinstance(inputs, (str, ShardRef)) else list(inputs):
-        if isinstance(item, str) and os.path.isfile(os.path.join(item, MANIFEST)):
+        folder = _manifest_folder(item)
+        if isinstance(item, str) and folder is not None:
             try:
-                problems = _manifest_problems(item)
+                problems = _manifest_problems(folder)
             except FormatError as exc:  # a broken manifest: check the shards that are there
                 problems = [Problem(exc.url or item, None, None, exc.message)]
-                items.extend(list_folder(item))
+                items.extend(list_folder(folder))
             else:
                 items.append(item)
             for problem in problems:
@@ -329,7 +406,7 @@ def verify(
         else:
             items.append(item)
     missing = {p.shard for p in result.other if p.message.endswith("but missing")}
-    for ref in as_refs(items, storage_options=storage_options):
+    for ref in track(as_refs(items, storage_options=storage_options), progress):
         if ref.url in missing:
             continue
         shard = verify_shard(

@@ -1,0 +1,282 @@
+"""The samples a viewer shows: by number, a page at a time, filtered, with statistics.
+
+A source with an ``.idx`` file for every shard is read by random access
+(:class:`~shardkit.pipeline.indexed.IndexedDataset`): any page costs the reads of its own
+samples, and a key filter runs over the index keys without reading a sample. Without
+indexes the samples are read forward from the start (a later shard is started directly
+once the number of its first sample is known); the last samples read are kept.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ... import storage
+from ...errors import ConfigError, FormatError, ShardkitError
+from ...formats.names import MANIFEST_NAME
+from ...reader import detect_format, read_shard
+from .._inputs import ShardRef, read_manifest
+from ..stats import Stats, stats
+from ..tsv import label_text
+
+__all__ = ["Catalog", "Entry", "Page"]
+
+_KEPT = 512  # samples kept in memory (forward reading)
+_FILTERS = 16  # filter scans kept (their matches so far)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One sample: its number, key, shard, byte offset and fields (raw values)."""
+
+    index: int
+    key: str
+    url: str
+    offset: int | None
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Page:
+    """The samples of one page, whether more follow, and the matches known so far."""
+
+    entries: list[Entry]
+    more: bool
+    total: int | None  # samples that match, when known
+
+
+@dataclass
+class _Scan:
+    """The samples matching one filter, found so far, and where the search goes on."""
+
+    matches: list[int] = field(default_factory=list)
+    next: int = 0
+    done: bool = False
+
+
+class Catalog:
+    """The samples of ``source`` (anything :class:`shardkit.Dataset` takes), by number.
+
+    Thread-safe: one lock serializes reads (the server's threads share one catalog).
+    """
+
+    def __init__(
+        self,
+        source: str | Sequence[str],
+        *,
+        label: str | None = "cls",
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        from ...pipeline.urls import resolve_source
+
+        self.source = source
+        self.label = label
+        self._options = storage_options
+        shards = resolve_source(source, storage_options=storage_options)
+        self.urls = shards.urls
+        self._manifest = _manifest_url(source, storage_options)
+        self.classes = (
+            read_manifest(self._manifest, storage_options=storage_options).classes
+            if self._manifest
+            else {}
+        )
+        self._lock = threading.Lock()
+        self._stats_lock = threading.Lock()  # the stats read on their own: pages go on
+        self._kept: OrderedDict[int, Entry] = OrderedDict()
+        self._scans: OrderedDict[tuple[str, str], _Scan] = OrderedDict()
+        self._starts: dict[int, int] = {0: 0}  # shard number -> number of its first sample
+        self._stream: Iterator[Entry] | None = None
+        self._position = 0  # the number of the sample self._stream yields next
+        self._stats: Stats | None = None
+        self._indexed, self._keys, self._ends, self.note = self._open_indexed()
+        self.total: int | None = self._ends[-1] if self._ends else shards.total
+        if self._indexed is None:
+            self._sample(0)  # a source that does not read fails now, not in the browser
+
+    def _open_indexed(self) -> tuple[Any, list[str], list[int], str | None]:
+        from ...pipeline.idxfiles import load_indexes
+        from ...pipeline.indexed import IndexedDataset
+
+        try:
+            loaded = load_indexes(self.urls, storage_options=self._options, required=True)
+            indexes = [index for index in loaded if index is not None]  # required: all there
+            dataset = IndexedDataset(list(self.urls), storage_options=self._options)
+            len(dataset)  # loads and checks the indexes
+        except (ConfigError, FormatError) as exc:
+            return None, [], [], f"reading forward from the first shard: {exc}"
+        keys = [key for index in indexes for key in index.keys]
+        ends = list(itertools.accumulate(index.samples for index in indexes))
+        return dataset, keys, ends, None
+
+    @property
+    def indexed(self) -> bool:
+        """Whether samples are read by random access (every shard has its index)."""
+        return self._indexed is not None
+
+    def sample(self, index: int) -> Entry | None:
+        """Sample ``index``, or None past the end."""
+        with self._lock:
+            return self._sample(index)
+
+    def page(self, number: int, size: int, *, key: str = "", label: str = "") -> Page:
+        """Page ``number`` (from 0) of ``size`` samples whose key holds ``key`` and whose
+        label is ``label`` (empty: any)."""
+        with self._lock:
+            if not key and not label:
+                first = number * size
+                entries = [e for i in range(first, first + size) if (e := self._sample(i))]
+                return Page(entries, self._sample(first + size) is not None, self.total)
+            scan = self._scan(key, label, (number + 1) * size + 1)
+            chosen = scan.matches[number * size : (number + 1) * size]
+            entries = [e for i in chosen if (e := self._sample(i))]
+            more = len(scan.matches) > (number + 1) * size
+            return Page(entries, more, len(scan.matches) if scan.done else None)
+
+    def label_of(self, entry: Entry) -> str:
+        """The sample's label as text (a class name where the manifest names one)."""
+        if self.label is None:
+            return ""
+        return label_text(entry.fields, self.label, self.classes)
+
+    def stats(self) -> Stats:
+        """Statistics over every sample (read once, on first use, then kept)."""
+        with self._stats_lock:
+            if self._stats is None:
+                refs = [
+                    ShardRef(url, *detect_format(url), manifest=self._manifest) for url in self.urls
+                ]
+                self._stats = stats(refs, label=self.label, storage_options=self._options)
+            return self._stats
+
+    def close(self) -> None:
+        with self._lock:
+            if self._indexed is not None:
+                self._indexed.close()
+            self._stream = None
+
+    # ------------------------------------------------------------------ reading
+
+    def _sample(self, index: int) -> Entry | None:
+        if index < 0:
+            return None
+        entry = self._kept.get(index)
+        if entry is not None:
+            self._kept.move_to_end(index)
+            return entry
+        if self._indexed is not None:
+            if index >= len(self._keys):
+                return None
+            entry = _entry(index, self._indexed.raw(index))
+        else:
+            entry = self._forward(index)
+        if entry is not None:
+            self._kept[index] = entry
+            while len(self._kept) > _KEPT:
+                self._kept.popitem(last=False)
+        return entry
+
+    def _forward(self, index: int) -> Entry | None:
+        if self._stream is None or index < self._position:
+            shard = max(s for s, start in self._starts.items() if start <= index)
+            self._stream, self._position = self._samples_from(shard), self._starts[shard]
+        for entry in self._stream:
+            self._position = entry.index + 1
+            if entry.index == index:
+                return entry
+            self._kept[entry.index] = entry
+        self.total = self._position
+        self._stream = None
+        return None
+
+    def _samples_from(self, shard: int) -> Iterator[Entry]:
+        number = self._starts[shard]
+        for s in range(shard, len(self.urls)):
+            self._starts[s] = number
+            for raw in read_shard(self.urls[s], storage_options=self._options):
+                yield _entry(number, raw)
+                number += 1
+        self._starts[len(self.urls)] = number
+
+    # ------------------------------------------------------------------ filtering
+
+    def _scan(self, key: str, label: str, wanted: int) -> _Scan:
+        scan = self._scans.pop((key, label), None) or _Scan()
+        self._scans[(key, label)] = scan
+        while len(self._scans) > _FILTERS:
+            self._scans.popitem(last=False)
+        while not scan.done and len(scan.matches) < wanted:
+            index = self._next_candidate(scan.next, key)
+            if index is None:
+                scan.done = True
+                break
+            scan.next = index + 1
+            if label:
+                entry = self._sample(index)
+                if entry is None:
+                    scan.done = True
+                    break
+                if self.label_of(entry) != label or key not in entry.key:
+                    continue
+            elif not self._keys:
+                entry = self._sample(index)
+                if entry is None:
+                    scan.done = True
+                    break
+                if key not in entry.key:
+                    continue
+            scan.matches.append(index)
+        return scan
+
+    def _next_candidate(self, start: int, key: str) -> int | None:
+        """The first sample from ``start`` that may match: by the index keys when there
+        are indexes, else simply ``start`` (the sample itself is read to check)."""
+        if not self._keys:
+            return start
+        for index in range(start, len(self._keys)):
+            if key in self._keys[index]:
+                return index
+        return None
+
+    def shard_of(self, entry: Entry) -> int | None:
+        """The number of the shard holding ``entry`` (in the source's order)."""
+        if self._ends:
+            return bisect.bisect_right(self._ends, entry.index)
+        return self.urls.index(entry.url) if entry.url in self.urls else None
+
+
+def _entry(index: int, raw: dict[str, Any]) -> Entry:
+    fields = {k: v for k, v in raw.items() if not k.startswith("__")}
+    offset = raw.get("__offset__")
+    return Entry(
+        index,
+        str(raw.get("__key__", "")),
+        str(raw.get("__url__", "")),
+        offset if isinstance(offset, int) else None,
+        dict(sorted(fields.items())),
+    )
+
+
+def _manifest_url(source: str | Sequence[str], options: dict[str, Any] | None) -> str | None:
+    """The manifest a source names or holds, if any (its class names label the samples)."""
+    if not isinstance(source, str) or storage.is_executing(source):
+        return None
+    if source.lower().endswith(".json"):
+        return source
+    if storage.is_local(source):
+        path = os.path.join(storage.local_path(source), MANIFEST_NAME)
+        return path if os.path.isfile(path) else None
+    if not source.endswith("/"):
+        return None
+    url = storage.join(source, MANIFEST_NAME)
+    try:
+        fs, path = storage.filesystem(url, options)
+        return url if fs.exists(path) else None
+    except (ShardkitError, OSError):
+        return None

@@ -1,0 +1,322 @@
+"""The viewer's HTTP server: the standard library's ``ThreadingHTTPServer``, read-only.
+
+Routes (``GET`` and ``HEAD`` only; anything else is 404 or 405)::
+
+    /                          the grid: ?page=N&size=N&q=KEY-SUBSTRING&cls=CLASS
+    /sample/I                  sample I: every field
+    /sample/I/field/F          field F (by position) of sample I, as its content type
+    /thumb/I, /thumb/I/F       a JPEG thumbnail of sample I's first image (or field F)
+    /stats                     class histogram, fields, sizes
+    /style.css                 the one stylesheet
+
+No URL holds a file path: samples and fields are numbers, so nothing outside the source
+can be asked for. Every answer carries ``X-Content-Type-Options: nosniff``, a
+Content-Security-Policy that allows no script at all (``default-src 'none'``), and
+``Cross-Origin-Resource-Policy: same-origin``; field bytes are also sandboxed. When the
+server listens on a loopback address, a request whose ``Host`` is not that address is
+refused (a web page cannot reach it by a DNS name that resolves to 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from ..._optional import optional
+from ...codecs import image_failures
+from ...errors import ConfigError, ShardkitError
+from ._catalog import Catalog
+from ._media import DOWNLOAD, content_type, media_kind
+from ._pages import error_page, grid_page, sample_page, stats_page
+
+__all__ = ["CSP", "Viewer"]
+
+log = logging.getLogger(__name__)
+
+CSP = (
+    "default-src 'none'; img-src 'self'; media-src 'self'; style-src 'self'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": CSP,
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+_NUMBER = r"(\d{1,12})"
+_ROUTES = {
+    "grid": re.compile(r"/"),
+    "stats": re.compile(r"/stats"),
+    "style": re.compile(r"/style\.css"),
+    "sample": re.compile(rf"/sample/{_NUMBER}"),
+    "field": re.compile(rf"/sample/{_NUMBER}/field/{_NUMBER}"),
+    "thumb": re.compile(rf"/thumb/{_NUMBER}(?:/{_NUMBER})?"),
+}
+_MAX_PAGE = 500  # samples per page at most
+THUMB = 160  # pixels, the longer side of a thumbnail
+STYLE = b"""
+body { font: 14px system-ui, sans-serif; margin: 0 1em 2em; color: #222; background: #fff; }
+nav { padding: .5em 0; border-bottom: 1px solid #ddd; margin-bottom: .5em; }
+nav a { margin-right: 1em; } nav span { color: #777; }
+h1 { font-size: 1.2em; overflow-wrap: anywhere; }
+.note { background: #fff6d5; padding: .4em; }
+.grid { display: flex; flex-wrap: wrap; gap: 8px; }
+.tile { width: 170px; text-decoration: none; color: #222; border: 1px solid #ddd; padding: 4px; }
+.tile img, .placeholder { display: block; width: 160px; height: 160px; object-fit: contain;
+  background: #f3f3f3; }
+.placeholder { line-height: 160px; text-align: center; color: #777; }
+.key { display: block; font-size: 12px; overflow-wrap: anywhere; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ddd; padding: 4px 6px;
+  vertical-align: top; text-align: left; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; max-height: 30em; overflow: auto;
+  margin: 0; }
+img.full { max-width: 640px; max-height: 480px; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; }
+dd { margin: 0; overflow-wrap: anywhere; }
+progress { width: 300px; }
+"""
+
+
+class Viewer:
+    """A read-only web viewer of ``source`` (anything :class:`shardkit.Dataset` takes).
+
+    ``port=0`` picks a free port; :attr:`url` is where it listens. Run it with
+    :meth:`serve_forever` (blocks) or :meth:`start` (a daemon thread); :meth:`close`
+    stops it. ``page_size`` is the grid's default samples per page; ``label`` the field
+    spec the class filter and the histogram use (None: no classes).
+    """
+
+    def __init__(
+        self,
+        source: str | Sequence[str],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        page_size: int = 48,
+        label: str | None = "cls",
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        if not 1 <= page_size <= _MAX_PAGE:
+            raise ConfigError(f"page_size must be from 1 to {_MAX_PAGE}, not {page_size}")
+        self.catalog = Catalog(source, label=label, storage_options=storage_options)
+        self.page_size = page_size
+        try:
+            self._server = ThreadingHTTPServer((host, port), _Handler)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        self._server.daemon_threads = True
+        self._server.viewer = self  # type: ignore[attr-defined]
+        self._thread: threading.Thread | None = None
+        bound_host, bound_port = self._server.server_address[:2]
+        self.host, self.port = str(bound_host), int(bound_port)
+        self.loopback = _is_loopback(self.host)
+
+    @property
+    def url(self) -> str:
+        """The address to open in a browser."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def serve_forever(self) -> None:
+        """Answer requests until :meth:`close` (from another thread) or an interrupt."""
+        self._server.serve_forever(poll_interval=0.2)
+
+    def start(self) -> Viewer:
+        """Serve in a daemon thread; returns self."""
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and close the shards."""
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+        self.catalog.close()
+
+    def __enter__(self) -> Viewer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "shardkit-view"
+    sys_version = ""
+
+    @property
+    def viewer(self) -> Viewer:
+        return self.server.viewer  # type: ignore[attr-defined, no-any-return]
+
+    def log_message(self, format: str, *args: Any) -> None:  # the library never prints
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_HEAD(self) -> None:
+        self._answer(head=True)
+
+    def do_GET(self) -> None:
+        self._answer(head=False)
+
+    def _not_allowed(self) -> None:
+        self._send(HTTPStatus.METHOD_NOT_ALLOWED, *_error(405, "the viewer is read-only"))
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+    def _answer(self, *, head: bool) -> None:
+        try:
+            status, body, kind, extra = self._route()
+        except ShardkitError as exc:
+            log.warning("%s: %s", self.path, exc)
+            status, (body, kind), extra = 500, _error(500, str(exc)), {}
+        self._send(status, body, kind, extra, head=head)
+
+    def _route(self) -> tuple[int, bytes, str, dict[str, str]]:
+        if not self._host_allowed():
+            return (421, *_error(421, "unexpected Host header"), {})
+        parts = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        for name, pattern in _ROUTES.items():
+            match = pattern.fullmatch(parts.path)
+            if match:
+                numbers = [int(g) for g in match.groups() if g is not None]
+                return getattr(self, f"_{name}")(*numbers, query=query)  # type: ignore[no-any-return]
+        return (404, *_error(404, "no such page"), {})
+
+    def _host_allowed(self) -> bool:
+        if not self.viewer.loopback:
+            return True
+        host = self.headers.get("Host", "")
+        port = self.viewer.port
+        return host in {f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]")}
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        kind: str,
+        extra: dict[str, str] | None = None,
+        *,
+        head: bool = False,
+    ) -> None:
+        self.send_response(status)
+        for name, value in {**_HEADERS, **(extra or {}), "Content-Type": kind}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    # ------------------------------------------------------------------ routes
+
+    def _grid(self, *, query: dict[str, str]) -> tuple[int, bytes, str, dict[str, str]]:
+        viewer = self.viewer
+        number = _int(query.get("page"), 1, 1, 10**12) - 1
+        size = _int(query.get("size"), viewer.page_size, 1, _MAX_PAGE)
+        key, label = query.get("q", ""), query.get("cls", "")
+        page = viewer.catalog.page(number, size, key=key, label=label)
+        return 200, grid_page(viewer.catalog, page, number, size, key, label), _HTML, {}
+
+    def _sample(
+        self, index: int, *, query: dict[str, str]
+    ) -> tuple[int, bytes, str, dict[str, str]]:
+        entry = self.viewer.catalog.sample(index)
+        if entry is None:
+            return (404, *_error(404, f"no sample {index}"), {})
+        return 200, sample_page(self.viewer.catalog, entry), _HTML, {}
+
+    def _field(
+        self, index: int, number: int, *, query: dict[str, str]
+    ) -> tuple[int, bytes, str, dict[str, str]]:
+        entry = self.viewer.catalog.sample(index)
+        fields = list(entry.fields.items()) if entry is not None else []
+        if not 0 <= number < len(fields):
+            return (404, *_error(404, f"no field {number} in sample {index}"), {})
+        name, value = fields[number]
+        data = (
+            bytes(value)
+            if isinstance(value, (bytes, bytearray, memoryview))
+            else repr(value).encode()
+        )
+        kind = content_type(name) if isinstance(value, (bytes, bytearray, memoryview)) else _PLAIN
+        extra = {"Content-Security-Policy": CSP + "; sandbox"}
+        if kind == DOWNLOAD:
+            extra["Content-Disposition"] = f'attachment; filename="sample-{index}-field-{number}"'
+        return 200, data, kind, extra
+
+    def _thumb(
+        self, index: int, number: int | None = None, *, query: dict[str, str]
+    ) -> tuple[int, bytes, str, dict[str, str]]:
+        entry = self.viewer.catalog.sample(index)
+        fields = list(entry.fields.items()) if entry is not None else []
+        if number is None:
+            number = next((i for i, (n, _) in enumerate(fields) if media_kind(n) == "image"), -1)
+        if not 0 <= number < len(fields) or media_kind(fields[number][0]) != "image":
+            return (404, *_error(404, f"no image in sample {index}"), {})
+        name, value = fields[number]
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            return (404, *_error(404, f"no image in sample {index}"), {})
+        picture = thumbnail(bytes(value))
+        if picture is None:
+            if media_kind(name, native=True) != "image":
+                return (415, *_error(415, "this image does not decode"), {})
+            return 200, bytes(value), content_type(name), {}  # the browser scales it
+        return 200, picture, "image/jpeg", {}
+
+    def _stats(self, *, query: dict[str, str]) -> tuple[int, bytes, str, dict[str, str]]:
+        return 200, stats_page(self.viewer.catalog), _HTML, {}
+
+    def _style(self, *, query: dict[str, str]) -> tuple[int, bytes, str, dict[str, str]]:
+        return 200, STYLE, "text/css; charset=utf-8", {}
+
+
+_HTML = "text/html; charset=utf-8"
+_PLAIN = "text/plain; charset=utf-8"
+
+
+def _error(status: int, message: str) -> tuple[bytes, str]:
+    return error_page(status, message), _HTML
+
+
+def _int(text: str | None, default: int, low: int, high: int) -> int:
+    try:
+        value = int(text) if text else default
+    except ValueError:
+        return default
+    return min(high, max(low, value))
+
+
+def thumbnail(data: bytes, side: int = THUMB) -> bytes | None:
+    """A JPEG of at most ``side`` pixels a side, or None without Pillow or when the bytes
+    do not decode as an image (Pillow's pixel limit applies)."""
+    image = optional("PIL.Image")
+    if image is None:
+        return None
+    try:
+        with image.open(io.BytesIO(data)) as img:
+            img.draft("RGB", (side * 2, side * 2))
+            img.thumbnail((side, side))
+            out = io.BytesIO()
+            img.convert("RGB").save(out, format="JPEG", quality=85)
+    except image_failures():
+        return None
+    return out.getvalue()

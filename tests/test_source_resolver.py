@@ -1,0 +1,237 @@
+"""One shard-list resolver (:mod:`shardkit.pipeline.urls`): every entry point that takes a
+source reads the shards it names, in its order, and ``build`` falls back to an image folder
+only when it names none. The ``.idx`` files beside a pattern's shards count as a folder's."""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import inspect
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest_pipeline import write_shards
+
+import shardkit
+import shardkit.tools
+from shardkit import BuildOptions
+from shardkit.errors import BuildError, FormatError
+from shardkit.pipeline import resolve_source
+from shardkit.reader import read_shard
+from shardkit.tools import write_indexes
+
+COUNTS = [3, 4, 5]
+
+
+def _keys(urls: Any) -> list[str]:
+    return [s["__key__"] for url in urls for s in read_shard(url)]
+
+
+def _folder_with_subfolder(tmp_path: Path) -> str:
+    folder = str(tmp_path / "ds")
+    write_shards(folder, COUNTS, manifest=False)
+    os.mkdir(os.path.join(folder, "empty"))  # e.g. a leftover logs/ folder
+    return folder
+
+
+# --------------------------------------------------------------------------- R4
+
+
+def test_a_shard_folder_with_an_empty_subfolder_is_shards_everywhere(tmp_path: Path) -> None:
+    folder = _folder_with_subfolder(tmp_path)
+    expected = _keys(resolve_source(folder).urls)
+    assert len(expected) == sum(COUNTS)
+    assert sorted(s["__key__"] for s in shardkit.Dataset(folder)) == sorted(expected)
+    assert shardkit.tools.cat(folder, str(tmp_path / "cat.tar")) == sum(COUNTS)
+    result = shardkit.build(folder, str(tmp_path / "out"), options=BuildOptions(workers=1))
+    assert result.samples == sum(COUNTS)  # was: "an image folder" with no images
+
+
+def test_a_manifest_path_is_a_source_for_every_entry_point(tmp_path: Path) -> None:
+    folder = str(tmp_path / "ds")
+    write_shards(folder, COUNTS)
+    manifest = os.path.join(folder, "manifest.json")
+    assert len(shardkit.Dataset(manifest)) == sum(COUNTS)
+    assert not shardkit.tools.verify(manifest).problems
+    result = shardkit.build(manifest, str(tmp_path / "out"), options=BuildOptions(workers=1))
+    assert result.samples == sum(COUNTS)  # was: "not a source shardkit can build from"
+
+
+def test_a_folder_of_neither_shards_nor_a_manifest_is_an_image_folder_to_build(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(shardkit.errors.ConfigError, match="no shards"):
+        resolve_source(str(tmp_path))
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "cat" / "x.txt").write_text("not an image")
+    with pytest.raises(BuildError, match="no image"):
+        shardkit.build(str(tmp_path), str(tmp_path.parent / "out-img"))
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+def _entry_points() -> set[str]:
+    """Every public callable of ``shardkit`` and ``shardkit.tools`` that takes a source:
+    its first parameter is ``source``, ``inputs``, ``specs`` or ``datasets`` (a mix's)."""
+    found = set()
+    for module in (shardkit, shardkit.tools):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if not callable(obj) or name == "MixedDataset":  # what mix() returns
+                continue
+            first = next(iter(inspect.signature(obj).parameters), "")
+            if first in ("source", "inputs", "specs", "datasets"):
+                found.add(name)
+    return found
+
+
+def _out_keys(path: str) -> list[str]:
+    return _keys(resolve_source(path).urls)
+
+
+def _tsv(source: str, tmp: Path) -> list[str]:
+    out = io.StringIO()
+    shardkit.tools.write_tsv(source, "__key__", out, header=False)
+    return out.getvalue().split()
+
+
+def _proc(source: str, tmp: Path) -> list[str]:
+    shardkit.tools.proc(source, "true", str(tmp / "proc-%06d.tar"), max_count=100)
+    return _out_keys(str(tmp / "proc-{000000..000000}.tar"))
+
+
+# How each entry point shows the samples (so the shards, in order) a source named to it.
+OBSERVED: dict[str, Callable[[str, Path], list[str]]] = {
+    "Dataset": lambda src, tmp: [s["__key__"] for s in shardkit.Dataset(src, shuffle_shards=False)],
+    "IndexedDataset": lambda src, tmp: [
+        s["__key__"]
+        for s in (lambda ds: (ds[i] for i in range(len(ds))))(shardkit.IndexedDataset(src))
+    ],
+    "mix": lambda src, tmp: _keys(shardkit.mix([shardkit.Dataset(src)]).shards.urls),
+    "build": lambda src, tmp: sorted(  # the build's order is its plan's: compare the set
+        _out_keys(shardkit.build(src, str(tmp / "built"), options=BuildOptions(workers=1)).out)
+    ),
+    "resolve_inputs": lambda src, tmp: _keys(r.url for r in shardkit.tools.resolve_inputs([src])),
+    "cat": lambda src, tmp: (
+        shardkit.tools.cat(src, str(tmp / "c.tar")),
+        _out_keys(str(tmp / "c.tar")),
+    )[1],
+    "iter_cat": lambda src, tmp: [s["__key__"] for s in shardkit.tools.iter_cat(src)],
+    "convert": lambda src, tmp: (
+        shardkit.tools.convert(src, str(tmp / "c.tfrecord")),
+        _out_keys(str(tmp / "c.tfrecord")),
+    )[1],
+    "split": lambda src, tmp: [
+        k
+        for info in shardkit.tools.split(src, str(tmp / "s-%06d.tar"), max_count=100)
+        for k in _out_keys(info.url)
+    ],
+    "stats": lambda src, tmp: _keys(s.url for s in shardkit.tools.stats(src).shards),
+    "verify": lambda src, tmp: _keys(s.url for s in shardkit.tools.verify(src).shards),
+    "write_tsv": _tsv,
+    "proc": _proc,
+}
+
+
+def test_every_entry_point_that_takes_a_source_is_in_the_contract() -> None:
+    found = _entry_points()
+    assert {"Dataset", "IndexedDataset", "mix", "build", "cat", "verify"} <= found
+    missing = found - set(OBSERVED)
+    assert not missing, f"add these entry points to OBSERVED: {sorted(missing)}"
+
+
+def test_only_the_resolver_picks_shards_out_of_a_folder_listing() -> None:
+    """A module that lists a folder and keeps the names that look like shards is a second
+    resolver: only pipeline/urls.py may do both."""
+    root = Path(shardkit.__file__).parent
+    both = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        names = {
+            n.attr if isinstance(n, ast.Attribute) else n.id
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Attribute, ast.Name))
+        }
+        if names & {"listdir", "scandir", "ls", "glob", "iterdir"} and "is_shard_name" in names:
+            both.append(str(path.relative_to(root)))
+    assert both == [os.path.join("pipeline", "urls.py")]
+
+
+def _sources(tmp_path: Path) -> dict[str, str]:
+    plain = str(tmp_path / "plain")
+    urls = write_shards(plain, COUNTS, manifest=False)
+    os.mkdir(os.path.join(plain, "sub"))  # a subfolder, ignored
+    os.mkdir(os.path.join(plain, "dir.tar"))  # a folder with a shard's name, ignored
+    with open(os.path.join(plain, "notes.txt"), "w") as f:
+        f.write("not a shard")
+    write_indexes(urls)
+    listed = str(tmp_path / "listed")
+    urls = write_shards(listed, [2, 6, 1])  # with a manifest.json
+    write_indexes(urls)
+    return {
+        "folder": plain,
+        "folder with a manifest": listed,
+        "manifest": os.path.join(listed, "manifest.json"),
+        "pattern": os.path.join(plain, "shard-{000000..000002}.tar"),
+    }
+
+
+@pytest.mark.parametrize("entry", sorted(OBSERVED))
+def test_every_entry_point_resolves_a_source_as_the_resolver_does(
+    tmp_path: Path, entry: str
+) -> None:
+    for name, source in _sources(tmp_path).items():
+        expected = _keys(resolve_source(source).urls)
+        work = tmp_path / f"work-{name.replace(' ', '-')}"
+        work.mkdir()
+        seen = OBSERVED[entry](source, work)
+        want = sorted(expected) if entry == "build" else expected
+        assert seen == want, f"{entry} reads {name} {source!r} otherwise"
+
+
+# --------------------------------------------------------------------------- R5
+
+
+def _gzip_tfrecords(folder: Path) -> list[str]:
+    """TFRecords gzipped under a plain ``.tfrecord`` name, as TensorFlow's GZIP option
+    writes them."""
+    urls = write_shards(str(folder), COUNTS, ext="tfrecord", manifest=False)
+    for url in urls:
+        with open(url, "rb") as f:
+            data = f.read()
+        with open(url, "wb") as f:
+            f.write(gzip.compress(data))
+    return urls
+
+
+def test_an_index_of_gzipped_tfrecords_keeps_the_folder_readable(tmp_path: Path) -> None:
+    folder = tmp_path / "gz"
+    urls = _gzip_tfrecords(folder)
+    write_indexes(urls)  # was: offsets of the inflated stream checked against the gzip size
+    ds = shardkit.Dataset(str(folder), shuffle_shards=False)
+    assert len(ds) == sum(COUNTS)
+    assert [s["__key__"] for s in ds] == _keys(urls)
+    with pytest.raises(FormatError, match="random access needs an uncompressed shard"):
+        len(shardkit.IndexedDataset(str(folder)))
+    with pytest.raises(BuildError, match="compressed shards cannot be re-sharded"):
+        shardkit.build(str(folder), str(tmp_path / "out"), options=BuildOptions(workers=1))
+
+
+# --------------------------------------------------------------------------- issue 21 item 4
+
+
+def test_a_pattern_or_list_uses_the_index_files_beside_its_shards(tmp_path: Path) -> None:
+    folder = str(tmp_path / "wds")
+    urls = write_shards(folder, [6, 3, 4], manifest=False)  # what ShardWriter leaves
+    write_indexes(urls)
+    pattern = os.path.join(folder, "shard-{000000..000002}.tar")
+    for source in (pattern, urls):
+        assert len(shardkit.Dataset(source)) == 13  # was: TypeError, no length
+        per_rank = [sum(1 for _ in shardkit.Dataset(source, node=(rank, 3))) for rank in range(3)]
+        assert per_rank == [len(shardkit.Dataset(source, node=(0, 3)))] * 3  # was 6/3/4
+        assert len(shardkit.Dataset(source)) == len(shardkit.Dataset(folder))
