@@ -76,7 +76,17 @@ def profile(src: str, hash_name: str, rounds: int) -> dict[str, float]:
     store = LocalStore(out, **kw)
     classes = tuple(listing.classes)
     source = listing.source
-    worker.init_worker(worker.WorkerContext(store, options, source, classes), None)
+    context = worker.WorkerContext(store, options, source, classes)
+    if hasattr(worker, "current_run"):  # the build's state travels with each task
+        from shardkit.engines import InlineExecutor
+
+        inline = InlineExecutor(init=worker.init_worker, context=context)
+
+        def run_task(task: Any) -> Any:
+            return inline.submit(worker.run_task, task).result()
+    else:  # a version that installs it in the process
+        worker.init_worker(context, None)
+        run_task = worker.run_task
     loaded: list[tuple[Any, bytes]] = []  # the first 2,000 good files, for the stages
     for item in items[:2000]:
         try:
@@ -99,7 +109,7 @@ def profile(src: str, hash_name: str, rounds: int) -> dict[str, float]:
     def whole() -> None:
         nonlocal peak_rss
         for task in tasks:
-            worker.run_task(task)
+            run_task(task)
         for name in os.listdir(out):
             os.unlink(os.path.join(out, name))
         peak_rss = max(peak_rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

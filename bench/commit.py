@@ -37,7 +37,8 @@ def run(url: str, shards: int, threads: int, rtt: float) -> tuple[float, float]:
     from shardkit.builder.commit import Renamer
     from shardkit.builder.journal import Journal
     from shardkit.builder.store import ObjectStore
-    from shardkit.builder.worker import PartInfo, TaskResult
+    from shardkit.builder.worker import TaskResult
+    from shardkit.formats.record import ShardRecord
 
     store = ObjectStore(url)
     names = [f".shard-task{t:06d}-part000.tar" for t in range(shards)]
@@ -49,7 +50,7 @@ def run(url: str, shards: int, threads: int, rtt: float) -> tuple[float, float]:
     pooled = {"threads": threads} if threads else {}  # the serial commit of before takes none
     renamer = Renamer(store, journal, lambda i: f"shard-{i:06d}.tar", **pooled)
     record = getattr(renamer, "record", journal.record)
-    results = [TaskResult(t, [PartInfo(names[t], 1, 1024, "")]) for t in range(shards)]
+    results = [TaskResult(t, [ShardRecord(names[t], 1, 1024, "")]) for t in range(shards)]
     started, cpu = time.perf_counter(), time.process_time()
     try:
         for result in results:
@@ -75,7 +76,8 @@ def run_assembled(url: str, shards: int, threads: int, rtt: float) -> tuple[floa
     from shardkit.builder.journal import Journal
     from shardkit.builder.options import BuildOptions
     from shardkit.builder.store import ObjectStore
-    from shardkit.builder.worker import PartInfo, TaskResult
+    from shardkit.builder.worker import TaskResult
+    from shardkit.formats.record import ShardRecord
 
     store = ObjectStore(url)
     names = [f".shard-task{t:06d}-part000.tar" for t in range(shards)]
@@ -88,7 +90,7 @@ def run_assembled(url: str, shards: int, threads: int, rtt: float) -> tuple[floa
     options = BuildOptions(max_count=1)  # one chunk of one sample per shard
     assembler = WorkerAssembler(store, journal, lambda i: f"shard-{i:06d}.tar", options, **pooled)
     results = [
-        TaskResult(t, [PartInfo(names[t], 1, 1024, "")], sizes=[1024]) for t in range(shards)
+        TaskResult(t, [ShardRecord(names[t], 1, 1024, "")], sizes=[1024]) for t in range(shards)
     ]
     started, cpu = time.perf_counter(), time.process_time()
     try:

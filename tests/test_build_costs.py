@@ -71,7 +71,11 @@ def test_a_worker_does_not_import_what_its_build_does_not_read() -> None:
     code = (
         "import sys\n"
         "from shardkit.builder import worker\n"
-        "worker.init_worker(None, None)\n"
+        "from shardkit.builder.options import BuildOptions\n"
+        "from shardkit.builder.sources import FileSource\n"
+        "from shardkit.builder.store import LocalStore\n"
+        "context = worker.WorkerContext(LocalStore('.'), BuildOptions(), FileSource('.'), ())\n"
+        "worker.init_worker(context, None).close()\n"
         "print(sorted(m for m in sys.modules if m.endswith(('builder.shards', 'builder.fetch',"
         " 'shardkit.reader'))))\n"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.builder.keys import _resolve, make_keys, path_key, relative_paths
+from shardkit.builder.keys import _resolve, key_base, make_keys, path_key, relative_path
 
 
 def test_collisions_get_the_extension_then_a_counter() -> None:
@@ -36,6 +36,11 @@ def test_the_fast_path_gives_what_the_full_rules_give(paths: list[str]) -> None:
     assert keys == _resolve(paths, [path_key(p) for p in paths])
     assert len(set(keys)) == len(keys)
     assert all("." not in k.rsplit("/", 1)[-1] for k in keys)
+
+
+def relative_paths(locations: list[str], root: str) -> list[str]:
+    base = key_base(locations, root)
+    return [relative_path(location, base) for location in locations]
 
 
 def test_list_paths_are_relative_to_the_root_or_to_their_common_folder() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.builder.partwriter import tar_chunks
 from shardkit.formats import tar
+from shardkit.formats.tar import tar_chunks
 
 _KEYS = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="./\x00"),

@@ -226,4 +226,40 @@ def test_a_script_without_a_main_guard_gets_one_line_per_worker(tmp_path: Path) 
     assert done.returncode != 0
     assert "put the call to shardkit.build under `if __name__ == '__main__':`" in done.stderr
     assert "RuntimeError" not in done.stderr  # multiprocessing's page-long bootstrap error
+    # The error the user reads last says what to do (rerunning never helps here).
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("shardkit.errors.BuildError: worker processes could not start")
+    assert "unguarded.py runs line 3 at import" in last
+    assert last.endswith("put that call under `if __name__ == '__main__':`")
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+
+
+_GUARDED_KILLED = """
+import os, signal, sys, shardkit
+
+class Killer:
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"__key__": f"k{i}", "txt": str(i)}
+
+if __name__ == "__main__":
+    shardkit.build(Killer(), sys.argv[1], options=shardkit.BuildOptions(workers=2, max_count=2))
+"""
+
+
+def test_a_guarded_script_whose_worker_is_killed_is_told_to_rerun(tmp_path: Path) -> None:
+    script = tmp_path / "guarded.py"
+    script.write_text(_GUARDED_KILLED)
+    out = str(tmp_path / "out")
+    done = subprocess.run(
+        [sys.executable, str(script), out], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("shardkit.errors.BuildError: a worker process died unexpectedly")
+    assert last.endswith("rerun the same command to resume")
     assert not os.path.exists(os.path.join(out, "manifest.json"))

@@ -11,14 +11,16 @@ from hypothesis import strategies as st
 
 from shardkit.builder.assembly import Cutter
 from shardkit.builder.options import BuildOptions
-from shardkit.builder.partwriter import PartWriter, tar_chunks
+from shardkit.builder.partwriter import PartWriter
 from shardkit.builder.plan import cut_tasks
 from shardkit.builder.sources import Item
 from shardkit.builder.store import LocalStore
-from shardkit.builder.worker import PartInfo, TaskResult
+from shardkit.builder.worker import TaskResult
 from shardkit.errors import ConfigError
 from shardkit.formats import tar
 from shardkit.formats.cut import Cut
+from shardkit.formats.record import ShardRecord
+from shardkit.formats.tar import tar_chunks
 from shardkit.tools._inputs import ShardRef
 from shardkit.tools._rawsplit import RawShards, split_raw
 from shardkit.writer import ShardWriter
@@ -88,7 +90,9 @@ def _cutter(sizes: list[int], cut: Cut, chunk: int) -> list[int]:
     plans = []
     for index, start in enumerate(range(0, len(sizes), chunk)):
         part = sizes[start : start + chunk]
-        result = TaskResult(index, [PartInfo(f".p{index}", len(part), sum(part), "")], sizes=part)
+        result = TaskResult(
+            index, [ShardRecord(f".p{index}", len(part), sum(part), "")], sizes=part
+        )
         plans += cutter.add(result)
     plans += cutter.finish()
     return [plan.samples for plan in plans]

@@ -25,8 +25,8 @@ from shardkit.errors import (
     TruncatedShardError,
 )
 from shardkit.formats.example import decode_example, encode_example, example_to_sample
+from shardkit.formats.limits import MAX_RECORD_LENGTH
 from shardkit.formats.tfrecord import (
-    MAX_RECORD_LENGTH,
     RECORD_OVERHEAD,
     frame_record,
     iter_records,

@@ -176,7 +176,7 @@ def test_names_that_are_not_utf8_keep_the_manifest_strict_json(tmp_path: Path) -
         return []
 
     assert not any("\ud800" <= c <= "\udfff" for s in strings(manifest) for c in s)
-    from shardkit.formats.manifest import decode_name  # the documented reverse mapping
+    from shardkit.formats.names import decode_name  # the documented reverse mapping
 
     names = [decode_name(name) for name in manifest["class_to_idx"]]
     assert b"caf\xe9" in [os.fsencode(name) for name in names]

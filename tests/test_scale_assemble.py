@@ -17,7 +17,8 @@ import shardkit
 from shardkit import BuildOptions, BuildProgress, storage
 from shardkit.builder.assembly import Cutter
 from shardkit.builder.store import ObjectStore
-from shardkit.builder.worker import PartInfo, TaskResult
+from shardkit.builder.worker import TaskResult
+from shardkit.formats.record import ShardRecord
 
 __all__ = ["s3_bucket"]  # the fixture, used by name
 
@@ -148,7 +149,7 @@ def test_cuts_are_greedy_exact_and_parts_close_once(
     cutter = Cutter(options, lambda i: f"shard-{i:06d}.tar")
     plans = []
     for index, sizes in enumerate(chunks):
-        parts = [PartInfo(f".p{index}", len(sizes), sum(sizes), "")] if sizes else []
+        parts = [ShardRecord(f".p{index}", len(sizes), sum(sizes), "")] if sizes else []
         plans += cutter.add(TaskResult(index, parts, sizes=sizes))
     plans += cutter.finish()
     trailer = len(plans[0].trailer) if plans else 0

@@ -151,8 +151,8 @@ def test_assembled_commits_overlap_and_parts_go_after_their_records(
     def slow_write(self: Journal, result: Any) -> None:
         slow("task", result.index, write, self, result)
 
-    def slow_record_shard(self: Journal, shard: Any, index: int | None = None) -> None:
-        slow("shard", int(index if index is not None else -1), record_shard, self, shard, index)
+    def slow_record_shard(self: Journal, shard: Any) -> None:
+        slow("shard", shard.index, record_shard, self, shard)
 
     def logged_remove(self: ObjectStore, names: Any) -> None:
         names = list(names)
@@ -192,11 +192,11 @@ def test_an_assembled_build_whose_shard_record_fails_resumes_exactly(
     record_shard = Journal.record_shard
     calls = [0]
 
-    def failing(self: Journal, shard: Any, index: int | None = None) -> None:
+    def failing(self: Journal, shard: Any) -> None:
         calls[0] += 1
         if calls[0] == 4:
             raise StorageError("cannot write the build journal: injected", url="s3://x")
-        record_shard(self, shard, index)
+        record_shard(self, shard)
 
     monkeypatch.setattr(Journal, "record_shard", failing)
     url = f"s3://{s3_bucket}/failing-assembled"

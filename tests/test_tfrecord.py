@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from shardkit.errors import ChecksumError, FormatError, TruncatedShardError
 from shardkit.formats.example import decode_example, encode_example
+from shardkit.formats.limits import MAX_RECORD_LENGTH
 from shardkit.formats.tfrecord import (
-    MAX_RECORD_LENGTH,
     RECORD_OVERHEAD,
     frame_record,
     iter_records,

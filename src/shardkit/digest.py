@@ -32,8 +32,10 @@ __all__ = [
     "HashName",
     "check_digest",
     "check_hash",
+    "digest_hex",
     "digest_name",
     "entry_digest",
+    "parse_digest",
     "format_digest",
     "new_hasher",
 ]
@@ -101,6 +103,11 @@ def digest_name(digest: str) -> str:
     return digest.partition(":")[0] if digest else ""
 
 
+def digest_hex(digest: str) -> str:
+    """The hex digits of a digest (``""`` for no digest)."""
+    return digest.partition(":")[2]
+
+
 def check_digest(digest: str) -> str:
     """``digest`` if it is ``ALGO:HEX`` with a known algorithm and a hex of its length;
     ValueError otherwise."""
@@ -113,14 +120,26 @@ def check_digest(digest: str) -> str:
     return digest
 
 
+def parse_digest(value: object) -> str:
+    """A recorded digest, checked (:func:`check_digest`): ``"ALGO:HEX"``, or the bare hex
+    of a sha256 (what manifests and journals held before ``--hash``); ``""`` for none (None
+    or ``""``). ValueError when malformed. The one parser of digests read back."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"a digest must be a string, not {value!r}")
+    return check_digest(value if ":" in value else f"sha256:{value}")
+
+
 def entry_digest(entry: Mapping[str, Any]) -> str:
     """The digest of a manifest's shard entry: ``"digest": "ALGO:HEX"``, or an older
     manifest's ``"sha256": HEX``; ``""`` when it has none. ValueError when malformed."""
     digest = entry.get("digest")
     if digest is None and entry.get("sha256") is not None:
-        digest = f"sha256:{entry['sha256']}"
-    if digest is None or digest == "":
-        return ""
-    if not isinstance(digest, str):
-        raise ValueError(f"a digest must be a string, not {digest!r}")
-    return check_digest(digest)
+        sha256 = entry["sha256"]
+        if not isinstance(sha256, str) or ":" in sha256:
+            raise ValueError(f"a sha256 must be bare hex digits, not {sha256!r}")
+        return parse_digest(sha256)
+    if isinstance(digest, str) and digest and ":" not in digest:
+        raise ValueError(f"a digest must be ALGO:HEX, not {digest!r}")
+    return parse_digest(digest)

@@ -48,12 +48,6 @@ class ShardResult:
     digest: str | None
     resumed: bool = False
 
-    @property
-    def sha256(self) -> str | None:
-        """The hex sha256, when the output was hashed with sha256 (else None)."""
-        name, _, hexdigest = (self.digest or "").partition(":")
-        return hexdigest if name == "sha256" else None
-
 
 @dataclass(frozen=True)
 class _Task:

@@ -37,7 +37,6 @@ from .formats.tar import MAX_MEMBER_SIZE
 from .handlers import Handler, reraise
 
 __all__ = [
-    "MAX_MEMBER_SIZE",
     "detect_format",
     "holds_whole_shard",
     "iter_shard_samples",

@@ -56,12 +56,6 @@ class ShardInfo:
     def name(self) -> str:
         return storage.basename(self.url)
 
-    @property
-    def sha256(self) -> str:
-        """The hex sha256, when the shard was hashed with sha256 (else ``""``)."""
-        name, _, hexdigest = self.digest.partition(":")
-        return hexdigest if name == "sha256" else ""
-
 
 def encode_sample(
     sample: Mapping[str, Any], format: Format, *, codecs: bool = False

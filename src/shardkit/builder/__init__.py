@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..formats.record import ShardRecord
+from .kinds import is_table
 from .options import BuildOptions
-from .results import BuildProgress, BuildResult, ProgressFn, ShardRecord
+from .results import BuildProgress, BuildResult, ProgressFn
 
 __all__ = ["BuildOptions", "BuildProgress", "BuildResult", "ShardRecord", "build"]
 
@@ -54,17 +56,6 @@ def build(
     return run(source, out, options=options, to_sample=to_sample, progress=progress)
 
 
-_TABLE_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
-
-
-def _is_table(source: Any) -> bool:
-    """Whether ``source`` names a CSV/TSV/JSONL/parquet list."""
-    if not isinstance(source, (str, os.PathLike)):
-        return False
-    path = os.fspath(source)
-    return path.lower().endswith(_TABLE_EXTENSIONS) and "{" not in path
-
-
 def _start_workers(source: Any, options: Any) -> None:
     """Boot the local worker server now, in the background, for a build that will use
     worker processes: it imports shardkit and what the workers need while this process
@@ -79,5 +70,5 @@ def _start_workers(source: Any, options: Any) -> None:
 
     images = ("cv2", "simplejpeg", "PIL.Image") if options.transforms else ()
     # A list may name http(s) URLs: its workers download with aiohttp (skipped if absent).
-    fetch = ("aiohttp", f"{__name__}.fetch") if _is_table(source) else ()
+    fetch = ("aiohttp", f"{__name__}.fetch") if is_table(source) else ()
     warm_up((f"{__name__}.worker", *images, *fetch))  # worker.WORKER_MODULE

@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import BuildError, ConfigError, StorageError
 from ..formats.names import is_shard_name
 from ..pipeline.urls import find_shards, is_manifest
-from . import _is_table
+from .kinds import is_table
 from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
@@ -85,7 +85,7 @@ def list_source(
 
         path = storage.local_path(path)
     remote = "://" in path
-    table = _is_table(path)
+    table = is_table(path)
     if options.root is not None and not table:
         raise ConfigError("root applies to a CSV/JSONL list only")
     if table:

@@ -33,14 +33,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..digest import entry_digest
 from ..errors import StorageError
+from ..formats.record import ShardRecord
 from .commit import CommitPool, Namer
-from .journal import Journal
-from .manifest import ShardRecord
+from .journal import AssembledShard, Journal
 from .options import BuildOptions
-from .store import LocalStore, ObjectStore
-from .worker import TaskResult, current_context
+from .store import Store
+from .worker import TaskResult, current_run
 
 __all__ = ["Cutter", "ShardPlan", "WorkerAssembler", "assemble_shard"]
 
@@ -123,7 +122,7 @@ class Cutter:
 
 def assemble_shard(plan: ShardPlan) -> ShardRecord:
     """Worker side: copy ``plan``'s ranges into shard ``plan.name``; returns its record."""
-    store = current_context().store
+    store = current_run().context.store
     with store.create(plan.name) as pending:  # a failure (a full disk) leaves nothing behind
         for part, offset, length in plan.ranges:
             for block in _read_range(store, part, offset, length):
@@ -132,9 +131,7 @@ def assemble_shard(plan: ShardPlan) -> ShardRecord:
     return ShardRecord(plan.name, plan.samples, pending.size, pending.digest)
 
 
-def _read_range(
-    store: LocalStore | ObjectStore, part: str, offset: int, length: int
-) -> Iterator[bytes]:
+def _read_range(store: Store, part: str, offset: int, length: int) -> Iterator[bytes]:
     end = offset + length
     while offset < end:
         size = min(_BLOCK, end - offset)
@@ -153,7 +150,7 @@ class WorkerAssembler:
 
     def __init__(
         self,
-        store: LocalStore | ObjectStore,
+        store: Store,
         journal: Journal,
         final_name: Namer,
         options: BuildOptions,
@@ -197,16 +194,10 @@ class WorkerAssembler:
         """Keep the journaled shards found intact; yields chunks to run again (chunk
         results are read back from the journal in plan order, twice: none is held)."""
         matches = self.store.matcher()
-        for position, record in enumerate(self.journal.shards):
-            index = int(record.get("index", position))
-            try:
-                digest = entry_digest(record)
-            except ValueError:  # a damaged record: that shard is made again
-                continue
-            shard = ShardRecord(record["name"], record["samples"], record["bytes"], digest)
+        for recorded in self.journal.shards:  # a damaged record was dropped: made again
+            shard = recorded.shard
             if matches(shard.name, shard.bytes, shard.digest):
-                end = (int(record["end"][0]), int(record["end"][1]))
-                self._recorded[index] = (shard, end)
+                self._recorded[recorded.index] = (shard, recorded.end)
         needed = _Spans()  # chunks a shard still to be made reads
         dry = Cutter(self.options, self.cutter.final_name)
         task = 0  # the unbroken prefix of chunks the cut goes through
@@ -281,19 +272,19 @@ class WorkerAssembler:
                 f"planned {plan.size}, {plan.samples}",
                 url=self.store.join(plan.name),
             )
-        record = {**dataclasses.asdict(shard), "index": plan.index, "end": list(plan.end)}
+        record = AssembledShard(shard, plan.index, plan.end)
         if self.pool is None:
-            self.journal.record_shard(record, index=plan.index)
+            self.journal.record_shard(record)
         else:
             with self._lock:
                 self._unwritten += 1
-            write = self.pool.submit(self._record_shard, record, plan.index)
+            write = self.pool.submit(self._record_shard, record)
             for chunk in plan.chunks:
                 self._writes.setdefault(chunk, []).append(write)
         self._committed(plan, shard)
 
-    def _record_shard(self, record: dict[str, Any], index: int) -> None:
-        self.journal.record_shard(record, index=index)
+    def _record_shard(self, record: AssembledShard) -> None:
+        self.journal.record_shard(record)
         with self._lock:
             self._unwritten -= 1
 
@@ -337,9 +328,7 @@ class _Spans:
         return at >= 0 and chunk <= self._lasts[at]
 
 
-def _remove_after(
-    store: LocalStore | ObjectStore, names: list[str], writes: list[Future[Any]]
-) -> None:
+def _remove_after(store: Store, names: list[str], writes: list[Future[Any]]) -> None:
     """Remove ``names`` once ``writes`` (journal records submitted earlier) are done; a
     failed record raises instead (the parts stay for the resume)."""
     for write in writes:

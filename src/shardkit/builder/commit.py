@@ -29,15 +29,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .. import storage
+from ..formats.record import ShardRecord
 from .journal import Journal
-from .manifest import ShardRecord
-from .store import LocalStore, ObjectStore
+from .store import Store
 from .worker import TaskResult
 
 __all__ = ["COMMIT_THREADS", "CommitPool", "Namer", "Renamer"]
 
 Namer = Callable[[int], str]
-AnyStore = LocalStore | ObjectStore
 
 COMMIT_THREADS = storage.REQUESTS_IN_FLIGHT  # commits in flight to an object store
 
@@ -82,7 +81,7 @@ class Renamer:
     """Commit tasks whose parts are already whole shards, by renaming them in order."""
 
     def __init__(
-        self, store: AnyStore, journal: Journal, final_name: Namer, *, threads: int = 0
+        self, store: Store, journal: Journal, final_name: Namer, *, threads: int = 0
     ) -> None:
         self.store = store
         self.journal = journal

@@ -9,11 +9,13 @@ from typing import Any
 from .._temporary import is_temporary, temporary_prefix
 from ..digest import entry_digest
 from ..errors import BuildError
-from ..formats.manifest import decode_name, encode_names
+from ..formats.manifest import encode_names
+from ..formats.names import MANIFEST_NAME, decode_name
+from ..formats.record import ShardRecord
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
-from .manifest import MANIFEST_NAME, ShardRecord, read_manifest
+from .manifest import read_manifest
 from .options import BuildOptions
-from .store import LocalStore, ObjectStore
+from .store import LocalStore, Store
 
 __all__ = ["OutputFolder"]
 
@@ -23,9 +25,7 @@ _OURS = (LOCK_NAME, JOURNAL_NAME, JOURNAL_DIR)  # never strays, whatever the pre
 class OutputFolder:
     """What a build may find in, and remove from, its output."""
 
-    def __init__(
-        self, store: LocalStore | ObjectStore, options: BuildOptions, journal: Journal
-    ) -> None:
+    def __init__(self, store: Store, options: BuildOptions, journal: Journal) -> None:
         self.store = store
         self.options = options
         self.journal = journal

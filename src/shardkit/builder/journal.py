@@ -36,22 +36,26 @@ import json
 import os
 import tempfile
 from array import array
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from .. import storage
 from .._flock import lock_exclusive
+from ..digest import entry_digest, parse_digest
 from ..errors import BuildError, StorageError
 from ..formats.jsondoc import load_json
 from ..formats.limits import MAX_DOCUMENT_SIZE
 from ..formats.names import bare_name_problem
+from ..formats.record import ShardRecord
 from .store import LocalStore, ObjectStore
-from .worker import PartInfo, TaskResult
+from .worker import TaskResult
 
 __all__ = [
     "JOURNAL_DIR",
     "JOURNAL_NAME",
     "LOCK_NAME",
+    "AssembledShard",
     "Journal",
     "output_lock",
 ]
@@ -89,6 +93,38 @@ def output_lock(out: str) -> Iterator[None]:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class AssembledShard:
+    """A journal's record of one shard assembled from chunks: the shard, its number, and
+    the position in the plan where it ends ((task, sample), :data:`.assembly.FINAL` for
+    the last)."""
+
+    shard: ShardRecord
+    index: int
+    end: tuple[int, int]
+
+    def encode(self) -> dict[str, Any]:
+        shard = self.shard
+        return {
+            "name": shard.name,
+            "samples": shard.samples,
+            "bytes": shard.bytes,
+            "digest": shard.digest,
+            "index": self.index,
+            "end": list(self.end),
+        }
+
+    @classmethod
+    def decode(cls, obj: Mapping[str, Any], position: int) -> AssembledShard:
+        """A record read back (``position``: its place, the number of a record without
+        one); ValueError, KeyError or TypeError when it is not one."""
+        shard = ShardRecord(
+            str(obj["name"]), int(obj["samples"]), int(obj["bytes"]), entry_digest(obj)
+        )
+        end = obj["end"]
+        return cls(shard, int(obj.get("index", position)), (int(end[0]), int(end[1])))
+
+
 class Journal:
     """Record of finished tasks (and assembled shards) for one build identity.
 
@@ -101,7 +137,7 @@ class Journal:
         self.header = header
         self.done: dict[int, TaskResult] = {}
         self.finished = _Finished()
-        self.shards: list[dict[str, Any]] = []  # shards assembled from chunks
+        self.shards: list[AssembledShard] = []  # shards assembled from chunks
         self._log: _Log = (
             _FileLog(store.join(JOURNAL_NAME))
             if isinstance(store, LocalStore)
@@ -128,7 +164,7 @@ class Journal:
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     if "shard" in record:
                         self._confine(record["shard"]["name"])
-                        self.shards.append(record["shard"])
+                        self.shards.append(AssembledShard.decode(record["shard"], len(self.shards)))
                         continue
                     result = _decode(record)
                     for part in result.parts:
@@ -205,15 +241,10 @@ class Journal:
         commit thread may call it for an object-store journal)."""
         self._log.append("task", result.index, _encode(result))
 
-    def record_shard(self, shard: dict[str, Any], index: int | None = None) -> None:
-        """Record a committed shard; ``index`` when shards commit out of order."""
-        number = len(self.shards) if index is None else index
-        self._log.append("shard", number, {"shard": shard})
+    def record_shard(self, shard: AssembledShard) -> None:
+        """Record a committed shard (shards commit in any order)."""
+        self._log.append("shard", shard.index, {"shard": shard.encode()})
         self.shards.append(shard)
-
-    def keep_shards(self, count: int) -> None:
-        """Forget recorded shards after the first ``count`` (not found on resume)."""
-        del self.shards[count:]
 
     def close(self) -> None:
         self._log.close()
@@ -458,12 +489,6 @@ def _ends_with_newline(path: str) -> bool:
         return f.read(1) == b"\n"
 
 
-def _digest(value: object) -> str:
-    """A recorded part digest: ``ALGO:HEX``, or an older journal's bare sha256 hex."""
-    text = str(value)
-    return text if not text or ":" in text else f"sha256:{text}"
-
-
 def _encode(result: TaskResult) -> dict[str, Any]:
     return {
         "task": result.index,
@@ -479,7 +504,7 @@ def _encode(result: TaskResult) -> dict[str, Any]:
 def _decode(obj: dict[str, Any]) -> TaskResult:
     return TaskResult(
         index=int(obj["task"]),
-        parts=[PartInfo(str(n), int(s), int(b), _digest(h)) for n, s, b, h in obj["parts"]],
+        parts=[ShardRecord(str(n), int(s), int(b), parse_digest(h)) for n, s, b, h in obj["parts"]],
         skipped=[(str(p), str(r)) for p, r in obj["skipped"]],
         class_counts={int(k): int(v) for k, v in obj["classes"]},
         input_bytes=int(obj["input_bytes"]),

@@ -7,13 +7,13 @@ and ``a.png``; ``a.b.jpg`` and ``a_b.jpg``) are told apart deterministically: fi
 adding the extension (``a_jpg``, ``a_png``), then, if that still collides, a counter
 (``_2``, ``_3``, ...) in sorted path order. Spaces and non-ASCII letters are kept.
 
-The paths of a CSV/JSONL list become keys through :func:`relative_paths`: relative to the
-list's root folder when every listed file lies inside it, else relative to the deepest
-folder that holds them all (so ``../imgs/a.jpg`` never becomes ``__/imgs/a``, and an
-absolute path or a URL does not drag its whole prefix or its host into the key). A URL's
-query stays in its key, before the extension (``a.jpg?w=2`` -> ``a?w=2``; its ``%``, ``/``,
-``\\`` and ``.`` percent-escaped), so URLs that differ only there get distinct keys; a
-fragment is dropped.
+The paths of a CSV/JSONL list become keys through :func:`key_base` and
+:func:`relative_path`: relative to the list's root folder when every listed file lies
+inside it, else relative to the deepest folder that holds them all (so ``../imgs/a.jpg``
+never becomes ``__/imgs/a``, and an absolute path or a URL does not drag its whole prefix
+or its host into the key). A URL's query stays in its key, before the extension
+(``a.jpg?w=2`` -> ``a?w=2``; its ``%``, ``/``, ``\\`` and ``.`` percent-escaped), so URLs
+that differ only there get distinct keys; a fragment is dropped.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ __all__ = [
     "make_keys",
     "path_key",
     "relative_path",
-    "relative_paths",
     "spilled_keys",
 ]
 
@@ -158,19 +157,14 @@ def _resolve(paths: Sequence[str], base: list[str]) -> list[str]:
     return keys
 
 
-def relative_paths(locations: Sequence[str], root: str) -> list[str]:
-    """Each location relative to ``root`` if all lie inside it, else to their common folder.
+def key_base(locations: Iterable[str], root: str) -> list[str]:
+    """The folder a list's paths are made relative to (one pass; as components): ``root``
+    if every location lies inside it, else their deepest common folder.
 
     Locations and ``root`` are absolute: a local path (``/data/a.jpg``) or a URL
     (``s3://bucket/a.jpg``; the host is the first folder). ``.`` and ``..`` are resolved
-    first, by name. Distinct locations give distinct paths (feed them to :func:`make_keys`).
-    """
-    base = key_base(locations, root)
-    return [relative_path(location, base) for location in locations]
-
-
-def key_base(locations: Iterable[str], root: str) -> list[str]:
-    """The folder :func:`relative_paths` makes paths relative to (one pass; components)."""
+    first, by name. Distinct locations give distinct paths (:func:`relative_path`; feed
+    them to :func:`make_keys`)."""
     base = _components(root)
     inside, common = True, None
     for location in locations:

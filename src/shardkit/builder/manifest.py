@@ -12,22 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import BuildError, ManifestError, StorageError
-from ..formats.manifest import MANIFEST_NAME, MANIFEST_VERSION, encode_manifest, parse_manifest
-from ..formats.names import bare_name_problem
+from ..formats.manifest import MANIFEST_VERSION, encode_manifest, parse_manifest
+from ..formats.names import MANIFEST_NAME, bare_name_problem
+from ..formats.record import ShardRecord
 from ..storage import atomic_write
-from .results import ShardRecord
 
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = [
-    "MANIFEST_NAME",
-    "ShardRecord",
-    "fetch_total",
-    "make_manifest",
-    "read_manifest",
-    "write_manifest",
-]
+__all__ = ["fetch_total", "make_manifest", "read_manifest", "write_manifest"]
 
 
 def make_manifest(

@@ -15,14 +15,7 @@ from ..formats.tar import END_OF_ARCHIVE
 from ..handlers import OnError, check_on_error
 from ..units import Size
 
-__all__ = [
-    "BuildOptions",
-    "EncodeFormat",
-    "OnError",
-    "OutputFormat",
-    "ResizeMode",
-    "ValidateMode",
-]
+__all__ = ["BuildOptions", "EncodeFormat", "OutputFormat", "ResizeMode", "ValidateMode"]
 
 OutputFormat = Format
 ValidateMode = Literal["none", "header", "full"]

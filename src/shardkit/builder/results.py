@@ -5,24 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["BuildProgress", "BuildResult", "ProgressFn", "ShardRecord"]
+from ..formats.record import ShardRecord
 
-
-@dataclass(frozen=True)
-class ShardRecord:
-    """One final shard: its file name, sample count, size and digest (``ALGO:HEX``,
-    :mod:`shardkit.digest`; ``""`` when built with ``hash="none"``)."""
-
-    name: str
-    samples: int
-    bytes: int
-    digest: str
-
-    @property
-    def sha256(self) -> str:
-        """The hex sha256, when the build hashed with sha256 (else ``""``)."""
-        name, _, hexdigest = self.digest.partition(":")
-        return hexdigest if name == "sha256" else ""
+__all__ = ["BuildProgress", "BuildResult", "ProgressFn"]
 
 
 @dataclass(frozen=True)

@@ -32,17 +32,18 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import Any
 
 from .. import config
 from ..engines import Executor, make_executor
 from ..errors import BuildError, EmptyBuildError
+from ..formats.names import MANIFEST_NAME
+from ..formats.record import ShardRecord
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
 from .commit import COMMIT_THREADS, Renamer
 from .folder import OutputFolder
 from .journal import Journal, output_lock
-from .manifest import MANIFEST_NAME, ShardRecord, make_manifest, write_manifest
+from .manifest import make_manifest, write_manifest
 from .options import BuildOptions
 from .plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
 from .results import BuildProgress, BuildResult, ProgressFn
@@ -58,7 +59,6 @@ logger = logging.getLogger(__name__)
 
 Store = LocalStore | ObjectStore
 Committer = Renamer | WorkerAssembler
-R = TypeVar("R")
 
 
 class _Driver:
@@ -216,10 +216,10 @@ class _Driver:
                 for future in sorted(done, key=lambda f: _order(inflight[f])):
                     job = inflight.pop(future)
                     if isinstance(job, ShardPlan):
-                        self._assembled(job, _result_of(future))
+                        self._assembled(job, future.result())
                     else:
                         running -= 1
-                        self._finished(_result_of(future))
+                        self._finished(future.result())
         except BaseException:
             executor.close(cancel=True)
             with contextlib.suppress(Exception):  # never in place of the run's own error
@@ -409,16 +409,6 @@ def _fetched(manifest: dict[str, Any]) -> dict[str, int]:
 def _order(job: Task | ShardPlan) -> tuple[bool, int]:
     """Chunk results first, each kind in plan order."""
     return isinstance(job, ShardPlan), job.index
-
-
-def _result_of(future: Future[R]) -> R:
-    try:
-        return future.result()
-    except BrokenProcessPool as exc:
-        raise BuildError(
-            "a worker process died unexpectedly (killed, out of memory, or see the line it "
-            "left above); rerun the same command to resume"
-        ) from exc
 
 
 def _cluster_executor(options: BuildOptions, listing: Listing, ctx: WorkerContext) -> Executor:

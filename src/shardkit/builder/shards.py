@@ -18,9 +18,9 @@ sample's image, ``cls`` and ``json`` become ``image/encoded``, ``image/format``,
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
+import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -40,21 +40,11 @@ from .store import endpoint_options
 
 __all__ = ["ShardSource", "list_shards"]
 
-# Per worker process, for one build run: the last few input shards read, keyed by URL and
-# the version the listing saw. A new run's context empties it (close_streams), so a
-# long-lived process never serves one run the bytes a shard held for an earlier run.
-_open: dict[tuple[str, str], BinaryIO] = {}
 _READ_AHEAD = 256 << 10  # bytes fetched per ranged read of a remote shard
+_KEEP_OPEN = 8  # input shards kept open per thread between samples
 _COMPRESSED = (
     "compressed shards cannot be re-sharded (samples are read by seeking): decompress them first"
 )
-
-
-@atexit.register
-def close_streams() -> None:
-    """Close every cached input stream (a new build run starts, or the process ends)."""
-    while _open:
-        _open.popitem()[1].close()
 
 
 def list_shards(
@@ -105,9 +95,43 @@ def list_shards(
     )
 
 
+class _Streams:
+    """The input shards one build's tasks read in this process, kept open between samples:
+    the last few of each thread (tasks of one build may run in threads of one process, and
+    a stream has one position). It belongs to one :class:`ShardSource` object, so to one
+    build: a process never serves one build the bytes a shard held for another."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[tuple[int, str, str], BinaryIO] = {}
+
+    def get(self, url: str, version: str, s3_endpoint: str | None) -> BinaryIO:
+        key = (threading.get_ident(), url, version)
+        with self._lock:
+            stream = self._open.get(key)
+        if stream is not None:
+            return stream
+        stream = _open_stream(url, version, s3_endpoint)
+        with self._lock:
+            mine = [k for k in self._open if k[0] == key[0]]
+            if len(mine) >= _KEEP_OPEN:
+                self._open.pop(mine[0]).close()
+            self._open[key] = stream
+        return stream
+
+    def close(self) -> None:
+        with self._lock:
+            streams, self._open = list(self._open.values()), {}
+        for stream in streams:
+            stream.close()
+
+
 @dataclass(frozen=True)
 class ShardSource:
-    """Reads one sample back from an input shard by its byte offset."""
+    """Reads one sample back from an input shard by its byte offset.
+
+    Each copy (the driver's, each worker process's, unpickled) keeps its own open input
+    streams; :meth:`close` closes them (the build's end, in that process)."""
 
     urls: tuple[str, ...]
     output_format: str
@@ -115,12 +139,24 @@ class ShardSource:
     kind: str = "shards"
     s3_endpoint: str | None = field(default_factory=config.s3_endpoint)  # the driver's
     prefixed: bool = False  # keys were listed as "<shard number>/<key>" (repeats)
+    _streams: _Streams = field(default_factory=_Streams, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_streams"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        object.__setattr__(self, "_streams", _Streams())
+
+    def close(self) -> None:
+        """Close the input streams this copy holds open."""
+        self._streams.close()
 
     def load(self, item: Item) -> Mapping[str, Any]:
         index, offset, span = item.ref
         url = self.urls[index]
         version = self.versions[index] if self.versions else ""
-        stream = _stream(url, version, self.s3_endpoint)
+        stream = self._streams.get(url, version, self.s3_endpoint)
         stream.seek(offset)
         fmt = detect_format(url)[0]
         listed = item.key.split("/", 1)[1] if self.prefixed else item.key
@@ -259,17 +295,11 @@ def _version(url: str) -> str:
     return f"{meta.get('size')}\0{tag}"
 
 
-def _stream(url: str, version: str, s3_endpoint: str | None) -> BinaryIO:
-    stream = _open.get((url, version))
-    if stream is None:
-        if len(_open) >= 8:
-            _open.pop(next(iter(_open))).close()
-        if storage.is_local(url):
-            stream = _open_local(url, version)
-        else:
-            fs, path = storage.filesystem(url, endpoint_options(url, s3_endpoint))
-            stream = fs.open(path, "rb", block_size=_READ_AHEAD, cache_type="readahead")
-        _open[(url, version)] = stream
+def _open_stream(url: str, version: str, s3_endpoint: str | None) -> BinaryIO:
+    if storage.is_local(url):
+        return _open_local(url, version)
+    fs, path = storage.filesystem(url, endpoint_options(url, s3_endpoint))
+    stream: BinaryIO = fs.open(path, "rb", block_size=_READ_AHEAD, cache_type="readahead")
     return stream
 
 

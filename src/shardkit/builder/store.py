@@ -38,7 +38,6 @@ __all__ = [
     "Store",
     "endpoint_options",
     "file_matches",
-    "open_store",
 ]
 
 Matcher = Callable[[str, int, str], bool]  # (name, size, digest) -> present and complete
@@ -82,13 +81,6 @@ def endpoint_options(url: str, s3_endpoint: str | None) -> dict[str, Any]:
     if s3_endpoint and url.split("://", 1)[0].lower() in ("s3", "s3a"):
         return {"endpoint_url": s3_endpoint}
     return {}
-
-
-def open_store(out: str, hash: str = DEFAULT_HASH) -> LocalStore | ObjectStore:
-    """The store of ``out``: a local path (or ``file:``) or an object-store URL."""
-    if storage.is_local(out):
-        return LocalStore(storage.local_path(out), hash=hash)
-    return ObjectStore(out, hash=hash)
 
 
 def file_matches(path: str, size: int, digest: str) -> bool:

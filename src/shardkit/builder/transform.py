@@ -40,14 +40,12 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .._optional import require
-from ..codecs import image_size
-from ..codecs._failures import image_failures
+from ..codecs import image_failures
 from ..errors import DataError
 
 __all__ = [
     "Shape",
     "check_available",
-    "image_size",
     "limit_threads",
     "plan_shape",
     "target_size",

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable
 
 from .._optional import require
-from ..codecs._failures import image_failures
+from ..codecs import image_failures
 from ..errors import DataError
 
 __all__ = ["check_image", "sniff"]

@@ -3,27 +3,34 @@
 This runs in a worker process (or in the driver for one-pass iterables and single-worker
 builds). Nothing per sample leaves the process: the driver gets one small
 :class:`TaskResult` per task and, a few times a second, progress counts through the
-reporter installed by :func:`init_worker`.
+reporter of the run's :class:`WorkerRun`.
+
+A task finds its build through :func:`current_run`: the state :func:`init_worker` made
+for that build in this process, which the engine sets around each of the build's tasks
+(:func:`shardkit.engines.run_state`). Nothing of a build is kept in a module global, so two
+builds in one process (two threads of a notebook or a service) never mix.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engines import run_state
 from ..errors import DataError
 from ..formats.cut import Cut
+from ..formats.record import ShardRecord
+from ..formats.tar import tar_chunks
 from .options import BuildOptions
-from .partwriter import PartWriter, tar_chunks
+from .partwriter import PartWriter
 from .plan import Task
 from .sources import Item, Source, check_listed_size
-from .store import LocalStore, ObjectStore
+from .store import Store
 from .validate import check_image
 
 if TYPE_CHECKING:
@@ -31,11 +38,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WORKER_MODULE",
-    "PartInfo",
     "Reporter",
     "TaskResult",
     "WorkerContext",
-    "current_context",
+    "WorkerRun",
+    "current_run",
     "init_worker",
     "encode_item",
     "part_name",
@@ -52,21 +59,11 @@ _META_KEYS = frozenset({"path", "class", "label"})
 class WorkerContext:
     """What every task of one build needs; sent to each worker once."""
 
-    store: LocalStore | ObjectStore  # the output: parts are written straight into it
+    store: Store  # the output: parts are written straight into it
     options: BuildOptions
     source: Source
     classes: tuple[str, ...]
     assemble: bool = False  # chunk parts to assemble shards from, not whole shards
-
-
-@dataclass(frozen=True)
-class PartInfo:
-    """One complete part written by a task (under its hidden part name)."""
-
-    name: str
-    samples: int
-    bytes: int
-    digest: str  # ALGO:HEX (shardkit.digest), "" with hash="none"
 
 
 @dataclass
@@ -74,7 +71,7 @@ class TaskResult:
     """What a task sends back: its parts, what it skipped, per-class counts."""
 
     index: int
-    parts: list[PartInfo]
+    parts: list[ShardRecord]  # each under its hidden part name
     skipped: list[tuple[str, str]] = field(default_factory=list)
     class_counts: dict[int, int] = field(default_factory=dict)
     input_bytes: int = 0
@@ -87,34 +84,45 @@ class TaskResult:
 #: This module: the local pool's forkserver imports it once for every worker process.
 WORKER_MODULE = __name__
 
-_context: WorkerContext | None = None
-_reporter: Reporter | None = None
-_downloads: Downloads | None = None  # the installed context's http(s) downloads (.fetch)
+
+@dataclass
+class WorkerRun:
+    """One build as a process serving its tasks sees it: its context, its reporter and
+    its downloads (made by the first task that downloads; :mod:`.fetch`)."""
+
+    context: WorkerContext
+    reporter: Reporter | None = None
+    downloads: Downloads | None = None
+
+    def close(self) -> None:
+        """Release what the build's tasks opened in this process (the source's cached
+        input streams; the download loop and session)."""
+        close = getattr(self.context.source, "close", None)
+        if close is not None:
+            close()
+        downloads, self.downloads = self.downloads, None
+        if downloads is not None:
+            downloads.close()
 
 
-def init_worker(context: WorkerContext | None, reporter: Reporter | None) -> None:
-    """Install the build context and progress reporter in this process."""
-    global _context, _reporter, _downloads
-    # Input streams cached for an earlier run must not serve this one. The modules that
-    # cache them are imported only where shards or URLs were read: the workers of other
-    # builds do not pay for their imports (~30 ms each, before their first task).
-    shards = sys.modules.get(f"{__package__}.shards")
-    if shards is not None:
-        shards.close_streams()
-    if _downloads is not None:
-        _downloads.close()
-    _context, _reporter, _downloads = context, reporter, None
-    if context is not None and context.options.transforms:
+def init_worker(context: WorkerContext, reporter: Reporter | None) -> WorkerRun:
+    """The state of the build ``context`` in this process (the engine's ``init``)."""
+    if context.options.transforms:
         from .transform import limit_threads
 
         limit_threads()
+    return WorkerRun(context, reporter)
 
 
-def current_context() -> WorkerContext:
-    """The build context :func:`init_worker` installed in this process."""
-    if _context is None:
-        raise RuntimeError("a build task ran before init_worker()")
-    return _context
+def current_run() -> WorkerRun:
+    """The build whose task is running (in this thread)."""
+    try:
+        state = run_state()
+    except RuntimeError:
+        state = None
+    if not isinstance(state, WorkerRun):
+        raise RuntimeError("a build task ran outside a build (not through its engine)")
+    return state
 
 
 def part_name(options: BuildOptions, task: int) -> str:
@@ -125,7 +133,8 @@ def part_name(options: BuildOptions, task: int) -> str:
 class _Progress:
     """Counts since the last report; reports at most every ``interval`` seconds."""
 
-    def __init__(self, interval: float = 0.2) -> None:
+    def __init__(self, reporter: Reporter | None, interval: float = 0.2) -> None:
+        self._reporter = reporter
         self.samples = self.bytes = self.skipped = 0
         self._interval = interval
         self._last = time.monotonic()
@@ -140,22 +149,23 @@ class _Progress:
             self._last = now
 
     def flush(self) -> None:
-        if _reporter is not None and (self.samples or self.skipped):
-            _reporter(self.samples, self.bytes, self.skipped)
+        if self._reporter is not None and (self.samples or self.skipped):
+            self._reporter(self.samples, self.bytes, self.skipped)
         self.samples = self.bytes = self.skipped = 0
 
 
 def run_task(task: Task) -> TaskResult:
     """Write ``task`` into part files in the output; returns what was written."""
-    context = current_context()
+    run = current_run()
+    context = run.context
     options = context.options
     writer = _part_writer(context, part_name(options, task.index))
     result = TaskResult(task.index, [])
-    progress = _Progress()
+    progress = _Progress(run.reporter)
     load, add, counts = context.source.load, writer.add, result.class_counts
     packed = 0
     try:
-        for item, download in _with_downloads(context, task.items):
+        for item, download in _with_downloads(run, task.items):
             try:
                 if download is None:
                     loaded = load(item)
@@ -182,24 +192,23 @@ def run_task(task: Task) -> TaskResult:
     except BaseException:  # a part being written is never left behind, even by a signal
         writer.abort()
         raise
-    result.parts = [PartInfo(*part) for part in parts]
+    result.parts = [ShardRecord(*part) for part in parts]
     result.sizes = writer.sizes
     return result
 
 
 def _with_downloads(
-    context: WorkerContext, items: list[Item]
+    run: WorkerRun, items: list[Item]
 ) -> Iterator[tuple[Item, Future[Download] | None]]:
     """The items with their downloads, when some are http(s) URLs (see :mod:`.fetch`)."""
-    url_of = getattr(context.source, "http_url", None)
+    url_of = getattr(run.context.source, "http_url", None)
     if url_of is None or not any(map(url_of, items)):
         return zip(items, itertools.repeat(None))
     from .fetch import Downloads  # asyncio and aiohttp only where something is downloaded
 
-    global _downloads
-    if _downloads is None:
-        _downloads = Downloads(context.options)
-    return _downloads.prefetch(url_of, items)
+    if run.downloads is None:
+        run.downloads = Downloads(run.context.options)
+    return run.downloads.prefetch(url_of, items)
 
 
 def _downloaded(
@@ -280,7 +289,7 @@ def _example(
     from ..formats import tfschema as tf
 
     if size is None:
-        from .transform import image_size
+        from ..codecs import image_size
 
         size = image_size(data)
     sample: dict[str, Any] = {

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..digest import digest_hex
 from ..errors import ConfigError
 
 __all__ = [
@@ -122,8 +123,7 @@ def digest_printer(hash: str, output: str) -> Callable[[Any], None] | None:
     stream = sys.stderr if output == "-" else sys.stdout
 
     def show(info: Any) -> None:
-        hexdigest = info.digest.partition(":")[2]
-        print(f"{hexdigest}  {info.url}", file=stream, flush=True)
+        print(f"{digest_hex(info.digest)}  {info.url}", file=stream, flush=True)
 
     return show
 

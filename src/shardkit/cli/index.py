@@ -29,13 +29,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tools._inputs import as_refs
-    from ..tools.index import ShardIndex, write_indexes
+    from ..tools import ShardIndex, resolve_inputs, write_indexes
 
     def done(url: str, index: ShardIndex) -> None:  # each shard, with -v
         print(f"{url}.idx\t{index.samples} samples", file=sys.stderr)
 
-    urls = [ref.url for ref in as_refs(args.inputs)]
+    urls = [ref.url for ref in resolve_inputs(args.inputs)]
     with ShardBar(args) as bar:
         indexes = write_indexes(
             urls, sha256=args.sha256, on_shard=done if args.verbose else None, progress=bar.update

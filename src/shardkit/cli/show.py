@@ -43,11 +43,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tools._inputs import as_refs, class_names, iter_samples
-    from ..tools.show import format_samples
+    from ..tools import class_names, format_samples, iter_samples, resolve_inputs
 
     check_stdin(args.inputs)
-    refs = as_refs(args.inputs)
+    refs = resolve_inputs(args.inputs)
     samples = iter_samples(refs)
     names = class_names(refs)
     if args.grid:

@@ -50,6 +50,7 @@ from typing import Any
 
 from ._builtin import MAX_EXPANDED_SIZE
 from ._decoder import Decoder, Handler, decode_sample
+from ._failures import NPY_FAILURES, image_failures
 from ._images import (
     IMAGE_EXTENSIONS,
     IMAGE_FEATURE,
@@ -71,11 +72,13 @@ __all__ = [
     "IMAGE_FEATURE",
     "IMAGE_SPECS",
     "MAX_EXPANDED_SIZE",
+    "NPY_FAILURES",
     "decode_sample",
     "default_codecs",
     "encode_image",
     "encode_sample",
     "image_extension",
+    "image_failures",
     "image_size",
     "normalize_image_extension",
     "register",

@@ -14,12 +14,15 @@ cluster ``proc``) uses; :func:`make_executor` is the one factory:
   ``distributed.Queue``; Dask already re-raises the original exception.
 
 Each sends the per-run ``context`` (for a build: its
-:class:`~shardkit.builder.worker.WorkerContext`) to every worker process once and installs
-it there, before that process's first task of the run, through ``init(context,
-reporter)``. ``ray`` and ``distributed`` are imported only when such an engine is
-created, and their address is checked first (:data:`CONNECT_TIMEOUT_S`). Task functions
-must be importable on cluster workers (defined in an installed package, not in
-``__main__`` or a test file).
+:class:`~shardkit.builder.worker.WorkerContext`) to every worker process once and makes
+the run's state there from it, before that process's first task of the run, through
+``init(context, reporter) -> state``. A task gets its own run's state from
+:func:`run_state` (a context variable set around each task, never a module global: two
+runs in one process, in two threads or on one cluster worker, stay apart).
+
+``ray`` and ``distributed`` are imported only when such an engine is created, and their
+address is checked first (:data:`CONNECT_TIMEOUT_S`). Task functions must be importable
+on cluster workers (defined in an installed package, not in ``__main__`` or a test file).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from .._optional import require
 from ..errors import ConfigError
+from ._run import run_state
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -67,6 +71,7 @@ __all__ = [
     "check_not_bootstrapping",
     "check_reachable",
     "make_executor",
+    "run_state",
     "warm_up",
 ]
 
@@ -74,7 +79,7 @@ __all__ = [
 #: ``proc`` take these).
 Engine = Literal["local", "ray", "dask"]
 ENGINES: tuple[str, ...] = ("local", "ray", "dask")
-InitFn = Callable[[Any, Any], None]  # init(context, reporter) in each worker process
+InitFn = Callable[[Any, Any], Any]  # init(context, reporter) -> the run's state, per process
 Counts = tuple[int, int, int]
 T = TypeVar("T")
 R = TypeVar("R")

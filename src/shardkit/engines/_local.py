@@ -1,8 +1,11 @@
 """The local engine: a process pool on this machine, or the calling process itself.
 
-Both implement :class:`~shardkit.engines.Executor`. Each worker process (or the calling
-process, inline) gets the run's ``context`` once, through ``init(context, reporter)``;
-the reporter sends progress counts back to the driver.
+Both implement :class:`~shardkit.engines.Executor`. Each worker process gets the run's
+``context`` once and makes the run's state from it, through ``init(context, reporter)``
+(the reporter sends progress counts back to the driver); each task sees that state through
+:func:`~shardkit.engines.run_state`. Inline, the state belongs to the executor, and is set
+around each task in the calling thread only: two inline runs in two threads of one
+process never see each other's (see :mod:`._run`).
 
 The local pool uses the ``forkserver`` start method. ``fork`` starts fastest, but it
 copies whatever the calling process holds (threads of torch, tqdm or a user's program,
@@ -25,7 +28,9 @@ idle one exits at once.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import inspect
 import multiprocessing
 import os
 import queue
@@ -36,7 +41,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
+
+from ..errors import BuildError
+from . import _run
 
 __all__ = [
     "STOP_TIMEOUT_S",
@@ -44,25 +53,24 @@ __all__ = [
     "InlineExecutor",
     "ProcessExecutor",
     "check_not_bootstrapping",
+    "worker_died",
     "warm_up",
 ]
 
 T = TypeVar("T")
 R = TypeVar("R")
 Counts = tuple[int, int, int]
-InitFn = Callable[[Any, Any], None]  # init(context, reporter) in each worker process
+InitFn = Callable[[Any, Any], Any]  # init(context, reporter) -> the run's state, per process
 
 
 class InlineExecutor:
-    """Runs each task in the calling process when it is submitted."""
+    """Runs each task in the calling thread when it is submitted."""
 
     workers = 1
 
     def __init__(self, *, init: InitFn | None = None, context: Any = None) -> None:
         self._counts: list[Counts] = []
-        self._init = init
-        if init is not None:
-            init(context, self._report)
+        self._state = init(context, self._report) if init is not None else None
 
     def _report(self, samples: int, nbytes: int, skipped: int) -> None:
         self._counts.append((samples, nbytes, skipped))
@@ -70,7 +78,7 @@ class InlineExecutor:
     def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
         future: Future[R] = Future()
         try:
-            future.set_result(fn(arg))
+            future.set_result(_run.call(self._state, fn, arg))
         except Exception as exc:
             future.set_exception(exc)
         return future
@@ -80,15 +88,13 @@ class InlineExecutor:
         return counts
 
     def close(self, *, cancel: bool = False) -> None:
-        if self._init is not None:
-            self._init(None, None)
+        state, self._state = self._state, None
+        _run.close_state(state)
 
 
-_queue: Any = None
-
-
-def _report_to_queue(samples: int, nbytes: int, skipped: int) -> None:
-    _queue.put((samples, nbytes, skipped))
+# A pool process serves one run only (each run makes its own pool): its state is set by
+# the pool's initializer here, the only way to hand it to that process's tasks.
+_state: Any = None
 
 
 class _Stopped(BaseException):
@@ -98,12 +104,12 @@ class _Stopped(BaseException):
 _in_task = False
 
 
-def _run(fn: Callable[[T], R], arg: T) -> R:
+def _task(fn: Callable[[T], R], arg: T) -> R:
     """A task in a pool worker; a SIGTERM during it unwinds it, then ends the process."""
     global _in_task
     _in_task = True
     try:
-        return fn(arg)
+        return _run.call(_state, fn, arg)
     except _Stopped:
         os._exit(1)  # the task has cleaned up; a cancelled run takes no further task
     finally:
@@ -117,12 +123,21 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _init_process(init: InitFn | None, context: Any, progress_queue: Any, driver: int) -> None:
-    global _queue
+    global _state
     signal.signal(signal.SIGTERM, _on_sigterm)
     _exit_with(driver)
-    _queue = progress_queue
     if init is not None:
-        init(context, _report_to_queue)
+        _state = init(context, _QueueReporter(progress_queue))
+
+
+class _QueueReporter:
+    """Sends a pool worker's progress counts to the driver."""
+
+    def __init__(self, progress_queue: Any) -> None:
+        self._queue = progress_queue
+
+    def __call__(self, samples: int, nbytes: int, skipped: int) -> None:
+        self._queue.put((samples, nbytes, skipped))
 
 
 def _exit_with(pid: int) -> None:
@@ -174,6 +189,70 @@ def check_not_bootstrapping() -> None:
         os._exit(1)
 
 
+def _script_call() -> tuple[str, int] | None:
+    """The script run as ``__main__`` and the line of its top-level code running now, if
+    this call comes from there (a worker process imports that script again)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not isinstance(path, str) or not path.endswith(".py"):
+        return None
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
+            return path, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _unguarded(path: str, line: int) -> bool:
+    """Whether ``line`` of the script ``path`` is outside every ``if __name__ ==
+    "__main__":`` block (False when the script cannot be read back)."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(1 << 22))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return not any(
+        isinstance(node, ast.If)
+        and _is_main_test(node.test)
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+    )
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if not isinstance(test, ast.Compare) or len(test.comparators) != 1:
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    texts = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return names == ["__name__"] and texts == ["__main__"]
+
+
+def worker_died(exc: BaseException, script_call: tuple[str, int] | None) -> BuildError:
+    """The error for a pool whose worker process died (``exc``: the pool's error);
+    ``script_call``: where the script run as ``__main__`` started the pool, if it did.
+
+    A script without the ``if __name__ == "__main__":`` guard kills every worker as it
+    starts (each imports the script, which starts a build again): the error says to add
+    the guard, since rerunning never helps then."""
+    if script_call is not None and _unguarded(*script_call):
+        path, line = script_call
+        message = (
+            f"worker processes could not start: {os.path.basename(path)} runs line {line} "
+            "at import, and each worker process imports the script; put that call under "
+            "`if __name__ == '__main__':`"
+        )
+    else:
+        message = (
+            "a worker process died unexpectedly (killed, out of memory, or see the line it "
+            "left above); rerun the same command to resume"
+        )
+    error = BuildError(message)
+    error.__cause__ = exc
+    return error
+
+
 def warm_up(preload: Sequence[str] = ()) -> None:
     """Start the forkserver now (it imports shardkit, and ``preload``, in the background),
     so that the pool starts in milliseconds once the source is listed and every worker
@@ -189,7 +268,8 @@ class ProcessExecutor:
     """A local pool of ``workers`` processes (forkserver), progress through one queue.
 
     ``preload`` names modules the forkserver imports once for every worker (the module
-    holding ``init`` and the task functions)."""
+    holding ``init`` and the task functions). A task whose worker died fails with
+    :func:`worker_died`'s BuildError."""
 
     def __init__(
         self,
@@ -203,6 +283,7 @@ class ProcessExecutor:
         mp = multiprocessing.get_context("forkserver")
         mp.set_forkserver_preload([*_PRELOAD, *preload])
         self.workers = workers
+        self._script_call = _script_call()  # for the error, if the workers cannot start
         self._queue = mp.Queue()
         self._pool = ProcessPoolExecutor(
             max_workers=workers,
@@ -212,7 +293,23 @@ class ProcessExecutor:
         )
 
     def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
-        return self._pool.submit(_run, fn, arg)
+        inner = self._pool.submit(_task, fn, arg)
+        out: Future[R] = Future()
+
+        def done(finished: Future[R]) -> None:
+            if finished.cancelled():
+                out.cancel()
+                return
+            exc = finished.exception()
+            if exc is None:
+                out.set_result(finished.result())
+            elif isinstance(exc, BrokenProcessPool):
+                out.set_exception(worker_died(exc, self._script_call))
+            else:
+                out.set_exception(exc)
+
+        inner.add_done_callback(done)
+        return out
 
     def progress(self) -> list[Counts]:
         counts: list[Counts] = []

@@ -25,16 +25,13 @@ from typing import Any
 from ..digest import entry_digest
 from ..errors import ManifestError
 from .jsondoc import load_json
-from .names import FORMATS, MANIFEST_NAME, Format, decode_name, encode_name
+from .names import FORMATS, Format, decode_name, encode_name
 
 __all__ = [
-    "MANIFEST_NAME",
     "MANIFEST_VERSION",
     "ManifestContents",
     "ManifestShard",
-    "decode_name",
     "encode_manifest",
-    "encode_name",
     "encode_names",
     "parse_manifest",
 ]
@@ -54,12 +51,6 @@ class ManifestShard:
     samples: int | None = None
     bytes: int | None = None
     digest: str | None = None  # ALGO:HEX
-
-    @property
-    def sha256(self) -> str | None:
-        """The hex sha256 the entry states, if its digest is one."""
-        name, _, hexdigest = (self.digest or "").partition(":")
-        return hexdigest if name == "sha256" else None
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,6 @@ __all__ = [
     "iter_samples",
     "read_exact",
     "safe_member_path",
-    "sample_size",
     "span_sample",
     "split_name",
 ]
@@ -598,11 +597,6 @@ def encode_sample(sample: Mapping[str, Any], *, mtime: int = 0) -> bytes:
     if not parts:
         raise EncodeError("sample has no fields to write", key=key)
     return b"".join(parts)
-
-
-def sample_size(encoded: bytes) -> int:
-    """Bytes a sample adds to a shard (it is already block-aligned)."""
-    return len(encoded)
 
 
 class TarWriter:

@@ -27,13 +27,7 @@ from ..errors import ChecksumError, EncodeError, FormatError, TruncatedShardErro
 from ._io import read_bounded
 from .limits import MAX_RECORD_LENGTH, check_limit
 
-__all__ = [
-    "MAX_RECORD_LENGTH",
-    "RECORD_OVERHEAD",
-    "frame_record",
-    "iter_records",
-    "masked_crc32c",
-]
+__all__ = ["RECORD_OVERHEAD", "frame_record", "iter_records", "masked_crc32c"]
 
 RECORD_OVERHEAD = 16
 """Bytes added around each record: 8 (length) + 4 (length CRC) + 4 (data CRC)."""

@@ -21,14 +21,7 @@ from .. import storage
 from ..errors import ConfigError, FormatError
 from ..formats.index import ShardIndex, check_index, check_shard_size, index_url
 
-__all__ = [
-    "check_shard_size",
-    "index_counts",
-    "load_index",
-    "load_indexes",
-    "read_index",
-    "shard_size",
-]
+__all__ = ["index_counts", "load_index", "load_indexes", "read_index", "shard_size"]
 
 _log = logging.getLogger(__name__)
 

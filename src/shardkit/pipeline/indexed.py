@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 from .. import reader
 from ..errors import ConfigError, DataError, FormatError
-from ..formats.index import indexed_sample
+from ..formats.index import check_shard_size, indexed_sample
 from ..handlers import Handler, HandlerName
 from ..ranges import RangeReader
 from ..writer import Format
@@ -41,7 +41,7 @@ from ._torch import MapBase, register_map_dataset
 from .context import Context
 from .dataset import Dataset
 from .decode import Decode
-from .idxfiles import check_shard_size, load_indexes
+from .idxfiles import load_indexes
 from .source import check_stated_empty
 from .stages import MapDict, Rename, Stage, ToTuple
 from .urls import resolve_source

@@ -39,13 +39,11 @@ from ..reader import load_manifest, manifest_urls
 from .idxfiles import index_counts
 
 __all__ = [
-    "MANIFEST_NAME",
     "FolderListing",
     "ShardList",
     "SourcePart",
     "find_shards",
     "is_manifest",
-    "is_shard_name",
     "list_folder",
     "parse_manifest",
     "resolve_parts",

@@ -16,12 +16,15 @@ size and depth).
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import stat
 from typing import Any, BinaryIO
 
 from ..errors import StorageError
 from ..formats.limits import MAX_DOCUMENT_SIZE
+from ._filesystems import _fs
+from ._remote import READ_RETRIES, _ResumableReader
 from ._urls import is_local, local_path
 
 __all__ = ["open_regular", "open_regular_fd", "read_document", "regular_files"]
@@ -78,9 +81,9 @@ def read_document(
                 _check_size(size, limit, url, what)
                 data = f.read(limit + 1)
         else:
-            from ._reading import open_read
-
-            with open_read(url, storage_options=storage_options) as stream:
+            fs, path = _fs(url, storage_options)
+            remote = _ResumableReader(fs, path, url, retries=READ_RETRIES)
+            with io.BufferedReader(remote) as stream:  # read(n) returns n bytes or up to the end
                 data = stream.read(limit + 1)
     except StorageError:
         raise

@@ -126,11 +126,6 @@ class AtomicFile:
         return self.tally.digest
 
     @property
-    def sha256(self) -> str:
-        """The hex sha256 of every byte written, when hashing with sha256 (else ``""``)."""
-        return self.tally.hexdigest() if self.tally.hash == "sha256" else ""
-
-    @property
     def size(self) -> int:
         return self.tally.size
 

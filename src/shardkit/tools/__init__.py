@@ -9,19 +9,20 @@ are used underneath.
 
 from __future__ import annotations
 
-from ._inputs import Manifest, ShardRef, iter_samples, read_manifest, resolve_inputs
+from ..formats.index import ShardIndex, index_url
+from ..pipeline.idxfiles import load_index
+from ._inputs import (
+    Manifest,
+    ShardRef,
+    class_names,
+    iter_samples,
+    read_manifest,
+    resolve_inputs,
+)
 from .cat import cat, iter_cat, shuffle_buffer
 from .convert import convert
 from .grid import ContactSheet, contact_sheet
-from .index import (
-    ShardIndex,
-    build_index,
-    index_url,
-    load_index,
-    read_indexed_sample,
-    write_index,
-    write_indexes,
-)
+from .index import build_index, read_indexed_sample, write_index, write_indexes
 from .proc import ProcError, ProcResult, proc, run_on_sample, run_on_samples
 from .show import FieldInfo, describe_field, describe_sample, format_sample, format_samples
 from .split import split, write_shards
@@ -44,6 +45,7 @@ __all__ = [
     "VerifyReport",
     "build_index",
     "cat",
+    "class_names",
     "contact_sheet",
     "convert",
     "describe_field",

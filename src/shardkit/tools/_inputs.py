@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-import sys
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,12 +57,6 @@ class ShardRef:
     @property
     def stdin(self) -> bool:
         return self.url == "-"
-
-    @property
-    def sha256(self) -> str | None:
-        """The manifest's hex sha256 of this shard, when it records one."""
-        name, _, hexdigest = (self.digest or "").partition(":")
-        return hexdigest if name == "sha256" else None
 
 
 @dataclass(frozen=True)
@@ -213,11 +206,6 @@ def iter_samples(
             yield from read_shard(
                 ref.url, format=ref.format, handler=handler, storage_options=storage_options
             )
-
-
-def stdin_is_terminal() -> bool:
-    """Whether stdin is an interactive terminal (reading a tar stream from it is a mistake)."""
-    return sys.stdin is not None and sys.stdin.isatty()
 
 
 @contextlib.contextmanager

@@ -21,8 +21,7 @@ from typing import Any
 
 from .. import storage
 from .._optional import require
-from ..codecs import image_extension
-from ..codecs._failures import image_failures
+from ..codecs import image_extension, image_failures
 from ..errors import ConfigError
 from .tsv import check_spec, label_text
 

@@ -13,25 +13,14 @@ from typing import Any
 
 from .. import storage
 from ..errors import FormatError, StorageError
-from ..formats.index import INDEX_SUFFIX, ShardIndex, compare_index, index_url, indexed_sample
+from ..formats.index import ShardIndex, index_url, indexed_sample
 from ..formats.names import Format
-from ..pipeline.idxfiles import load_index
 from ._progress import ToolProgressFn, track
 from .verify import scan_shard
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
-__all__ = [
-    "INDEX_SUFFIX",
-    "ShardIndex",
-    "build_index",
-    "compare_index",
-    "index_url",
-    "load_index",
-    "read_indexed_sample",
-    "write_index",
-    "write_indexes",
-]
+__all__ = ["build_index", "read_indexed_sample", "write_index", "write_indexes"]
 
 
 def build_index(

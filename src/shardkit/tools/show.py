@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._optional import missing, optional
-from ..codecs import image_extension
-from ..codecs._failures import NPY_FAILURES, image_failures
+from ..codecs import NPY_FAILURES, image_extension, image_failures
 from ..formats.jsondoc import load_json
 from ..formats.tfschema import LABEL_FIELDS
 from ..units import format_size

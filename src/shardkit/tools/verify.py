@@ -48,15 +48,7 @@ from ._inputs import (
 )
 from ._progress import ToolProgressFn, track
 
-__all__ = [
-    "Problem",
-    "ShardCheck",
-    "VerifyReport",
-    "compare_index",
-    "scan_shard",
-    "verify",
-    "verify_shard",
-]
+__all__ = ["Problem", "ShardCheck", "VerifyReport", "scan_shard", "verify", "verify_shard"]
 
 _SEEK_CHUNK = 1 << 14
 _READ_CHUNK = 1 << 22

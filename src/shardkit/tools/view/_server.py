@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..._optional import optional
-from ...codecs._failures import image_failures
+from ...codecs import image_failures
 from ...errors import ConfigError, ShardkitError
 from ._catalog import Catalog
 from ._media import DOWNLOAD, content_type, media_kind
