@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import functools
 import io
+import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._optional import optional, require
-from ..errors import ConfigError
-from ._images import IMAGE_FEATURE, last_component
+from ..errors import ConfigError, DecodeError
+from ._failures import image_failures
+from ._images import IMAGE_FEATURE, image_extension, last_component
 
-__all__ = ["IMAGE_SPECS", "check_spec", "decode_image"]
+__all__ = ["IMAGE_SPECS", "RESIZE_MODES", "SizedImageSpec", "check_spec", "decode_image"]
 
 _Kind = Literal["numpy", "torch", "pil"]
 _Mode = Literal["L", "RGB", "RGBA"]
@@ -183,3 +186,76 @@ def decode_image(data: bytes, spec: str, ext: str) -> Any:
         arr = _writable(img)
         del img  # let Pillow's copy go before the float conversion
     return _finish(arr, to_float, kind)
+
+
+#: How :class:`SizedImageSpec` fits an image to its size.
+RESIZE_MODES = ("center-crop", "keep-ratio", "pad")
+
+
+@dataclass(frozen=True)
+class SizedImageSpec:
+    """A decoder for ``.decode()``: image fields at training size, made by
+    :func:`shardkit.image`; other fields pass on to the next decoder.
+
+    ``center-crop``: the short side scaled to ``size``, then the centre ``size x size``
+    (one resampling pass over the crop box). ``keep-ratio``: the long side scaled to
+    ``size``. ``pad``: as ``keep-ratio``, centred on a black ``size x size`` canvas. A JPEG
+    decodes at the smallest DCT scale (1/2, 1/4, 1/8) that still covers the target
+    (Pillow's ``draft``), so a 2000 px photo for a 224 px crop decodes at 1/8 the pixels;
+    the resize is Pillow's bilinear (antialiased). ``spec`` is the output, as the image
+    specs (:data:`IMAGE_SPECS`) say: ``"rgb8"`` numpy HxWx3 uint8, ``"torchrgb"`` ...
+    """
+
+    size: int = 224
+    mode: str = "center-crop"
+    spec: str = "rgb8"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
+            raise ConfigError(f"image(size=) takes an int >= 1, not {self.size!r}")
+        if self.mode not in RESIZE_MODES:
+            raise ConfigError(
+                f"image(mode=) takes one of {', '.join(RESIZE_MODES)}, not {self.mode!r}"
+            )
+        object.__setattr__(self, "spec", check_spec(self.spec))
+
+    def __call__(self, ext: str, data: bytes) -> Any:
+        if not image_extension(ext):
+            return None
+        require("PIL.Image", "decoding images")
+        try:
+            return self._decode(data)
+        except DecodeError:
+            raise
+        except image_failures() as exc:
+            raise DecodeError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _decode(self, data: bytes) -> Any:
+        import PIL.Image
+
+        kind, to_float, mode = _SPECS[self.spec]
+        size, bilinear = self.size, PIL.Image.Resampling.BILINEAR
+        with PIL.Image.open(io.BytesIO(data), formats=_pil_formats()) as img:
+            width, height = img.size
+            fit = min if self.mode == "center-crop" else max
+            scale = size / fit(width, height)
+            # The DCT scale whose output still covers the target (JPEG only; else a no-op).
+            img.draft(mode, (math.ceil(width * scale), math.ceil(height * scale)))
+            img.load()
+            small = img.convert(mode)
+        scale_x, scale_y = small.width / width, small.height / height  # what draft kept
+        if self.mode == "center-crop":
+            side = min(width, height)
+            left, top = (width - side) / 2, (height - side) / 2
+            box = (left * scale_x, top * scale_y, (left + side) * scale_x, (top + side) * scale_y)
+            out = small.resize((size, size), bilinear, box=box)
+        else:
+            fitted = (max(1, round(width * scale)), max(1, round(height * scale)))
+            out = small.resize(fitted, bilinear)
+            if self.mode == "pad":
+                canvas = PIL.Image.new(mode, (size, size))
+                canvas.paste(out, ((size - fitted[0]) // 2, (size - fitted[1]) // 2))
+                out = canvas
+        if kind == "pil":
+            return out
+        return _finish(_writable(out), to_float, kind)
