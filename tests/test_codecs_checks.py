@@ -18,22 +18,22 @@ def test_text_must_be_utf8() -> None:
     check_field(b"", "transcript")
     with pytest.raises(DataError, match=r"^not UTF-8 text: invalid start byte at byte 3$"):
         check_field(b"abc\xff", "txt")
-    with pytest.raises(DataError, match="^not UTF-8 text"):
+    with pytest.raises(DataError, match=r"^not UTF-8 text"):
         check_field("é".encode()[:1], "caption.text")  # a character cut in half
 
 
 def test_json_must_parse_and_nest_at_most_the_limit() -> None:
     check_field(b'{"caption": "a cat", "size": [1, 2]}', "json")
-    with pytest.raises(DataError, match="^not JSON: "):
+    with pytest.raises(DataError, match=r"^not JSON: "):
         check_field(b'{"caption": "a cat"', "json")  # cut
     check_field(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH, "jsn")
     deeper = b'{"a":' * (MAX_JSON_DEPTH + 1) + b"1" + b"}" * (MAX_JSON_DEPTH + 1)
-    with pytest.raises(DataError, match=f"^JSON nests deeper than {MAX_JSON_DEPTH} levels$"):
+    with pytest.raises(DataError, match=rf"^JSON nests deeper than {MAX_JSON_DEPTH} levels$"):
         check_field(deeper, "json")
     very_deep = b"[" * 100_000 + b"]" * 100_000  # past the parser's own recursion limit
-    with pytest.raises(DataError, match="nests deeper"):
+    with pytest.raises(DataError, match=r"nests deeper"):
         check_field(very_deep, "json")
-    with pytest.raises(DataError, match="^not UTF-8"):
+    with pytest.raises(DataError, match=r"^not UTF-8"):
         check_field(b'"\xff"', "json")
 
 
@@ -48,9 +48,9 @@ def test_npy_header_must_parse_and_its_data_follow() -> None:
     check_field(data, "npy")
     with pytest.raises(DataError, match=r"^truncated npy \(399 of 400 data bytes"):
         check_field(data[:-1], "npy")
-    with pytest.raises(DataError, match="^not an npy array: "):
+    with pytest.raises(DataError, match=r"^not an npy array: "):
         check_field(b"\x93NUMPY\x01\x00garbage", "npy")
-    with pytest.raises(DataError, match="^not an npy array: "):
+    with pytest.raises(DataError, match=r"^not an npy array: "):
         check_field(b"plain bytes", "npy")
 
 

@@ -56,14 +56,14 @@ def test_a_whole_video_passes_and_every_cut_copy_is_rejected(
     data = _encode(container, codec, 40)
     check_field(data, ext)
     for cut in (len(data) - 1, len(data) * 2 // 3, len(data) // 3, 64):
-        with pytest.raises(DataError, match="^truncated (MP4|Matroska/WebM) "):
+        with pytest.raises(DataError, match=r"^truncated (MP4|Matroska/WebM) "):
             check_field(data[:cut], ext)
 
 
 def test_what_is_not_a_video_or_has_no_video_stream_is_named() -> None:
-    with pytest.raises(DataError, match="^empty file$"):
+    with pytest.raises(DataError, match=r"^empty file$"):
         check_field(b"", "mp4")
-    with pytest.raises(DataError, match="not a readable MP4 video"):
+    with pytest.raises(DataError, match=r"not a readable MP4 video"):
         check_field(b"this is a caption, not a video" * 10, "mp4")
     audio_only = io.BytesIO()
     with av.open(audio_only, mode="w", format="matroska") as out:
@@ -74,7 +74,7 @@ def test_what_is_not_a_video_or_has_no_video_stream_is_named() -> None:
         frame.sample_rate = 8000
         for packet in [*stream.encode(frame), *stream.encode()]:
             out.mux(packet)
-    with pytest.raises(DataError, match="^no video stream in MKV file$"):
+    with pytest.raises(DataError, match=r"^no video stream in MKV file$"):
         check_field(audio_only.getvalue(), "mkv")
 
 
@@ -122,16 +122,16 @@ def test_torch_output_and_option_errors(long_mp4: bytes) -> None:
     assert clip is not None
     assert clip.frames.dtype == torch.uint8 and tuple(clip.frames.shape) == (3, 48, 64, 3)
     assert clip.times.dtype == torch.float64
-    with pytest.raises(ConfigError, match="frames="):
+    with pytest.raises(ConfigError, match=r"frames="):
         shardkit.video(frames=0)
-    with pytest.raises(ConfigError, match="start="):
+    with pytest.raises(ConfigError, match=r"start="):
         shardkit.video(start=-1.0)
 
 
 def test_a_video_shorter_than_the_clip_is_a_decode_error() -> None:
     decoder = shardkit.codecs.Decoder(shardkit.video(frames=20))
     short = _encode("mp4", "mpeg4", 10)
-    with pytest.raises(DecodeError, match="the clip needs 20") as info:
+    with pytest.raises(DecodeError, match=r"the clip needs 20") as info:
         decoder({"__key__": "v1", "mp4": short})
     assert info.value.key == "v1"
 
