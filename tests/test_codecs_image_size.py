@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import functools
 import io
+import sys
 from typing import Any
 
 import numpy as np
 import PIL.Image
 import PIL.JpegImagePlugin
 import pytest
+import simplejpeg
 
 import shardkit
-from shardkit.errors import ConfigError, DecodeError
+from shardkit.codecs import _imagespecs
+from shardkit.errors import ConfigError, DecodeError, MissingDependencyError
 
 
 @functools.cache
@@ -51,21 +54,34 @@ def test_keep_ratio_and_pad() -> None:
     np.testing.assert_array_equal(padded[28:196], kept)
 
 
+@pytest.mark.parametrize("decoder", ["simplejpeg", "Pillow"])
 def test_a_jpeg_decodes_at_the_smallest_dct_scale_that_covers_the_target(
-    monkeypatch: pytest.MonkeyPatch,
+    decoder: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     decoded: list[tuple[int, int]] = []
-    draft = PIL.JpegImagePlugin.JpegImageFile.draft
+    if decoder == "Pillow":  # as without simplejpeg installed
+        monkeypatch.setattr(_imagespecs, "_simplejpeg", lambda: None)
+        draft = PIL.JpegImagePlugin.JpegImageFile.draft
 
-    def spy(self: Any, mode: Any, size: Any) -> Any:
-        result = draft(self, mode, size)
-        decoded.append(self.size)
-        return result
+        def spy(self: Any, mode: Any, size: Any) -> Any:
+            result = draft(self, mode, size)
+            decoded.append(self.size)
+            return result
 
-    monkeypatch.setattr(PIL.JpegImagePlugin.JpegImageFile, "draft", spy)
-    shardkit.image(224)("jpg", _photo())  # short side 1200 -> 224: 1/4 (1/8 is 150 < 224)
-    shardkit.image(100, "keep-ratio")("jpeg", _photo())  # long side 1600 -> 100: 1/8
-    shardkit.image(2000)("jpg", _photo())  # larger than the photo: full scale
+        monkeypatch.setattr(PIL.JpegImagePlugin.JpegImageFile, "draft", spy)
+    else:
+        decode_jpeg = simplejpeg.decode_jpeg
+
+        def spy_sj(*args: Any, **kwargs: Any) -> Any:
+            out = decode_jpeg(*args, **kwargs)
+            decoded.append((out.shape[1], out.shape[0]))
+            return out
+
+        monkeypatch.setattr(simplejpeg, "decode_jpeg", spy_sj)
+    assert shardkit.image(224)("jpg", _photo()).shape == (224, 224, 3)  # short side 1200:
+    # 1/4 (300 >= 224; 1/8 gives 150)
+    assert shardkit.image(100, "keep-ratio")("jpeg", _photo()).shape == (75, 100, 3)  # 1/8
+    assert shardkit.image(2000)("jpg", _photo()).shape == (2000, 2000, 3)  # full scale
     assert decoded == [(400, 300), (200, 150), (1600, 1200)]
 
 
@@ -98,3 +114,12 @@ def test_a_cut_image_is_a_decode_error_and_bad_options_are_config_errors() -> No
     ):
         with pytest.raises(ConfigError):
             bad()
+
+
+def test_without_opencv_it_is_a_missing_dependency_naming_the_images_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "cv2", None)
+    with pytest.raises(MissingDependencyError) as info:
+        shardkit.image(16)("jpg", _photo(64, 64))
+    assert "pip install 'shardkit[images]'" in info.value.message

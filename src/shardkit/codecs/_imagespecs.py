@@ -197,13 +197,15 @@ class SizedImageSpec:
     """A decoder for ``.decode()``: image fields at training size, made by
     :func:`shardkit.image`; other fields pass on to the next decoder.
 
-    ``center-crop``: the short side scaled to ``size``, then the centre ``size x size``
-    (one resampling pass over the crop box). ``keep-ratio``: the long side scaled to
-    ``size``. ``pad``: as ``keep-ratio``, centred on a black ``size x size`` canvas. A JPEG
-    decodes at the smallest DCT scale (1/2, 1/4, 1/8) that still covers the target
-    (Pillow's ``draft``), so a 2000 px photo for a 224 px crop decodes at 1/8 the pixels;
-    the resize is Pillow's bilinear (antialiased). ``spec`` is the output, as the image
-    specs (:data:`IMAGE_SPECS`) say: ``"rgb8"`` numpy HxWx3 uint8, ``"torchrgb"`` ...
+    ``center-crop``: the centre square, scaled to ``size x size``. ``keep-ratio``: the
+    long side scaled to ``size``. ``pad``: as ``keep-ratio``, centred on a black
+    ``size x size`` canvas. A JPEG decodes at the smallest reduced DCT scale that still
+    covers the target (libjpeg-turbo's M/8 scales through simplejpeg when it is installed,
+    else Pillow's ``draft``: 1/2, 1/4, 1/8; the pixels differ slightly between the two),
+    so a 2000 px photo for a 224 px crop decodes a fraction of its pixels; the resize is
+    OpenCV's (bilinear; area averaging past 2x down), which the ``images`` extra installs.
+    ``spec`` is the output, as the image specs (:data:`IMAGE_SPECS`) name it: ``"rgb8"``
+    numpy HxWx3 uint8, ``"torchrgb"`` CxHxW float32, ``"pil"`` ...
     """
 
     size: int = 224
@@ -223,39 +225,95 @@ class SizedImageSpec:
         if not image_extension(ext):
             return None
         require("PIL.Image", "decoding images")
+        require("cv2", "shardkit.image(size=...)")  # the resize (the images extra has it)
         try:
-            return self._decode(data)
+            return self._decode(data, ext)
         except DecodeError:
             raise
         except image_failures() as exc:
             raise DecodeError(f"{type(exc).__name__}: {exc}") from exc
 
-    def _decode(self, data: bytes) -> Any:
+    def _decode(self, data: bytes, ext: str) -> Any:
+        kind, to_float, mode = _SPECS[self.spec]
+        arr = None
+        if mode != "L" and _is_jpeg(data, ext):
+            arr = _decode_jpeg_scaled(data, mode, self.size, self.mode == "center-crop")
+        if arr is None:
+            arr = self._decode_pil(data, mode)
+        out = self._fit(arr)
+        if kind == "pil":
+            import PIL.Image
+
+            return PIL.Image.fromarray(out)
+        return _finish(out, to_float, kind)
+
+    def _decode_pil(self, data: bytes, mode: _Mode) -> Any:
+        """Pillow's decode; for a JPEG, at the smallest DCT scale that covers the target."""
         import PIL.Image
 
-        kind, to_float, mode = _SPECS[self.spec]
-        size, bilinear = self.size, PIL.Image.Resampling.BILINEAR
         with PIL.Image.open(io.BytesIO(data), formats=_pil_formats()) as img:
             width, height = img.size
             fit = min if self.mode == "center-crop" else max
-            scale = size / fit(width, height)
-            # The DCT scale whose output still covers the target (JPEG only; else a no-op).
+            scale = self.size / fit(width, height)
             img.draft(mode, (math.ceil(width * scale), math.ceil(height * scale)))
             img.load()
-            small = img.convert(mode)
-        scale_x, scale_y = small.width / width, small.height / height  # what draft kept
+            return _writable(img.convert(mode))
+
+    def _fit(self, arr: Any) -> Any:
+        """``arr`` (HxW[xC]) resized and cropped or padded as the mode says."""
+        import cv2
+        import numpy as np
+
+        height, width = arr.shape[:2]
+        size = self.size
         if self.mode == "center-crop":
             side = min(width, height)
-            left, top = (width - side) / 2, (height - side) / 2
-            box = (left * scale_x, top * scale_y, (left + side) * scale_x, (top + side) * scale_y)
-            out = small.resize((size, size), bilinear, box=box)
-        else:
-            fitted = (max(1, round(width * scale)), max(1, round(height * scale)))
-            out = small.resize(fitted, bilinear)
-            if self.mode == "pad":
-                canvas = PIL.Image.new(mode, (size, size))
-                canvas.paste(out, ((size - fitted[0]) // 2, (size - fitted[1]) // 2))
-                out = canvas
-        if kind == "pil":
-            return out
-        return _finish(_writable(out), to_float, kind)
+            top, left = (height - side) // 2, (width - side) // 2
+            return _resize(cv2, arr[top : top + side, left : left + side], size, size)
+        scale = size / max(width, height)
+        fitted = _resize(cv2, arr, max(1, round(width * scale)), max(1, round(height * scale)))
+        if self.mode == "keep-ratio":
+            return fitted
+        canvas = np.zeros((size, size, *arr.shape[2:]), arr.dtype)
+        top, left = (size - fitted.shape[0]) // 2, (size - fitted.shape[1]) // 2
+        canvas[top : top + fitted.shape[0], left : left + fitted.shape[1]] = fitted
+        return canvas
+
+
+def _resize(cv2: Any, arr: Any, width: int, height: int) -> Any:
+    """OpenCV's bilinear resize (area averaging past 2x down, where bilinear would alias:
+    after a reduced DCT scale the rest is under 2x unless the image is 8x the target)."""
+    if arr.shape[1] == width and arr.shape[0] == height:
+        return arr.copy()
+    shrink = min(arr.shape[1] / width, arr.shape[0] / height)
+    method = cv2.INTER_AREA if shrink >= 2 else cv2.INTER_LINEAR
+    return cv2.resize(arr, (width, height), interpolation=method)
+
+
+def _decode_jpeg_scaled(data: bytes, mode: _Mode, size: int, cover_short: bool) -> Any:
+    """A JPEG decoded by simplejpeg at the smallest libjpeg-turbo scale (an M/8) that keeps
+    the short side (``cover_short``) or the long side at least ``size``; None to use Pillow."""
+    sj = _simplejpeg()
+    if sj is None:
+        return None
+    import PIL.Image
+
+    try:
+        height, width, colorspace, _ = sj.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    limit = PIL.Image.MAX_IMAGE_PIXELS
+    if colorspace not in ("YCbCr", "Gray") or (limit is not None and height * width > limit):
+        return None
+    scale = size / (min if cover_short else max)(width, height)
+    try:
+        return sj.decode_jpeg(
+            data,
+            colorspace=mode,
+            fastdct=False,
+            fastupsample=False,
+            min_height=min(height, math.ceil(height * scale)),
+            min_width=min(width, math.ceil(width * scale)),
+        )
+    except ValueError:
+        return None
