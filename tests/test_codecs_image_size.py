@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -123,3 +124,18 @@ def test_without_opencv_it_is_a_missing_dependency_naming_the_images_extra(
     with pytest.raises(MissingDependencyError) as info:
         shardkit.image(16)("jpg", _photo(64, 64))
     assert "pip install 'shardkit[images]'" in info.value.message
+
+
+def test_through_a_dataset(tmp_path: Path) -> None:
+    """The same code as docs/reading.md's example."""
+    with shardkit.ShardWriter(str(tmp_path / "shard-%06d.tar")) as writer:
+        for i in range(3):
+            writer.write({"__key__": f"s{i}", "jpg": _photo(640 + 64 * i, 480), "cls": i})
+
+    images = (
+        shardkit.Dataset(str(tmp_path / "shard-000000.tar"))
+        .decode(shardkit.image(224))
+        .to_tuple("jpg", "cls")
+    )
+    got = [(image.shape, image.dtype, label) for image, label in images]
+    assert got == [((224, 224, 3), np.uint8, i) for i in range(3)]
