@@ -139,3 +139,19 @@ def test_without_soundfile_it_is_a_missing_dependency_not_bad_data(
             call()
         assert not isinstance(info.value, DataError)
         assert "pip install 'shardkit[audio]'" in info.value.message
+
+
+def test_an_mp3_cut_exactly_between_frames_is_caught_by_its_declared_frame_count() -> None:
+    from shardkit.codecs._audio import _mpeg_frame
+
+    data = _encode("MP3", "MPEG_LAYER_III", _tone(RATE, 1))
+    size = data[6:10]  # after soundfile's ID3v2 tag: frames back to back
+    pos = 10 + (size[0] << 21 | size[1] << 14 | size[2] << 7 | size[3]) if data[:3] == b"ID3" else 0
+    ends = []
+    while (length := _mpeg_frame(data, pos)) is not None:
+        pos += length
+        ends.append(pos)
+    assert ends[-1] == len(data)  # the walk covers the file
+    for cut in (ends[-2], ends[len(ends) // 2]):
+        with pytest.raises(DataError, match=r"^truncated MP3 \(\d+ of the \d+ frames"):
+            check_field(data[:cut], "mp3")

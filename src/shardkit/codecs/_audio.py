@@ -3,7 +3,8 @@
 :func:`check_audio` opens the header with soundfile and checks that the stream is all
 there without decoding it: a WAV's ``data`` chunk fits in the file, an Ogg stream (Vorbis,
 Opus) ends with a complete end-of-stream page, an MP3's frames (walked header to header)
-end inside the file, and the last frames of any file read back (a cut FLAC fails there).
+end inside the file and are as many as its Xing/Info tag declares, and the last frames
+of any file read back (a cut FLAC fails there).
 :class:`AudioSpec` (``shardkit.audio()``) decodes to float32 ``[channels, frames]``.
 """
 
@@ -141,11 +142,13 @@ def _check_mp3(data: bytes) -> None:
     if data[:3] == b"ID3" and len(data) >= 10:
         size = data[6:10]
         pos = 10 + (size[0] << 21 | size[1] << 14 | size[2] << 7 | size[3])
-    frames = 0
+    frames, declared = 0, None
     while True:
         length = _mpeg_frame(data, pos)
         if length is None:
             break
+        if frames == 0:
+            declared = _xing_frames(data[pos : pos + length])
         if pos + length > len(data):
             raise DataError(
                 f"truncated MP3 (frame {frames} ends at byte {pos + length} of {len(data)})"
@@ -154,6 +157,20 @@ def _check_mp3(data: bytes) -> None:
         frames += 1
     if frames == 0:
         raise DataError("not an MP3 (no MPEG audio frame after the ID3 tag)")
+    if declared is not None and frames - 1 < declared:  # the tag's own frame is not counted
+        raise DataError(
+            f"truncated MP3 ({frames - 1} of the {declared} frames its header declares)"
+        )
+
+
+def _xing_frames(frame: bytes) -> int | None:
+    """The frame count a Xing/Info tag (in an MP3's first frame) declares, or None."""
+    for tag in (b"Xing", b"Info"):
+        at = frame.find(tag)
+        if at >= 0 and at + 12 <= len(frame):
+            flags, count = struct.unpack_from(">II", frame, at + 4)
+            return int(count) if flags & 1 else None
+    return None
 
 
 def decode_audio(data: bytes, *, mono: bool = False, to_torch: bool = False) -> Audio:
