@@ -173,3 +173,14 @@ def test_without_pyav_it_is_a_missing_dependency_not_bad_data(
             call()
         assert not isinstance(info.value, DataError)
         assert "pip install 'shardkit[video]'" in info.value.message
+
+
+@pytest.mark.parametrize(("ext", "container", "codec"), KINDS)
+def test_clips_from_every_container_have_their_timestamps(
+    ext: str, container: str, codec: str
+) -> None:
+    data = _encode(container, codec, 90)
+    clip = shardkit.video(frames=4, start=1.5)(ext, data)
+    assert clip is not None and clip.frames.shape == (4, 48, 64, 3)
+    np.testing.assert_allclose(clip.times, (45 + np.arange(4)) / FPS, atol=1e-3)  # mkv: ms
+    np.testing.assert_allclose(clip.frames.mean(axis=(1, 2, 3)), 8 * (15 + np.arange(4)), atol=4)
