@@ -30,6 +30,11 @@ Groups, side by side:
 * image specs, the decoder alone in one thread as above: ``rgb8`` (HxWx3 uint8) against
   ``torchrgb8`` (CxHxW uint8 tensor) and ``torchrgb`` (CxHxW float32), what putting the
   channels first and converting to float add;
+* ``shardkit.image(224)`` and ``image(112)``, center crop: shardkit's reader decoding
+  with it (one thread, and its default threads) vs the same reader with Pillow's full
+  decode then the same resize, one thread, vs litdata iterated with that Pillow
+  decode-then-resize (``--peers``). The JPEGs are 384x384: no reduced DCT scale covers a
+  224 crop, so that group measures the resize alone; at 112 they decode at 1/2 scale;
 * TFRecord read + parse: shardkit vs ``tf.data.TFRecordDataset`` + ``tf.io.parse_single_example``
   in eager Python iteration;
 * ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``;
@@ -508,6 +513,84 @@ def litdata_random(root: str, samples: int, limit: int) -> Work:
     return _peer_random(litdata_dataset(root, samples), limit)
 
 
+def _pillow_sized(size: int) -> Callable[[bytes], Any]:
+    """Pillow's decode, then the resize of ``shardkit.image(size)`` (the centre square,
+    bilinear, one pass), as a user writes decode-then-resize: the full-size decode."""
+    import io
+
+    import numpy as np
+    import PIL.Image
+
+    def decode(data: bytes) -> Any:
+        with PIL.Image.open(io.BytesIO(data)) as img:
+            full = img.convert("RGB")
+        side = min(full.size)
+        left, top = (full.width - side) / 2, (full.height - side) / 2
+        box = (left, top, left + side, top + side)
+        return np.asarray(full.resize((size, size), PIL.Image.Resampling.BILINEAR, box=box))
+
+    return decode
+
+
+def _shardkit_sized(root: str, samples: int, limit: int, size: int, threads: int | None) -> Work:
+    import shardkit
+
+    _images()
+    urls = shards(root, samples, "tar", limit)
+    return lambda: _count(shardkit.Dataset(urls).decode(shardkit.image(size), threads=threads))
+
+
+def _pillow_sized_reader(root: str, samples: int, limit: int, size: int) -> Work:
+    """shardkit's reader, one thread, each JPEG through :func:`_pillow_sized`."""
+    from shardkit import Dataset
+
+    _images()
+    urls = shards(root, samples, "tar", limit)
+    decode = _pillow_sized(size)
+    return lambda: _count(Dataset(urls).map(lambda s: decode(s["jpg"])))
+
+
+def _litdata_sized(root: str, samples: int, limit: int, size: int) -> Work:
+    import itertools
+
+    from _peers import litdata_dataset
+
+    _images()
+    ds = litdata_dataset(root, samples)
+    decode = _pillow_sized(size)
+    return lambda: sum(
+        1 for s in itertools.islice(ds, limit) if decode(bytes(s["jpg"])) is not None
+    )
+
+
+def sized224_1thread(root: str, samples: int, limit: int) -> Work:
+    return _shardkit_sized(root, samples, limit, 224, 1)
+
+
+def sized224(root: str, samples: int, limit: int) -> Work:
+    return _shardkit_sized(root, samples, limit, 224, None)
+
+
+def pillow224(root: str, samples: int, limit: int) -> Work:
+    return _pillow_sized_reader(root, samples, limit, 224)
+
+
+def litdata_pillow224(root: str, samples: int, limit: int) -> Work:
+    return _litdata_sized(root, samples, limit, 224)
+
+
+def sized112_1thread(root: str, samples: int, limit: int) -> Work:
+    return _shardkit_sized(root, samples, limit, 112, 1)
+
+
+def pillow112(root: str, samples: int, limit: int) -> Work:
+    return _pillow_sized_reader(root, samples, limit, 112)
+
+
+def litdata_pillow112(root: str, samples: int, limit: int) -> Work:
+    return _litdata_sized(root, samples, limit, 112)
+
+
 def shardkit_one_source(root: str, samples: int, limit: int) -> Work:
     from shardkit import Dataset
 
@@ -560,6 +643,19 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
         ("rgb8", decoder_alone_1),
         ("torchrgb8", spec_torchrgb8),
         ("torchrgb", spec_torchrgb),
+    ],
+    # The bench JPEGs are 384x384: at 224 no DCT scale (1/2 is 192) covers the crop, so
+    # the 224 rows compare resizing alone; at 112 the JPEGs decode at 1/2 scale.
+    "image(224) center crop": [
+        ("shardkit 1 thr", sized224_1thread),
+        ("shardkit", sized224),
+        ("Pillow 1 thr", pillow224),
+        ("litdata Pillow", litdata_pillow224),
+    ],
+    "image(112) center crop": [
+        ("shardkit 1 thr", sized112_1thread),
+        ("Pillow 1 thr", pillow112),
+        ("litdata Pillow", litdata_pillow112),
     ],
     "TFRecord read+parse": [("shardkit", shardkit_tfrecord), ("tf.data", tfdata_parse)],
     "DataLoader(workers=2) rgb8": [

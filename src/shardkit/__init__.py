@@ -31,6 +31,7 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .builder import BuildOptions, BuildProgress, BuildResult, build
+    from .codecs import audio, image, video
     from .formats.tar import TarWriter
     from .mapshards import ShardResult, map_shards
     from .pipeline import Dataset, IndexedDataset, Loader, MixedDataset, mix
@@ -55,6 +56,9 @@ _LAZY = {
     "ShardResult": ".mapshards",
     "map_shards": ".mapshards",
     "read_shard": ".reader",
+    "audio": ".codecs",
+    "image": ".codecs",
+    "video": ".codecs",
 }
 
 __all__ = [
@@ -85,10 +89,13 @@ __all__ = [
     "TruncatedShardError",
     "UnsafeDataError",
     "__version__",
+    "audio",
     "build",
+    "image",
     "map_shards",
     "mix",
     "read_shard",
+    "video",
 ]
 
 

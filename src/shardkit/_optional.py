@@ -32,6 +32,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "blake3": ("blake3", "blake3"),  # also a core dependency (the default --hash)
     "xxhash": ("xxhash", "xxhash"),
     "pyarrow": ("parquet", "pyarrow"),
+    "soundfile": ("audio", "soundfile"),
+    "av": ("video", "av"),
 }
 
 

@@ -32,6 +32,12 @@ the image extensions and to ``image/encoded`` (:data:`IMAGE_FEATURE`, the image 
 shardkit TFRecord schema). :func:`register` adds extensions to the process-wide registry;
 a :class:`Codecs` object is a separate registry.
 
+Decoders for other media, passed to ``.decode()`` like the image specs: :func:`audio`
+(float32 ``[channels, frames]`` and the sample rate), :func:`video` (a clip of ``frames``
+uint8 ``[N, H, W, 3]`` and their timestamps) and :func:`image` (images at training size).
+:func:`check_field` validates text, JSON, npy, audio and video fields cheaply
+(:data:`FIELD_CHECKS`, by extension).
+
 Untrusted fields: a :class:`Decoder` never unpickles without ``allow_pickle=True``
 (``torch.load`` runs with ``weights_only``); any field that does not decode raises
 :class:`~shardkit.errors.DecodeError`; what a field may expand to is bounded (``.gz``
@@ -48,7 +54,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ._audio import AUDIO_EXTENSIONS, Audio, AudioSpec
 from ._builtin import MAX_EXPANDED_SIZE
+from ._checks import FIELD_CHECKS, check_field, field_check
 from ._decoder import Decoder, Handler, decode_sample
 from ._failures import NPY_FAILURES, image_failures
 from ._images import (
@@ -59,12 +67,18 @@ from ._images import (
     image_size,
     normalize_image_extension,
 )
-from ._imagespecs import IMAGE_SPECS
+from ._imagespecs import IMAGE_SPECS, RESIZE_MODES, SizedImageSpec
 from ._registry import Codecs, FieldDecoder, FieldEncoder, default_codecs, register
+from ._video import VIDEO_EXTENSIONS, Clip, VideoSpec
 
 __all__ = [
+    "AUDIO_EXTENSIONS",
+    "Audio",
+    "AudioSpec",
+    "Clip",
     "Codecs",
     "Decoder",
+    "FIELD_CHECKS",
     "FieldDecoder",
     "FieldEncoder",
     "Handler",
@@ -73,15 +87,24 @@ __all__ = [
     "IMAGE_SPECS",
     "MAX_EXPANDED_SIZE",
     "NPY_FAILURES",
+    "RESIZE_MODES",
+    "SizedImageSpec",
+    "VIDEO_EXTENSIONS",
+    "VideoSpec",
+    "audio",
+    "check_field",
     "decode_sample",
     "default_codecs",
     "encode_image",
     "encode_sample",
+    "field_check",
+    "image",
     "image_extension",
     "image_failures",
     "image_size",
     "normalize_image_extension",
     "register",
+    "video",
 ]
 
 
@@ -95,3 +118,36 @@ def encode_sample(sample: Mapping[str, Any], *, codecs: Codecs | None = None) ->
     carrying the sample key.
     """
     return (default_codecs if codecs is None else codecs).encode_sample(sample)
+
+
+def audio(*, mono: bool = False, torch: bool = False) -> AudioSpec:
+    """A decoder for ``.decode()``: audio fields (wav, flac, mp3, ogg, opus) to
+    :class:`Audio` ``(samples, rate)``, ``samples`` float32 ``[channels, frames]``
+    (``[1, frames]`` with ``mono=True``; a torch tensor with ``torch=True``). Needs the
+    ``audio`` extra (soundfile)."""
+    return AudioSpec(mono=bool(mono), torch=bool(torch))
+
+
+def video(
+    frames: int = 16, *, start: float | None = None, seed: int = 0, torch: bool = False
+) -> VideoSpec:
+    """A decoder for ``.decode()``: video fields (mp4, m4v, mov, webm, mkv) to a
+    :class:`Clip` ``(frames, times)``: ``frames`` consecutive frames as uint8
+    ``[N, H, W, 3]`` RGB and their timestamps in seconds (torch tensors with ``torch=True``).
+
+    The clip starts ``start`` seconds into the video, or (``start=None``) at a position
+    drawn from the stream's (seed, epoch, rank, worker) and the field, so each epoch sees
+    other clips and a rerun the same ones (``seed`` stands in for the pipeline's seed when
+    the spec is used outside one). Decoding seeks to the keyframe at or before the clip.
+    A video with fewer frames than the clip needs is a DecodeError. Needs the ``video``
+    extra (PyAV)."""
+    return VideoSpec(frames=frames, start=start, seed=seed, torch=bool(torch))
+
+
+def image(size: int = 224, mode: str = "center-crop", *, spec: str = "rgb8") -> SizedImageSpec:
+    """A decoder for ``.decode()``: image fields at training size (see
+    :class:`SizedImageSpec`): ``mode`` is ``"center-crop"`` (``size x size``),
+    ``"keep-ratio"`` (the long side ``size``) or ``"pad"`` (``size x size``, black
+    borders); ``spec`` the output as the image specs name it (``"rgb8"``, ``"torchrgb"``,
+    ``"pil"``...). JPEGs decode at a reduced DCT scale first."""
+    return SizedImageSpec(size=size, mode=mode, spec=spec)

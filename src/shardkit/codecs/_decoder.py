@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import re
 import zlib
@@ -108,6 +109,18 @@ class Decoder:
         if self.max_gunzip_size != MAX_EXPANDED_SIZE:
             parts.append(f"max_gunzip_size={self.max_gunzip_size}")
         return f"Decoder({', '.join(parts)})"
+
+    def for_stream(self, ctx: Any) -> Decoder:
+        """This decoder for one stream of a pipeline (``ctx``: its seed, epoch, rank and
+        worker): handlers with a ``for_stream(ctx)`` method (:func:`shardkit.video`,
+        whose clip positions derive from them) are replaced by what it returns."""
+        if not any(hasattr(h, "for_stream") for h in self.handlers):
+            return self
+        bound = copy.copy(self)
+        bound.handlers = tuple(
+            h.for_stream(ctx) if hasattr(h, "for_stream") else h for h in self.handlers
+        )
+        return bound
 
     def _selected(self, field: str) -> bool:
         if self.only is None:

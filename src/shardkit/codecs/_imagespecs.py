@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import functools
 import io
+import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._optional import optional, require
-from ..errors import ConfigError
-from ._images import IMAGE_FEATURE, last_component
+from ..errors import ConfigError, DecodeError
+from ._failures import image_failures
+from ._images import IMAGE_FEATURE, image_extension, last_component
 
-__all__ = ["IMAGE_SPECS", "check_spec", "decode_image"]
+__all__ = ["IMAGE_SPECS", "RESIZE_MODES", "SizedImageSpec", "check_spec", "decode_image"]
 
 _Kind = Literal["numpy", "torch", "pil"]
 _Mode = Literal["L", "RGB", "RGBA"]
@@ -183,3 +186,134 @@ def decode_image(data: bytes, spec: str, ext: str) -> Any:
         arr = _writable(img)
         del img  # let Pillow's copy go before the float conversion
     return _finish(arr, to_float, kind)
+
+
+#: How :class:`SizedImageSpec` fits an image to its size.
+RESIZE_MODES = ("center-crop", "keep-ratio", "pad")
+
+
+@dataclass(frozen=True)
+class SizedImageSpec:
+    """A decoder for ``.decode()``: image fields at training size, made by
+    :func:`shardkit.image`; other fields pass on to the next decoder.
+
+    ``center-crop``: the centre square, scaled to ``size x size``. ``keep-ratio``: the
+    long side scaled to ``size``. ``pad``: as ``keep-ratio``, centred on a black
+    ``size x size`` canvas. A JPEG decodes at the smallest reduced DCT scale that still
+    covers the target (libjpeg-turbo's M/8 scales through simplejpeg when it is installed,
+    else Pillow's ``draft``: 1/2, 1/4, 1/8; the pixels differ slightly between the two),
+    so a 2000 px photo for a 224 px crop decodes a fraction of its pixels; the resize is
+    OpenCV's (bilinear; area averaging past 2x down), which the ``images`` extra installs.
+    ``spec`` is the output, as the image specs (:data:`IMAGE_SPECS`) name it: ``"rgb8"``
+    numpy HxWx3 uint8, ``"torchrgb"`` CxHxW float32, ``"pil"`` ...
+    """
+
+    size: int = 224
+    mode: str = "center-crop"
+    spec: str = "rgb8"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
+            raise ConfigError(f"image(size=) takes an int >= 1, not {self.size!r}")
+        if self.mode not in RESIZE_MODES:
+            raise ConfigError(
+                f"image(mode=) takes one of {', '.join(RESIZE_MODES)}, not {self.mode!r}"
+            )
+        object.__setattr__(self, "spec", check_spec(self.spec))
+
+    def __call__(self, ext: str, data: bytes) -> Any:
+        if not image_extension(ext):
+            return None
+        require("PIL.Image", "decoding images")
+        require("cv2", "shardkit.image(size=...)")  # the resize (the images extra has it)
+        try:
+            return self._decode(data, ext)
+        except DecodeError:
+            raise
+        except image_failures() as exc:
+            raise DecodeError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _decode(self, data: bytes, ext: str) -> Any:
+        kind, to_float, mode = _SPECS[self.spec]
+        arr = None
+        if mode != "L" and _is_jpeg(data, ext):
+            arr = _decode_jpeg_scaled(data, mode, self.size, self.mode == "center-crop")
+        if arr is None:
+            arr = self._decode_pil(data, mode)
+        out = self._fit(arr)
+        if kind == "pil":
+            import PIL.Image
+
+            return PIL.Image.fromarray(out)
+        return _finish(out, to_float, kind)
+
+    def _decode_pil(self, data: bytes, mode: _Mode) -> Any:
+        """Pillow's decode; for a JPEG, at the smallest DCT scale that covers the target."""
+        import PIL.Image
+
+        with PIL.Image.open(io.BytesIO(data), formats=_pil_formats()) as img:
+            width, height = img.size
+            fit = min if self.mode == "center-crop" else max
+            scale = self.size / fit(width, height)
+            img.draft(mode, (math.ceil(width * scale), math.ceil(height * scale)))
+            img.load()
+            return _writable(img.convert(mode))
+
+    def _fit(self, arr: Any) -> Any:
+        """``arr`` (HxW[xC]) resized and cropped or padded as the mode says."""
+        import cv2
+        import numpy as np
+
+        height, width = arr.shape[:2]
+        size = self.size
+        if self.mode == "center-crop":
+            side = min(width, height)
+            top, left = (height - side) // 2, (width - side) // 2
+            return _resize(cv2, arr[top : top + side, left : left + side], size, size)
+        scale = size / max(width, height)
+        fitted = _resize(cv2, arr, max(1, round(width * scale)), max(1, round(height * scale)))
+        if self.mode == "keep-ratio":
+            return fitted
+        canvas = np.zeros((size, size, *arr.shape[2:]), arr.dtype)
+        top, left = (size - fitted.shape[0]) // 2, (size - fitted.shape[1]) // 2
+        canvas[top : top + fitted.shape[0], left : left + fitted.shape[1]] = fitted
+        return canvas
+
+
+def _resize(cv2: Any, arr: Any, width: int, height: int) -> Any:
+    """OpenCV's bilinear resize (area averaging past 2x down, where bilinear would alias:
+    after a reduced DCT scale the rest is under 2x unless the image is 8x the target)."""
+    if arr.shape[1] == width and arr.shape[0] == height:
+        return arr.copy()
+    shrink = min(arr.shape[1] / width, arr.shape[0] / height)
+    method = cv2.INTER_AREA if shrink >= 2 else cv2.INTER_LINEAR
+    return cv2.resize(arr, (width, height), interpolation=method)
+
+
+def _decode_jpeg_scaled(data: bytes, mode: _Mode, size: int, cover_short: bool) -> Any:
+    """A JPEG decoded by simplejpeg at the smallest libjpeg-turbo scale (an M/8) that keeps
+    the short side (``cover_short``) or the long side at least ``size``; None to use Pillow."""
+    sj = _simplejpeg()
+    if sj is None:
+        return None
+    import PIL.Image
+
+    try:
+        height, width, colorspace, _ = sj.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    limit = PIL.Image.MAX_IMAGE_PIXELS
+    if colorspace not in ("YCbCr", "Gray") or (limit is not None and height * width > limit):
+        return None
+    scale = size / (min if cover_short else max)(width, height)
+    try:
+        return sj.decode_jpeg(
+            data,
+            colorspace=mode,
+            fastdct=False,
+            fastupsample=False,
+            min_height=min(height, math.ceil(height * scale)),
+            min_width=min(width, math.ceil(width * scale)),
+        )
+    except ValueError:
+        return None

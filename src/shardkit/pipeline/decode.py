@@ -60,12 +60,14 @@ class Decode(Stage):
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         threads = default_threads(ctx) if self.threads is None else self.threads
+        bind = getattr(self.decoder, "for_stream", None)  # handlers that draw from ctx
+        decode = self.decoder if bind is None else bind(ctx)
         if threads > 1:
-            return _ParallelDecode(items, self.decoder, self.handler, threads, self.catch_all)
-        return self._serial(items)
+            return _ParallelDecode(items, decode, self.handler, threads, self.catch_all)
+        return self._serial(items, decode)
 
-    def _serial(self, items: Iterator[Any]) -> Iterator[Any]:
-        decode, handler = self.decoder, self.handler
+    def _serial(self, items: Iterator[Any], decode: _Decode) -> Iterator[Any]:
+        handler = self.handler
         for sample in items:
             try:
                 out = decode(sample)

@@ -1,0 +1,73 @@
+"""Cheap validation of value fields: text is UTF-8, JSON parses (to a bounded depth),
+an npy header parses and the data it describes is all there."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from typing import Any
+
+from ..errors import DataError
+from ._failures import NPY_FAILURES, TEXT_FAILURES
+
+__all__ = ["MAX_JSON_DEPTH", "check_json", "check_npy", "check_text"]
+
+#: How deeply a ``json`` field may nest arrays and objects.
+MAX_JSON_DEPTH = 100
+
+
+def check_text(data: bytes) -> None:
+    """DataError unless ``data`` is UTF-8."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+
+
+def check_json(data: bytes) -> None:
+    """DataError unless ``data`` is UTF-8 JSON nesting at most :data:`MAX_JSON_DEPTH` deep."""
+    check_text(data)
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise DataError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except TEXT_FAILURES as exc:
+        raise DataError(f"not JSON: {exc}") from exc
+    if _depth_over(value, MAX_JSON_DEPTH):
+        raise DataError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels")
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests containers more than ``limit`` deep (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def check_npy(data: bytes) -> None:
+    """DataError unless ``data`` starts with an npy header whose array's bytes all follow."""
+    import numpy as np
+
+    fmt = np.lib.format
+    stream = io.BytesIO(data)
+    try:
+        version = fmt.read_magic(stream)
+        # 3.0 differs from 2.0 only in allowing UTF-8 field names: its layout reads alike.
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read(stream)
+    except NPY_FAILURES as exc:
+        raise DataError(f"not an npy array: {exc}") from exc
+    if dtype.hasobject:
+        return  # pickled objects: their size is not in the header
+    need = math.prod(shape) * dtype.itemsize
+    have = len(data) - stream.tell()
+    if need > have:
+        raise DataError(f"truncated npy ({have} of {need} data bytes after its header)")
