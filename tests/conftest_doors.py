@@ -243,8 +243,27 @@ def _entries() -> dict[str, tuple[frozenset[str], Callable[[Case], Any]]]:
         "cli stats": (read, lambda c: _cli("stats", c.src)),
         "cli tsv": (read | {j}, lambda c: _cli("tsv", c.src, "-f", "__key__,json.label")),
         "cli verify": (counted, lambda c: _cli("verify", c.src)),
+        "cli view": (counted, _view),
+        "class_names": (
+            frozenset({f, m}),
+            lambda c: tools.class_names(tools.resolve_inputs([c.manifest, c.src])),
+        ),
     }
     return e
+
+
+def _view(case: Case) -> None:
+    """``shardkit view``: open the source, then ask for its first page and first sample
+    over HTTP, as a browser would (the server's own errors are pages, not exceptions)."""
+    import urllib.request
+
+    from shardkit.tools.view import Viewer
+
+    with Viewer(case.src, port=0) as viewer:
+        viewer.start()
+        for path in ("", "sample/0"):
+            with urllib.request.urlopen(viewer.url + path, timeout=20) as answer:
+                answer.read()
 
 
 def _shard_writer(case: Case) -> None:
@@ -276,6 +295,9 @@ NOT_IO = {
     "parse_fields": "parses its argument",
     "plot_stats": "draws a Stats object (the entry 'format_stats' reads the shards)",
     "MixedDataset": "what 'mix' returns",
+    "audio": "a decoder spec: .decode() applies it to bytes a reader already read",
+    "image": "a decoder spec: .decode() applies it to bytes a reader already read",
+    "video": "a decoder spec: .decode() applies it to bytes a reader already read",
 }
 
 
@@ -431,9 +453,11 @@ def applies(kind: Kind, touches: frozenset[str]) -> bool:
 
 
 def _index(path: str) -> None:
+    """Index a shard as `shardkit index` does (ShardWriter wrote its .idx already)."""
     from shardkit.tools import write_index
 
-    write_index(path)
+    if path.endswith(".tar"):
+        write_index(path)
 
 
 def make_case(root: str) -> Case:

@@ -21,7 +21,6 @@ import secrets
 from .formats.names import TEMPORARY_MARK
 
 __all__ = [
-    "TEMPORARY_MARK",
     "create_temporary",
     "is_temporary",
     "temporary_name",
