@@ -314,7 +314,7 @@ def test_index_files_are_loaded_with_requests_in_flight_at_once(
     with shardkit.ShardWriter(os.path.join(local, "in-%06d.tar"), max_count=1) as sink:
         for i in range(40):
             sink.write({"__key__": f"k{i:03d}", "txt": f"sample {i}"})
-    write_indexes(sorted(os.path.join(local, n) for n in os.listdir(local)))
+    write_indexes(sorted(os.path.join(local, n) for n in os.listdir(local) if n.endswith(".tar")))
     _upload(local, f"s3://{s3_bucket}/indexed")
     url = f"s3://{s3_bucket}/indexed/"
     for load in (

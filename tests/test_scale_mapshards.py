@@ -103,9 +103,10 @@ def test_map_shards_to_s3(inputs: list[str], tmp_path: Any, s3_bucket: str) -> N
         storage_options=options,
     )
     assert [r.digest for r in results] == [r.digest for r in local]
+    written = [path for r in local for path in (r.output, r.output + ".idx")]  # shard, index
     expected = {
-        os.path.basename(r.output): hashlib.sha256(data).hexdigest()
-        for r, data in zip(local, files([r.output for r in local]), strict=True)
+        os.path.basename(path): hashlib.sha256(data).hexdigest()
+        for path, data in zip(written, files(written), strict=True)
     }
     assert snapshot_s3(url) == expected
 

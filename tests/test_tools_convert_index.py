@@ -175,3 +175,16 @@ def test_stats_plot_writes_a_png(tmp_path: object) -> None:
     plot_stats(stats(urls), out)
     with Image.open(out) as img:
         assert img.format == "PNG" and img.width == 1200 and img.height == 400
+
+
+def test_indexing_an_index_file_says_so(tmp_path: object) -> None:
+    # ShardWriter writes an .idx beside each shard: `shardkit index` named one of them (a
+    # glob over the folder) says what it is, instead of "the shard ends inside a tar header".
+    from shardkit.tools import write_index
+    from shardkit.writer import ShardWriter
+
+    folder = str(tmp_path)
+    with ShardWriter(os.path.join(folder, "s-%06d.tar")) as sink:
+        sink.write({"__key__": "a", "txt": "x"})
+    with pytest.raises(ConfigError, match=r"s-000000\.tar\.idx is an index file, not a shard"):
+        write_index(os.path.join(folder, "s-000000.tar.idx"))

@@ -198,14 +198,24 @@ def test_thumbnails_are_jpegs_and_tfrecord_images_show(tmp_path: Path) -> None:
 def test_cli_prints_the_url_and_serves(tmp_path: Path) -> None:
     folder, _ = _indexed_folder(tmp_path)
     command = [sys.executable, "-m", "shardkit", "view", folder, "--port", "0"]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        match = re.fullmatch(r"shardkit view: (http://127\.0\.0\.1:\d+/)\n", line)
-        assert match, line
-        assert get(match.group(1), "/sample/0")[0] == 200
-        process.send_signal(signal.SIGINT)  # Ctrl-C stops it cleanly
-        assert process.wait(timeout=30) == 0
+    # A terminal's Ctrl-C: SIGINT as the default action (a test process may ignore SIGINT,
+    # e.g. after Ray set up its handlers, and a child inherits an ignored signal).
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as process:
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            match = re.fullmatch(r"shardkit view: (http://127\.0\.0\.1:\d+/)\n", line)
+            assert match, line
+            assert get(match.group(1), "/sample/0")[0] == 200
+            process.send_signal(signal.SIGINT)  # Ctrl-C stops it cleanly
+            assert process.wait(timeout=60) == 0
+        finally:
+            process.kill()
 
 
 def test_cli_bad_source_is_one_error_line(tmp_path: Path) -> None:

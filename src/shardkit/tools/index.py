@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import storage
-from ..errors import FormatError, StorageError
-from ..formats.index import ShardIndex, index_url, indexed_sample
+from ..errors import ConfigError, FormatError, StorageError
+from ..formats.index import INDEX_SUFFIX, ShardIndex, index_url, indexed_sample
 from ..formats.names import Format
 from ._progress import ToolProgressFn, track
 from .verify import scan_shard
@@ -29,6 +29,8 @@ def build_index(
     """Scan one shard and return its index; FormatError if the shard has a problem."""
     from ._inputs import ShardRef
 
+    if url.endswith(INDEX_SUFFIX):
+        raise ConfigError(f"{url} is an index file, not a shard: name the shard it indexes")
     ref = ShardRef(*_detect(url, storage_options))
     check, seen = scan_shard(ref, sha256=sha256, storage_options=storage_options)
     if check.problems:
