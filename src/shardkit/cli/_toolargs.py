@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..digest import digest_hex
-from ..errors import ConfigError
+from ..errors import MESSAGE_LIMIT, ConfigError, escape_controls, shorten
 
 __all__ = [
     "HelpFormatter",
+    "PrintableFormatter",
     "ShardBar",
     "add_hash_option",
     "add_tool_parser",
@@ -23,6 +25,7 @@ __all__ = [
     "plural",
     "positive",
     "plain",
+    "print_error",
     "size",
 ]
 
@@ -48,6 +51,20 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         ):
             return text
         return f"{text} (default: %(default)s)"
+
+
+def print_error(what: object) -> None:
+    """The one way the CLI reports a user error: ``Error: WHAT`` on stderr, one line of
+    bounded size, every control character escaped (:func:`shardkit.errors.escape_controls`)."""
+    print(f"Error: {escape_controls(shorten(str(what), MESSAGE_LIMIT))}", file=sys.stderr)
+
+
+class PrintableFormatter(logging.Formatter):
+    """Log lines as the CLI prints them: each message one escaped line of bounded size (a
+    key or a file name from the data cannot send the terminal an escape sequence)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(shorten(super().formatMessage(record), MESSAGE_LIMIT))
 
 
 def add_tool_parser(sub: Any, name: str, *, help: str, doc: str | None, epilog: str) -> Any:
@@ -123,7 +140,7 @@ def digest_printer(hash: str, output: str) -> Callable[[Any], None] | None:
     stream = sys.stderr if output == "-" else sys.stdout
 
     def show(info: Any) -> None:
-        print(f"{digest_hex(info.digest)}  {info.url}", file=stream, flush=True)
+        print(f"{digest_hex(info.digest)}  {escape_controls(info.url)}", file=stream, flush=True)
 
     return show
 

@@ -16,10 +16,10 @@ from ..builder.options import (
 )
 from ..digest import HASHES
 from ..engines import ENGINES
-from ..errors import EmptyBuildError
+from ..errors import EmptyBuildError, escape_controls
 from ..handlers import ON_ERROR
 from ..units import format_size
-from ._toolargs import HelpFormatter, plain, plural
+from ._toolargs import HelpFormatter, plain, plural, print_error
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl/.parquet list with a path
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         with _ProgressBar(disable=args.quiet or not sys.stderr.isatty()) as bar:
             result = build(args.src, args.out, options=options, progress=bar.update)
     except EmptyBuildError as exc:  # a data problem, like verify's: exit 1, with the reasons
-        print(f"Error: {exc}", file=sys.stderr)
+        print_error(exc)
         _list_skipped(exc.skipped, every=args.verbose, file=sys.stderr)
         return 1
     if args.index:
@@ -137,11 +137,9 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{state}{plural(result.samples, 'sample')} in {plural(len(result.shards), 'shard')} "
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
-        f"{result.seconds:.1f} s -> {result.manifest}"
+        f"{result.seconds:.1f} s -> {escape_controls(result.manifest)}"
     )
     if result.fetch:
-        from ..tools.tsv import escape_controls
-
         counts = ", ".join(f"{n} {escape_controls(what)}" for what, n in result.fetch.items())
         print(f"downloads: {counts}")
     if not args.quiet:
@@ -153,8 +151,6 @@ _SHOWN = 10  # skipped files listed without -v
 
 
 def _list_skipped(skipped: list[tuple[str, str]], every: bool, file: TextIO) -> None:
-    from ..tools.tsv import escape_controls  # names come from the data: no raw controls
-
     shown = skipped if every else skipped[:_SHOWN]
     for path, reason in shown:
         print(f"  skipped {escape_controls(path)}: {escape_controls(reason)}", file=file)

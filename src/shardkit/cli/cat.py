@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import escape_controls
 from ..formats.names import FORMATS
 from ._toolargs import (
     TOOL_HASH_HELP,
@@ -67,5 +68,5 @@ def run(args: argparse.Namespace) -> int:
             progress=bar.update,
         )
     if args.output != "-" and not args.quiet:
-        print(f"wrote {written} samples to {args.output}", file=sys.stderr)
+        print(f"wrote {written} samples to {escape_controls(args.output)}", file=sys.stderr)
     return 0

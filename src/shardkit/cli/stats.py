@@ -14,6 +14,7 @@ import json
 import sys
 from typing import Any
 
+from ..errors import escape_controls
 from ._toolargs import ShardBar, add_tool_parser, check_stdin
 
 EXAMPLES = """
@@ -52,5 +53,5 @@ def run(args: argparse.Namespace) -> int:
         print(format_stats(result))
     if args.plot:
         plot_stats(result, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+        print(f"wrote {escape_controls(args.plot)}", file=sys.stderr)
     return 0

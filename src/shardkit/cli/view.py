@@ -19,7 +19,8 @@ import contextlib
 import sys
 from typing import Any
 
-from ._toolargs import add_tool_parser, positive
+from ..errors import escape_controls
+from ._toolargs import add_tool_parser, positive, print_error
 
 EXAMPLES = """
   shardkit view data/
@@ -44,10 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.view import Viewer
 
     if args.source == "-":
-        print(
-            "Error: view: SOURCE cannot be '-' (stdin): pages are read more than once",
-            file=sys.stderr,
-        )
+        print_error("view: SOURCE cannot be '-' (stdin): pages are read more than once")
         return 2
     viewer = Viewer(
         args.source,
@@ -58,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     )
     with viewer:
         if viewer.catalog.note and not args.quiet:
-            print(f"note: {viewer.catalog.note}", file=sys.stderr)
+            print(f"note: {escape_controls(viewer.catalog.note)}", file=sys.stderr)
         print(f"shardkit view: {viewer.url}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             viewer.serve_forever()
