@@ -11,6 +11,7 @@ from typing import Any
 
 from ..digest import digest_hex
 from ..errors import MESSAGE_LIMIT, ConfigError, escape_controls, shorten
+from ..units import MAX_INT, MAX_SEED, parse_int, parse_seconds, parse_size
 
 __all__ = [
     "HelpFormatter",
@@ -22,10 +23,14 @@ __all__ = [
     "check_stdout",
     "count",
     "digest_printer",
+    "integer",
     "plural",
+    "port",
     "positive",
     "plain",
     "print_error",
+    "seconds",
+    "seed",
     "size",
 ]
 
@@ -78,33 +83,37 @@ def add_tool_parser(sub: Any, name: str, *, help: str, doc: str | None, epilog: 
     )
 
 
-def count(text: str) -> int:
-    """argparse type: a non-negative integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
+def _option_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` from a :mod:`shardkit.units` parser: its ConfigError becomes
+    argparse's one line, ``argument --OPTION: value must be ...`` (exit 2)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(exc.message.removeprefix("value ")) from None
+
+    convert.__name__ = name
+    return convert
 
 
-def positive(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return value
+def integer(low: int = 1, high: int = MAX_INT) -> Callable[[str], int]:
+    """argparse type: an integer from ``low`` to ``high`` (:func:`shardkit.units.parse_int`)."""
+    return _option_type(lambda text: parse_int(text, "value", low=low, high=high), "integer")
 
 
-def size(text: str) -> int:
-    """argparse type: a size such as 500MB, 1GiB or 1000000."""
-    from ..units import parse_size
-
-    try:
-        return parse_size(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
+count = integer(0)
+"""argparse type: an integer >= 0."""
+positive = integer(1)
+"""argparse type: an integer >= 1."""
+port = integer(0, 65535)
+"""argparse type: a TCP port (0: any free one)."""
+seed = integer(0, MAX_SEED)
+"""argparse type: a shuffle seed."""
+seconds = _option_type(lambda text: parse_seconds(text, "value"), "seconds")
+"""argparse type: a duration in seconds, above 0."""
+size = _option_type(lambda text: parse_size(text, name="value"), "size")
+"""argparse type: a size such as 500MB, 1GiB or 1000000."""
 
 
 def check_stdin(inputs: Sequence[str]) -> None:

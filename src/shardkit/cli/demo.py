@@ -7,7 +7,7 @@ import os
 import time
 from typing import Any
 
-from ._toolargs import HelpFormatter, plain
+from ._toolargs import HelpFormatter, plain, positive
 
 
 def add_parser(sub: Any) -> None:
@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("out", help="folder to create (sample images and shards go inside)")
-    parser.add_argument("--images", type=int, default=600, help="number of images")
+    parser.add_argument("--images", type=positive, default=600, help="number of images")
     parser.set_defaults(func=run)
 
 

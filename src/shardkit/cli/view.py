@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from ..errors import escape_controls
-from ._toolargs import add_tool_parser, positive, print_error
+from ._toolargs import add_tool_parser, port, positive, print_error
 
 EXAMPLES = """
   shardkit view data/
@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("source", metavar="SOURCE", help="folder, manifest, pattern or URL")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    parser.add_argument("--port", type=port, default=8765, help="port (0: any free port)")
     parser.add_argument("--page-size", type=positive, default=48, help="samples per page")
     parser.add_argument("--label", default="cls", help="label field spec for classes ('' for none)")
     parser.set_defaults(func=run)
