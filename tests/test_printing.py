@@ -163,3 +163,24 @@ def test_a_huge_name_gives_a_bounded_error_line(
     assert stderr.startswith("Error: ") and stderr.count("\n") == 1
     assert len(stderr) < 4 * MESSAGE_LIMIT, len(stderr)
     assert_printable(stderr)
+
+
+# ---------------------------------------------------------------- missing extras, all at once
+
+
+def test_stats_plot_names_every_missing_extra_at_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, hostile_dir: Path
+) -> None:
+    import sys
+
+    for module in ("matplotlib", "PIL", "PIL.Image"):
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    status, stdout, stderr = run(
+        capsys, "stats", shard_of(hostile_dir), "--plot", str(hostile_dir / "p.png")
+    )
+    assert status == 2 and stdout == ""
+    assert stderr == (
+        "Error: stats --plot needs Pillow and matplotlib, which are not installed: "
+        "pip install 'shardkit[images,plot]'\n"
+    )
+    assert not (hostile_dir / "p.png").exists()
