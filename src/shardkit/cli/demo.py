@@ -7,6 +7,7 @@ import os
 import time
 from typing import Any
 
+from ..errors import escape_controls
 from ._toolargs import HelpFormatter, plain, positive
 
 
@@ -30,11 +31,11 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     classes = make_image_folder(source, count=args.images)
     bad = add_bad_files(source, classes)
-    print(f"made {args.images} JPEGs in {len(classes)} classes under {source},")
+    print(f"made {args.images} JPEGs in {len(classes)} classes under {escape_controls(source)},")
     print(f"  plus {len(bad)} broken files of the kinds real datasets have")
     summary = pack_and_read(source, shards)
     elapsed = time.perf_counter() - started
     for line in summary:
-        print(line)
+        print(escape_controls(line))
     print(f"done in {elapsed:.1f} s")
     return 0
