@@ -36,6 +36,7 @@ MANIFEST = "manifest"  # reads a manifest.json named directly
 JSON_FIELD = "json"  # parses samples' json fields
 LIST = "list"  # reads a JSONL list of files
 WRITES = "writes"  # writes files into an output folder (or beside its input)
+STATE = "state"  # takes a resume state (load_state_dict)
 
 OUTSIDE = b"outside every folder: never to be touched\n"
 DEEP = b"[" * 200_000 + b"]" * 200_000
@@ -70,6 +71,10 @@ class Case:
     @property
     def out(self) -> str:
         return self.path("out")
+
+    @property
+    def state_recipe(self) -> str:  # which resume state a state kind hands the entry
+        return self.path("state-recipe")
 
 
 # --------------------------------------------------------------------------- entry points
@@ -141,6 +146,54 @@ def _copy(sample: dict[str, Any]) -> dict[str, Any]:
     return sample
 
 
+def _resumed(make: Callable[[str], Any]) -> Callable[[Case], None]:
+    """An entry that takes a resume state: with a state kind planted (``case.state_recipe``),
+    a state saved three items in (from another dataset for a foreign one), tampered as the
+    kind says, loaded into a fresh object, which is then read; on clean input a read."""
+
+    def run(case: Case) -> None:
+        recipe = None
+        if os.path.exists(case.state_recipe):
+            with open(case.state_recipe) as f:
+                recipe = f.read()
+        target = make(case.src)
+        if recipe is not None:
+            source = make(case.path("other") if recipe == "foreign" else case.src)
+            items = iter(source)
+            for _ in range(3):
+                next(items)
+            target.load_state_dict(_TAMPER[recipe](source.state_dict()))
+        list(target)
+
+    return run
+
+
+def _each_stream(change: Callable[[dict[str, Any]], None]) -> Callable[[Any], Any]:
+    def tamper(state: dict[str, Any]) -> Any:
+        for stream in state.get("streams", [state]):
+            change(stream)
+        return state
+
+    return tamper
+
+
+def _two_for_one(state: dict[str, Any]) -> Any:
+    if "streams" in state:
+        state["streams"] = state["streams"] * 2
+        return state
+    return [state, dict(state)]
+
+
+_TAMPER: dict[str, Callable[[Any], Any]] = {
+    "foreign": lambda state: state,
+    "repeated ranges": _each_stream(lambda s: s.update(space=[[0, 3], [0, 3], [0, 3]])),
+    "done 'false'": _each_stream(lambda s: s.update(done="false")),
+    "consumed past the epoch": _each_stream(lambda s: s.update(consumed=10**6)),
+    "infinite consumed": _each_stream(lambda s: s.update(consumed=float("inf"))),
+    "two states for one stream": _two_for_one,
+}
+
+
 def _entries() -> dict[str, tuple[frozenset[str], Callable[[Case], Any]]]:
     import shardkit
     from shardkit import tools
@@ -205,6 +258,15 @@ def _entries() -> dict[str, tuple[frozenset[str], Callable[[Case], Any]]]:
             lambda c: list(shardkit.mix([shardkit.Dataset(c.src), shardkit.Dataset(c.src)])),
         ),
         "Loader": (read, lambda c: list(shardkit.Loader(shardkit.Dataset(c.src), batch_size=None))),
+        "Dataset.load_state_dict": (frozenset({STATE}), _resumed(shardkit.Dataset)),
+        "mix.load_state_dict": (
+            frozenset({STATE}),
+            _resumed(lambda src: shardkit.mix([shardkit.Dataset(src), shardkit.Dataset(src)])),
+        ),
+        "Loader.load_state_dict": (
+            frozenset({STATE}),
+            _resumed(lambda src: shardkit.Loader(shardkit.Dataset(src), batch_size=None)),
+        ),
         "build": (counted | {w}, lambda c: shardkit.build(c.src, c.out)),
         "build_list": (
             frozenset({LIST, w}),
@@ -378,6 +440,21 @@ def _deep_list_row(case: Case) -> None:
         f.write(b'{"path": "images/0.jpg", "label": ' + DEEP + b"}\n")
 
 
+def _state(recipe: str) -> Callable[[Case], None]:
+    """A state kind: the entry makes the state and tampers with it (:func:`_resumed`); a
+    foreign one comes from another dataset (one of the source's shards)."""
+
+    def plant(case: Case) -> None:
+        with open(case.state_recipe, "w") as f:
+            f.write(recipe)
+        os.makedirs(case.path("other"))
+        for name in ("shard-000000.tar", "shard-000000.tar.idx"):
+            if os.path.exists(case.path("src", name)):
+                shutil.copy(case.path("src", name), case.path("other", name))
+
+    return plant
+
+
 def _link_out(case: Case) -> None:
     """Links to the outside file at every name a writer could be tricked by: the old
     predictable temporaries (``.NAME.tmp-PID``) of every output name, and the names of
@@ -432,6 +509,12 @@ KINDS |= {
     "deep list row": Kind(LIST, _deep_list_row, True),
     "links out of the folder": Kind(WRITES, _link_out, False),
     "full disk": Kind(WRITES, lambda case: None, True, full_disk=True),
+}
+KINDS |= {  # foreign state: another dataset's, or tampered; every state-taking entry refuses it
+    ("foreign state" if recipe == "foreign" else f"state: {recipe}"): Kind(
+        STATE, _state(recipe), True
+    )
+    for recipe in _TAMPER
 }
 # A manifest kind reaches a folder too: it is planted in the source folder.
 _ALSO = {MANIFEST: {FOLDER}}

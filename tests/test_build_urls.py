@@ -139,7 +139,7 @@ def test_fetch_options_are_checked(tmp_path: Path) -> None:
             BuildOptions(**bad)  # type: ignore[arg-type]
     proc = run_cli("x.csv", str(tmp_path / "out"), "--fetch-concurrency", "0")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith("Error: fetch_concurrency")
+    assert "--fetch-concurrency: must be at least 1" in proc.stderr.strip().splitlines()[-1]
 
 
 def test_the_cli_prints_the_download_counts(

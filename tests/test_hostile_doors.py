@@ -1,6 +1,7 @@
 """Every hostile input kind against every reader and writer entry point (issue 19).
 
-The registries live in tests/conftest_doors.py: an entry point registers once (what it
+The registries live in tests/conftest_doors.py (state kinds: a foreign or tampered resume
+state handed to every entry that takes one): an entry point registers once (what it
 touches), a kind once (what it attacks, whether the entry must fail), and every pair that
 meets runs here. The contract for each pair: within a time bound, the entry either
 succeeds (where the kind may be ignored: a FIFO among the shards is not a shard) or fails

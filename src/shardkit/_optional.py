@@ -12,7 +12,7 @@ from types import ModuleType
 
 from .errors import MissingDependencyError
 
-__all__ = ["EXTRAS", "optional", "require"]
+__all__ = ["EXTRAS", "optional", "require", "require_all"]
 
 #: top-level module -> (the extra that installs it, its name on PyPI)
 EXTRAS: dict[str, tuple[str, str]] = {
@@ -58,6 +58,24 @@ def require(module: str, purpose: str) -> ModuleType:
         if name and (module == name or module.startswith(name + ".")):
             raise missing(module, purpose) from exc
         raise
+
+
+def require_all(modules: tuple[str, ...], purpose: str) -> None:
+    """Check that every one of ``modules`` imports: one :class:`MissingDependencyError`
+    naming *every* missing package and the extras that install them all at once."""
+    absent = []
+    for module in modules:
+        try:
+            require(module, purpose)
+        except MissingDependencyError:
+            absent.append(EXTRAS.get(module.partition(".")[0], ("all", module)))
+    if absent:
+        packages = " and ".join(dict.fromkeys(package for _, package in absent))
+        extras = ",".join(dict.fromkeys(extra for extra, _ in absent))
+        raise MissingDependencyError(
+            f"{purpose} needs {packages}, which {'is' if len(absent) == 1 else 'are'} not "
+            f"installed: pip install 'shardkit[{extras}]'"
+        )
 
 
 def optional(module: str) -> ModuleType | None:

@@ -24,9 +24,18 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
     ├── StorageError (OSError)            opening / reading / writing a URL failed
     └── BuildError                        a build cannot start or go on
         └── EmptyBuildError               every item was skipped: nothing to pack
+
+Every error is printable as it stands: its message is bounded (:data:`MESSAGE_LIMIT`
+characters, a long name or value in it shortened with an ellipsis in the middle) and
+``str()`` of it writes every control character escaped (:func:`escape_controls`), so a key,
+a file name or a URL from the data never sends a terminal an escape sequence nor splits an
+``Error:`` line. :func:`escape_controls` and :func:`shorten` are the one place shardkit makes
+a string from outside safe to print; the CLI and the tools print through them.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 __all__ = [
     "BuildError",
@@ -45,7 +54,43 @@ __all__ = [
     "StorageError",
     "TruncatedShardError",
     "UnsafeDataError",
+    "escape_controls",
+    "shorten",
 ]
+
+MESSAGE_LIMIT = 2000
+"""At most this many characters of an error's message (the middle gives way to an ellipsis)."""
+NAME_LIMIT = 300
+"""At most this many characters of a URL or sample key named in an error."""
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every character that is not printable (controls such as ESC, NUL,
+    CR, LF, DEL and the C1 set, bidirectional overrides, line separators) written as
+    ``\\x1b``, ``\\u202e``...: safe to print to a terminal, on one line. Spaces stay
+    (NBSP too). Escaping twice changes nothing more."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() or unicodedata.category(ch) == "Zs" else _escape(ch) for ch in text
+    )
+
+
+def shorten(text: str, limit: int = NAME_LIMIT) -> str:
+    """``text`` if it has at most ``limit`` characters, else its start and end around an
+    ellipsis, ``limit`` characters in all: a 10 MB name never makes a 10 MB line."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 1, 2)
+    head = keep - keep // 3
+    return f"{text[:head]}\u2026{text[len(text) - (keep - head) :]}"
 
 
 class ShardkitError(Exception):
@@ -59,21 +104,23 @@ class ShardkitError(Exception):
         offset: int | None = None,
         key: str | None = None,
     ) -> None:
-        self.message = message
+        self.message = shorten(str(message), MESSAGE_LIMIT)
         self.url = url
         self.offset = offset
         self.key = key
-        super().__init__(message)
+        super().__init__(self.message)
 
     def __str__(self) -> str:
+        """One printable line of bounded size: where (URL, sample key, offset), then what."""
         where = []
         if self.url is not None:
-            where.append(str(self.url))
+            where.append(shorten(str(self.url)))
         if self.key is not None:
-            where.append(f"sample {self.key!r}")
+            where.append(f"sample {shorten(repr(self.key))}")
         if self.offset is not None:
             where.append(f"offset {self.offset}")
-        return f"{', '.join(where)}: {self.message}" if where else self.message
+        text = f"{', '.join(where)}: {self.message}" if where else self.message
+        return escape_controls(text)
 
     def __reduce__(self) -> tuple[object, ...]:
         # Keep the structured fields across process boundaries (pools, Ray, Dask).

@@ -1,7 +1,13 @@
-"""Human-readable sizes: ``100MB``, ``1GiB``, ``500k``, ``1e9``.
+"""Numbers from outside, checked where they enter: sizes (``100MB``, ``1GiB``, ``500k``,
+``1e9``), counts and seconds.
 
 Every option that takes a size (``max_size`` in Python, ``--max-size`` on the command
-line) accepts the same :data:`Size` and goes through :func:`parse_size`.
+line) accepts the same :data:`Size` and goes through :func:`parse_size`; every count
+(``max_count``, ``workers``, ``--port``...) through :func:`check_int` (or :func:`parse_int`
+for text), every duration through :func:`check_seconds`. Each refuses a bad value with one
+:class:`~shardkit.errors.ConfigError` line naming the option, never an ``OverflowError``
+or ``ValueError`` from deeper down: a value is an int (a float such as NaN or 1e30 is not),
+in range, and below :data:`MAX_INT`.
 """
 
 from __future__ import annotations
@@ -11,7 +17,27 @@ import re
 
 from .errors import ConfigError
 
-__all__ = ["MIN_BARE_SIZE", "Size", "format_size", "parse_size"]
+__all__ = [
+    "MAX_INT",
+    "MAX_SECONDS",
+    "MAX_SEED",
+    "MIN_BARE_SIZE",
+    "Size",
+    "check_int",
+    "check_seconds",
+    "format_size",
+    "parse_int",
+    "parse_seconds",
+    "parse_size",
+]
+
+MAX_INT = 2**63 - 1
+"""The largest count or size any option takes (what a C ``int64`` holds): larger values are
+refused where they enter, never an ``OverflowError`` where they are used."""
+MAX_SEED = 2**64 - 1
+"""Seeds are from 0 to this (what numpy's generators take)."""
+MAX_SECONDS = 10.0**9
+"""The longest duration an option takes (about 31 years)."""
 
 Size = int | float | str
 """A size: bytes as an int or float (``1e9``), or a string with a unit (``"100MB"``)."""
@@ -58,7 +84,55 @@ def parse_size(text: Size, *, name: str = "size") -> int:
         value = int(text)
     if value <= 0:
         raise ConfigError(f"{name} must be positive, not {text!r}")
+    if value > MAX_INT:
+        raise ConfigError(f"{name} must be at most {MAX_INT} bytes, not {text!r}")
     return value
+
+
+def check_int(value: object, name: str, *, low: int = 1, high: int = MAX_INT) -> int:
+    """``value`` if it is an int from ``low`` to ``high``; else one ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, not {_shown(value)}")
+    if not low <= value <= high:
+        bound = f"at least {low}" if high == MAX_INT and value < low else f"from {low} to {high}"
+        raise ConfigError(f"{name} must be {bound}, not {_shown(value)}")
+    return value
+
+
+def parse_int(text: str, name: str, *, low: int = 1, high: int = MAX_INT) -> int:
+    """The integer ``text`` spells (decimal digits, an optional sign), checked as
+    :func:`check_int` does; ``'1e3'``, ``'nan'`` or a 10,000-digit number are refused."""
+    digits = text.strip()
+    if not re.fullmatch(r"[+-]?\d+", digits):
+        raise ConfigError(f"{name} must be an integer, not {_shown(text)}")
+    if len(digits) > 30:  # int() of a 10 MB number is slow, and out of range anyway
+        raise ConfigError(f"{name} must be from {low} to {high}, not {_shown(text)}")
+    return check_int(int(digits), name, low=low, high=high)
+
+
+def check_seconds(value: object, name: str, *, high: float = MAX_SECONDS) -> float:
+    """``value`` if it is a number of seconds above 0 and at most ``high`` (not NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number of seconds, not {_shown(value)}")
+    if not 0 < value <= high:  # NaN fails both comparisons
+        raise ConfigError(f"{name} must be more than 0 and at most {high:g} seconds, not {value}")
+    return float(value)
+
+
+def parse_seconds(text: str, name: str) -> float:
+    """The seconds ``text`` spells (``2``, ``0.5``, ``1e3``), checked as :func:`check_seconds`."""
+    try:
+        value = float(text) if len(text) <= 40 else None
+    except ValueError:
+        value = None
+    if value is None:
+        raise ConfigError(f"{name} must be a number of seconds, not {_shown(text)}")
+    return check_seconds(value, name)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}\u2026 ({len(text)} characters)"
 
 
 def _parse_text(text: str, name: str) -> int:

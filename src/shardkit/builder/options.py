@@ -13,7 +13,7 @@ from ..formats.cut import BUILD_MAX_COUNT, BUILD_MAX_SIZE, Cut
 from ..formats.names import FORMATS, Format
 from ..formats.tar import END_OF_ARCHIVE
 from ..handlers import OnError, check_on_error
-from ..units import Size
+from ..units import MAX_SEED, Size, check_int, check_seconds
 
 __all__ = ["BuildOptions", "EncodeFormat", "OutputFormat", "ResizeMode", "ValidateMode"]
 
@@ -105,12 +105,8 @@ class BuildOptions:
         _check_resize_mode(self.resize_mode, self.resize, self.max_side)
         if self.root is not None and (not isinstance(self.root, str) or not self.root):
             raise ConfigError(f"root must be a folder path or URL, not {self.root!r}")
-        if isinstance(self.quality, bool) or not isinstance(self.quality, int):
-            raise ConfigError(f"quality must be an int from 1 to 100, not {self.quality!r}")
-        if not 1 <= self.quality <= 100:
-            raise ConfigError(f"quality must be from 1 to 100, not {self.quality}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be an int, not {self.seed!r}")
+        check_int(self.quality, "quality", low=1, high=100)
+        check_int(self.seed, "seed", low=0, high=MAX_SEED)
         _check_prefix(self.prefix)
         check_hash(self.hash)
         check_engine(self.engine, self.address)
@@ -172,17 +168,11 @@ def _check_resize_mode(mode: str, resize: int | None, max_side: int | None) -> N
 
 
 def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an int, not {value!r}")
-    if value < 1:
-        raise ConfigError(f"{name} must be at least 1, not {value}")
+    check_int(value, name)
 
 
 def _check_timeout(value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"fetch_timeout must be a number of seconds, not {value!r}")
-    if not 0 < value < float("inf"):
-        raise ConfigError(f"fetch_timeout must be more than 0 seconds, not {value}")
+    check_seconds(value, "fetch_timeout")
 
 
 def _check_prefix(prefix: object) -> None:

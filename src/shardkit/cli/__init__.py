@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from .._version import __version__
 from ..errors import ShardkitError
+from ._toolargs import PrintableFormatter, print_error
 
 __all__ = ["main", "run"]
 
@@ -73,25 +74,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     if args.command is None:
         parser.print_help()
         return 2
     if args.verbose and args.quiet:
-        print("Error: shardkit: -v and -q do not go together", file=sys.stderr)
+        print_error("shardkit: -v and -q do not go together")
         return 2
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
+        handlers=[handler],
     )
     try:
         return int(args.func(args))
     except (ShardkitError, UsageError) as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     except KeyboardInterrupt:
-        print("Error: interrupted", file=sys.stderr)
+        print_error("interrupted")
         return 130
     except BrokenPipeError:
         return 0

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..digest import digest_hex
-from ..errors import ConfigError
+from ..errors import MESSAGE_LIMIT, ConfigError, escape_controls, shorten
+from ..units import MAX_INT, MAX_SEED, parse_int, parse_seconds, parse_size
 
 __all__ = [
     "HelpFormatter",
+    "PrintableFormatter",
     "ShardBar",
     "add_hash_option",
     "add_tool_parser",
@@ -20,9 +23,14 @@ __all__ = [
     "check_stdout",
     "count",
     "digest_printer",
+    "integer",
     "plural",
+    "port",
     "positive",
     "plain",
+    "print_error",
+    "seconds",
+    "seed",
     "size",
 ]
 
@@ -50,6 +58,20 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def print_error(what: object) -> None:
+    """The one way the CLI reports a user error: ``Error: WHAT`` on stderr, one line of
+    bounded size, every control character escaped (:func:`shardkit.errors.escape_controls`)."""
+    print(f"Error: {escape_controls(shorten(str(what), MESSAGE_LIMIT))}", file=sys.stderr)
+
+
+class PrintableFormatter(logging.Formatter):
+    """Log lines as the CLI prints them: each message one escaped line of bounded size (a
+    key or a file name from the data cannot send the terminal an escape sequence)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(shorten(super().formatMessage(record), MESSAGE_LIMIT))
+
+
 def add_tool_parser(sub: Any, name: str, *, help: str, doc: str | None, epilog: str) -> Any:
     """A subcommand parser whose ``--help`` shows the module docs and the examples as typed."""
     return sub.add_parser(
@@ -61,33 +83,37 @@ def add_tool_parser(sub: Any, name: str, *, help: str, doc: str | None, epilog: 
     )
 
 
-def count(text: str) -> int:
-    """argparse type: a non-negative integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
+def _option_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` from a :mod:`shardkit.units` parser: its ConfigError becomes
+    argparse's one line, ``argument --OPTION: value must be ...`` (exit 2)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(exc.message.removeprefix("value ")) from None
+
+    convert.__name__ = name
+    return convert
 
 
-def positive(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return value
+def integer(low: int = 1, high: int = MAX_INT) -> Callable[[str], int]:
+    """argparse type: an integer from ``low`` to ``high`` (:func:`shardkit.units.parse_int`)."""
+    return _option_type(lambda text: parse_int(text, "value", low=low, high=high), "integer")
 
 
-def size(text: str) -> int:
-    """argparse type: a size such as 500MB, 1GiB or 1000000."""
-    from ..units import parse_size
-
-    try:
-        return parse_size(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
+count = integer(0)
+"""argparse type: an integer >= 0."""
+positive = integer(1)
+"""argparse type: an integer >= 1."""
+port = integer(0, 65535)
+"""argparse type: a TCP port (0: any free one)."""
+seed = integer(0, MAX_SEED)
+"""argparse type: a shuffle seed."""
+seconds = _option_type(lambda text: parse_seconds(text, "value"), "seconds")
+"""argparse type: a duration in seconds, above 0."""
+size = _option_type(lambda text: parse_size(text, name="value"), "size")
+"""argparse type: a size such as 500MB, 1GiB or 1000000."""
 
 
 def check_stdin(inputs: Sequence[str]) -> None:
@@ -123,7 +149,7 @@ def digest_printer(hash: str, output: str) -> Callable[[Any], None] | None:
     stream = sys.stderr if output == "-" else sys.stdout
 
     def show(info: Any) -> None:
-        print(f"{digest_hex(info.digest)}  {info.url}", file=stream, flush=True)
+        print(f"{digest_hex(info.digest)}  {escape_controls(info.url)}", file=stream, flush=True)
 
     return show
 

@@ -16,10 +16,20 @@ from ..builder.options import (
 )
 from ..digest import HASHES
 from ..engines import ENGINES
-from ..errors import EmptyBuildError
+from ..errors import EmptyBuildError, escape_controls
 from ..handlers import ON_ERROR
 from ..units import format_size
-from ._toolargs import HelpFormatter, plain, plural
+from ._toolargs import (
+    HelpFormatter,
+    integer,
+    plain,
+    plural,
+    positive,
+    print_error,
+    seconds,
+    seed,
+    size,
+)
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl/.parquet list with a path
@@ -49,31 +59,36 @@ def add_parser(sub: Any) -> None:
         parser.add_argument(flag, help=help, **kwargs)
 
     add("--format", "shard format", choices=get_args(OutputFormat))
-    add("--max-count", "samples per shard", type=int, metavar="N")
-    size = format_size(BuildOptions().size_limit)
-    add("--max-size", f"bytes per shard: 100MB, 1GiB (default: {size})", metavar="SIZE")
-    add("--workers", "processes (default: all cores)", type=int, metavar="N")
+    add("--max-count", "samples per shard", type=positive, metavar="N")
+    limit = format_size(BuildOptions().size_limit)
+    add(
+        "--max-size",
+        f"bytes per shard: 100MB, 1GiB (default: {limit})",
+        type=size,
+        metavar="SIZE",
+    )
+    add("--workers", "processes (default: all cores)", type=positive, metavar="N")
     add("--shuffle", "seeded shuffle", action=argparse.BooleanOptionalAction)
-    add("--seed", "shuffle seed", type=int)
+    add("--seed", "shuffle seed", type=seed)
     add("--prefix", "shard name prefix")
     add(
         "--validate",
         "image checks: header (signature and complete file), full (decode), none",
         choices=get_args(ValidateMode),
     )
-    add("--resize", "scale the shorter side to N px", type=int, metavar="N")
+    add("--resize", "scale the shorter side to N px", type=positive, metavar="N")
     add(
         "--resize-mode",
         "with --resize: keep-ratio (shorter side N), center-crop or pad (exactly N x N)",
         choices=RESIZE_MODES,
     )
-    add("--max-side", "shrink the longer side to N px", type=int, metavar="N")
+    add("--max-side", "shrink the longer side to N px", type=positive, metavar="N")
     add(
         "--encode",
         "store images as jpg, png or webp; keep: JPEG/WebP stay, resized others become PNG",
         choices=ENCODE_FORMATS,
     )
-    add("--quality", "JPEG/WebP quality when re-encoding", type=int, metavar="Q")
+    add("--quality", "JPEG/WebP quality when re-encoding", type=integer(1, 100), metavar="Q")
     add("--on-error", "bad images: skip and report them, or stop", choices=ON_ERROR)
     add("--overwrite", "replace a dataset already in OUT", action="store_true")
     add("--path-column", "CSV/JSONL path column", metavar="NAME")
@@ -86,13 +101,13 @@ def add_parser(sub: Any) -> None:
     add(
         "--fetch-concurrency",
         "http(s) lists: downloads in flight per worker",
-        type=int,
+        type=positive,
         metavar="N",
     )
     add(
         "--fetch-timeout",
         "http(s) lists: seconds per download; a host that keeps failing is skipped",
-        type=float,
+        type=seconds,
         metavar="S",
     )
     add("--engine", "where tasks run (docs/scaling.md)", choices=ENGINES)
@@ -125,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         with _ProgressBar(disable=args.quiet or not sys.stderr.isatty()) as bar:
             result = build(args.src, args.out, options=options, progress=bar.update)
     except EmptyBuildError as exc:  # a data problem, like verify's: exit 1, with the reasons
-        print(f"Error: {exc}", file=sys.stderr)
+        print_error(exc)
         _list_skipped(exc.skipped, every=args.verbose, file=sys.stderr)
         return 1
     if args.index:
@@ -137,11 +152,9 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{state}{plural(result.samples, 'sample')} in {plural(len(result.shards), 'shard')} "
         f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
-        f"{result.seconds:.1f} s -> {result.manifest}"
+        f"{result.seconds:.1f} s -> {escape_controls(result.manifest)}"
     )
     if result.fetch:
-        from ..tools.tsv import escape_controls
-
         counts = ", ".join(f"{n} {escape_controls(what)}" for what, n in result.fetch.items())
         print(f"downloads: {counts}")
     if not args.quiet:
@@ -153,8 +166,6 @@ _SHOWN = 10  # skipped files listed without -v
 
 
 def _list_skipped(skipped: list[tuple[str, str]], every: bool, file: TextIO) -> None:
-    from ..tools.tsv import escape_controls  # names come from the data: no raw controls
-
     shown = skipped if every else skipped[:_SHOWN]
     for path, reason in shown:
         print(f"  skipped {escape_controls(path)}: {escape_controls(reason)}", file=file)

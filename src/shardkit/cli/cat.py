@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import escape_controls
 from ..formats.names import FORMATS
 from ._toolargs import (
     TOOL_HASH_HELP,
@@ -22,6 +23,7 @@ from ._toolargs import (
     check_stdout,
     count,
     digest_printer,
+    seed,
 )
 
 EXAMPLES = """
@@ -42,7 +44,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("-c", "--count", type=count, help="take the first N samples")
     parser.add_argument("--skip", type=count, default=0, help="skip the first N samples")
     parser.add_argument("--shuffle", type=count, default=0, metavar="N", help="shuffle buffer")
-    parser.add_argument("--seed", type=int, default=0, help="shuffle seed")
+    parser.add_argument("--seed", type=seed, default=0, help="shuffle seed")
     parser.add_argument("--format", choices=FORMATS, help="output format (default: from -o's name)")
     add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
@@ -67,5 +69,5 @@ def run(args: argparse.Namespace) -> int:
             progress=bar.update,
         )
     if args.output != "-" and not args.quiet:
-        print(f"wrote {written} samples to {args.output}", file=sys.stderr)
+        print(f"wrote {written} samples to {escape_controls(args.output)}", file=sys.stderr)
     return 0

@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import escape_controls
 from ..formats.names import FORMATS
 from ._toolargs import (
     TOOL_HASH_HELP,
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             on_shard=digest_printer(args.hash, args.output),
             progress=bar.update,
         )
-    where = plural(len(shards), "shard") if shards else args.output
+    where = plural(len(shards), "shard") if shards else escape_controls(args.output)
     if args.output != "-" and not args.quiet:
         print(f"converted {samples} samples into {where}", file=sys.stderr)
     return 0

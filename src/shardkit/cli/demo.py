@@ -7,7 +7,8 @@ import os
 import time
 from typing import Any
 
-from ._toolargs import HelpFormatter, plain
+from ..errors import escape_controls
+from ._toolargs import HelpFormatter, plain, positive
 
 
 def add_parser(sub: Any) -> None:
@@ -18,7 +19,7 @@ def add_parser(sub: Any) -> None:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("out", help="folder to create (sample images and shards go inside)")
-    parser.add_argument("--images", type=int, default=600, help="number of images")
+    parser.add_argument("--images", type=positive, default=600, help="number of images")
     parser.set_defaults(func=run)
 
 
@@ -30,11 +31,11 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     classes = make_image_folder(source, count=args.images)
     bad = add_bad_files(source, classes)
-    print(f"made {args.images} JPEGs in {len(classes)} classes under {source},")
+    print(f"made {args.images} JPEGs in {len(classes)} classes under {escape_controls(source)},")
     print(f"  plus {len(bad)} broken files of the kinds real datasets have")
     summary = pack_and_read(source, shards)
     elapsed = time.perf_counter() - started
     for line in summary:
-        print(line)
+        print(escape_controls(line))
     print(f"done in {elapsed:.1f} s")
     return 0

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import escape_controls
 from ._toolargs import ShardBar, add_tool_parser, plural
 
 EXAMPLES = """
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ..tools import ShardIndex, resolve_inputs, write_indexes
 
     def done(url: str, index: ShardIndex) -> None:  # each shard, with -v
-        print(f"{url}.idx\t{index.samples} samples", file=sys.stderr)
+        print(f"{escape_controls(url)}.idx\t{index.samples} samples", file=sys.stderr)
 
     urls = [ref.url for ref in resolve_inputs(args.inputs)]
     with ShardBar(args) as bar:

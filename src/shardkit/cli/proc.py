@@ -26,6 +26,7 @@ from ._toolargs import (
     check_stdout,
     digest_printer,
     positive,
+    seconds,
     size,
 )
 
@@ -56,7 +57,7 @@ def add_parser(sub: Any) -> None:
         "--on-error", choices=ON_ERROR, default="fail", help="a failing sample: fail or skip it"
     )
     parser.add_argument("--names", choices=("sample", "key"), default="sample")
-    parser.add_argument("--timeout", type=float, help="seconds per sample")
+    parser.add_argument("--timeout", type=seconds, help="seconds per sample")
     parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
     parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
     parser.add_argument(

@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import escape_controls
 from ._toolargs import add_tool_parser, check_stdin, positive
 
 EXAMPLES = """
@@ -64,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
         )
         width, height = sheet.size
         print(
-            f"wrote {args.grid}: {sheet.images} images, {sheet.columns}x{sheet.rows} tiles, "
-            f"{width}x{height} px",
+            f"wrote {escape_controls(args.grid)}: {sheet.images} images, "
+            f"{sheet.columns}x{sheet.rows} tiles, {width}x{height} px",
             file=sys.stderr,
         )
         return 0

@@ -14,6 +14,8 @@ import json
 import sys
 from typing import Any
 
+from .._optional import require_all
+from ..errors import escape_controls
 from ._toolargs import ShardBar, add_tool_parser, check_stdin
 
 EXAMPLES = """
@@ -34,10 +36,16 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
+PLOT_NEEDS = ("PIL.Image", "matplotlib")
+"""What ``--plot`` imports: Pillow reads image sizes, matplotlib draws."""
+
+
 def run(args: argparse.Namespace) -> int:
     from ..tools.stats import format_stats, plot_stats, stats
 
     check_stdin(args.inputs)
+    if args.plot:  # before the scan: every missing extra named at once
+        require_all(PLOT_NEEDS, "stats --plot")
     with ShardBar(args) as bar:
         result = stats(
             args.inputs,
@@ -52,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
         print(format_stats(result))
     if args.plot:
         plot_stats(result, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+        print(f"wrote {escape_controls(args.plot)}", file=sys.stderr)
     return 0

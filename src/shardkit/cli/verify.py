@@ -17,6 +17,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import escape_controls
 from ._toolargs import ShardBar, add_tool_parser, check_stdin, plural
 
 EXAMPLES = """
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     problems = len(report.problems)
     if not args.quiet:
         for line in report.unchecked:
-            print(f"not checked: {line}", file=sys.stderr)
+            print(f"not checked: {escape_controls(line)}", file=sys.stderr)
         print(
             f"verified {plural(len(report.shards), 'shard')}, {report.samples} samples: "
             f"{problems or 'no'} problem{'s' if problems != 1 else ''}",

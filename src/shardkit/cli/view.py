@@ -19,7 +19,8 @@ import contextlib
 import sys
 from typing import Any
 
-from ._toolargs import add_tool_parser, positive
+from ..errors import escape_controls
+from ._toolargs import add_tool_parser, port, positive, print_error
 
 EXAMPLES = """
   shardkit view data/
@@ -34,7 +35,7 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("source", metavar="SOURCE", help="folder, manifest, pattern or URL")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    parser.add_argument("--port", type=port, default=8765, help="port (0: any free port)")
     parser.add_argument("--page-size", type=positive, default=48, help="samples per page")
     parser.add_argument("--label", default="cls", help="label field spec for classes ('' for none)")
     parser.set_defaults(func=run)
@@ -44,10 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.view import Viewer
 
     if args.source == "-":
-        print(
-            "Error: view: SOURCE cannot be '-' (stdin): pages are read more than once",
-            file=sys.stderr,
-        )
+        print_error("view: SOURCE cannot be '-' (stdin): pages are read more than once")
         return 2
     viewer = Viewer(
         args.source,
@@ -58,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     )
     with viewer:
         if viewer.catalog.note and not args.quiet:
-            print(f"note: {viewer.catalog.note}", file=sys.stderr)
+            print(f"note: {escape_controls(viewer.catalog.note)}", file=sys.stderr)
         print(f"shardkit view: {viewer.url}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             viewer.serve_forever()

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..units import Size, parse_size
+from ..units import Size, check_int, parse_size
 
 __all__ = [
     "BUILD_MAX_COUNT",
@@ -51,10 +50,7 @@ class Cut:
         self, max_count: int | None = None, max_size: Size | None = None, *, trailer: int = 0
     ) -> None:
         if max_count is not None:
-            if isinstance(max_count, bool) or not isinstance(max_count, int):
-                raise ConfigError(f"max_count must be an int, not {max_count!r}")
-            if max_count < 1:
-                raise ConfigError(f"max_count must be at least 1, not {max_count}")
+            check_int(max_count, "max_count")
         size = None if max_size is None else parse_size(max_size, name="max_size")
         object.__setattr__(self, "max_count", max_count)
         object.__setattr__(self, "max_size", size)

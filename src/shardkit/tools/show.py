@@ -19,10 +19,11 @@ from typing import Any
 
 from .._optional import missing, optional
 from ..codecs import NPY_FAILURES, image_extension, image_failures
+from ..errors import escape_controls
 from ..formats.jsondoc import load_json
 from ..formats.tfschema import LABEL_FIELDS
 from ..units import format_size
-from .tsv import check_spec, escape_controls
+from .tsv import check_spec
 
 __all__ = [
     "FieldInfo",

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..codecs import image_extension, image_size
-from ..errors import DataError
+from ..errors import DataError, escape_controls
 from ..formats.tar import Grouping, TarScanner
 from ..formats.tfschema import HEIGHT, WIDTH
 from ._inputs import Inputs, ShardRef, as_refs, class_names, gzip_errors, open_shard
 from ._progress import ToolProgressFn, track
-from .tsv import check_spec, escape_controls, label_text
+from .tsv import check_spec, label_text
 
 __all__ = [
     "ShardStats",

@@ -21,18 +21,16 @@ into its class name when a manifest gives one (``class_to_idx``).
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
-from ..errors import ConfigError
+from ..errors import ConfigError, escape_controls
 from ..formats.jsondoc import load_json
 from ._inputs import Inputs, as_refs, iter_samples
 
 __all__ = [
     "cell",
     "check_spec",
-    "escape_controls",
     "field_value",
     "label_text",
     "parse_fields",
@@ -44,24 +42,6 @@ _MISSING = object()
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 DEFAULT_LABEL = "cls"
 """The default label spec: ``cls``, or the TFRecord schema's ``image/class/label``."""
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with every character that is not printable (controls such as ESC, NUL,
-    DEL and the C1 set, bidirectional overrides, line separators) written as ``\\x1b``,
-    ``\\u202e``...: safe to print to a terminal. Spaces stay (NBSP too)."""
-    if text.isprintable():
-        return text
-    return "".join(
-        ch if ch.isprintable() or unicodedata.category(ch) == "Zs" else _escape(ch) for ch in text
-    )
 
 
 def parse_fields(text: str | Sequence[str]) -> list[str]:

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO, cast
 
 from .. import storage
 from ..digest import digest_name
-from ..errors import FormatError, StorageError
+from ..errors import FormatError, StorageError, escape_controls
 from ..formats.index import ShardIndex, compare_index
 from ..formats.tar import TarScanner
 from ..pipeline.idxfiles import load_index
@@ -66,7 +66,7 @@ class Problem:
     def line(self) -> str:
         """``shard<TAB>key<TAB>offset<TAB>problem``, with ``-`` for what is unknown."""
         parts = (self.shard, self.key or "-", "-" if self.offset is None else str(self.offset))
-        clean = [p.replace("\t", " ").replace("\n", " ") for p in (*parts, self.message)]
+        clean = [escape_controls(p.replace("\t", " ")) for p in (*parts, self.message)]
         return "\t".join(clean)
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ...codecs import image_extension
+from ...errors import escape_controls
 from ...units import format_size
-from ..tsv import escape_controls
 from ._catalog import Catalog, Entry, Page
 from ._media import media_kind
 
