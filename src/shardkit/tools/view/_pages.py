@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from ...codecs import image_extension
 from ...units import format_size
+from .._media import thumbnail_kind
 from ..tsv import escape_controls
 from ._catalog import Catalog, Entry, Page
 from ._media import media_kind
@@ -86,12 +86,12 @@ def grid_page(catalog: Catalog, page: Page, number: int, size: int, key: str, la
 def _tile(catalog: Catalog, entry: Entry) -> str:
     href = f"/sample/{entry.index}"
     label = catalog.label_of(entry)
-    picture = next((name for name in entry.fields if image_extension(name)), None)
+    picture = next((name for name in entry.fields if thumbnail_kind(name)), None)
     if picture is not None:
         inner = f'<img src="/thumb/{entry.index}" alt="" loading=lazy>'
     else:
         kinds = sorted({media_kind(name) for name in entry.fields} - {"other"})
-        inner = f"<span class=placeholder>{text(', '.join(kinds) or 'no image')}</span>"
+        inner = f"<span class=placeholder>{text(', '.join(kinds) or 'no picture')}</span>"
     caption = text(entry.key) + (f" <b>{text(label)}</b>" if label else "")
     return f'<a class=tile href="{href}">{inner}<span class=key>{caption}</span></a>'
 
@@ -139,6 +139,9 @@ def _bytes_view(index: int, number: int, name: str, data: bytes, src: str) -> st
     if kind == "image":
         shown = src if media_kind(name, native=True) == "image" else f"/thumb/{index}/{number}"
         return f'<img class=full src="{shown}" alt="">'
+    if kind == "video" and thumbnail_kind(name):  # its first frame until it plays
+        poster = f"/thumb/{index}/{number}"
+        return f'<video controls preload=none poster="{poster}" src="{src}"></video>'
     if kind in ("audio", "video"):
         return f'<{kind} controls preload=metadata src="{src}"></{kind}>'
     if kind == "json":
