@@ -98,8 +98,18 @@ def test_a_quiet_clip_draws_a_small_waveform() -> None:
 
 def test_a_field_that_does_not_decode_gets_a_tile_with_the_reason(tmp_path: Path) -> None:
     samples = [{"__key__": "cut", "flac": _flac(1.0)[:100]}, {"__key__": "ok", "flac": _flac(1.0)}]
-    sheet = contact_sheet(samples, str(tmp_path / "s.png"), tile=64, label=None)
+    out = str(tmp_path / "s.png")
+    sheet = contact_sheet(samples, out, tile=96, label=None)
     assert sheet.images == 2  # drawn, not raised
+    with Image.open(out) as img:
+        pixels = np.asarray(img.convert("RGB")).astype(int)
+
+    def near(tile: int, colour: tuple[int, int, int]) -> int:
+        area = pixels[:, tile * 96 : (tile + 1) * 96]
+        return int((np.abs(area - colour).sum(axis=2) < 60).sum())
+
+    assert near(0, (255, 90, 90)) > 20 and near(0, (90, 200, 255)) == 0  # the reason, in red
+    assert near(1, (90, 200, 255)) > 500  # the good clip's waveform
 
 
 def test_show_grid_from_the_cli(tmp_path: Path) -> None:
