@@ -210,3 +210,6 @@ def test_view_grid_has_thumbnails_for_audio_and_video(tmp_path: Path) -> None:
         assert get(viewer.url, "/thumb/5")[0] == 415
         sample = get(viewer.url, "/sample/2")[2].decode()
         assert 'poster="/thumb/2/0"' in sample and "<video" in sample
+        page = get(viewer.url, "/stats")[2].decode()
+        assert "<h2>audio and video</h2>" in page
+        assert "16000 Hz (2)" in page and "22050 Hz (1)" in page and "25 fps (2)" in page

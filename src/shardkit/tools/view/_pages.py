@@ -172,9 +172,32 @@ def stats_page(catalog: Catalog) -> bytes:
     return _page(
         "stats",
         f"<h1>stats</h1>{totals}<h2>fields</h2><table><tr><th>field</th><th>kind</th>"
-        f"<th>samples</th><th>mean size</th></tr>{fields}</table>"
+        f"<th>samples</th><th>mean size</th></tr>{fields}</table>{_media_table(result)}"
         f"<h2>classes ({len(result.classes)})</h2>{classes}"
         f"<h2>sample sizes (bytes in the shard)</h2>{_bars(_size_bins(result.sizes), 'size')}",
+    )
+
+
+def _media_table(result: Any) -> str:
+    """Durations and rates of the audio and video fields (from their headers)."""
+    if not result.media:
+        return ""
+    rows = []
+    for name, seen in sorted(result.media.items()):
+        doc = seen.to_dict()
+        unit = "Hz" if seen.kind == "audio" else "fps"
+        rates = ", ".join(f"{rate} {unit} ({n:,})" for rate, n in doc["rates"].items())
+        mean = doc["duration_mean"]
+        rows.append(
+            f"<tr><td>{text(name)}</td><td>{seen.kind}</td><td>{len(seen.durations):,}</td>"
+            f"<td>{doc['duration_total']:,.1f} s</td>"
+            f"<td>{'' if mean is None else f'{mean:.2f} s'}</td><td>{text(rates)}</td>"
+            f"<td>{seen.unreadable:,}</td></tr>"
+        )
+    return (
+        "<h2>audio and video</h2><table><tr><th>field</th><th>kind</th><th>timed</th>"
+        "<th>total</th><th>mean</th><th>rates</th><th>unreadable</th></tr>"
+        f"{''.join(rows)}</table>"
     )
 
 
