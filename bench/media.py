@@ -7,7 +7,8 @@ mono, 2 to 4 seconds of tones and noise) each with a transcript, and a video cor
 H.264 MP4 clips made with PyAV (160x120, 24 fps, 48 frames, a keyframe every 12 frames).
 Then each case runs in a fresh process that warms up on two samples first (imports:
 webdataset imports torch; shardkit loads its modules on first use) and reports samples
-per second and the peak RSS its run added over the warmed-up process (``VmHWM``):
+per second, the process's peak RSS (``VmHWM``, imports included) and what the timed run
+added to it over the warmed-up process:
 
 - write: the corpus files into 64-sample shards, ``shardkit.ShardWriter`` (which also
   writes each shard's ``.idx``) vs webdataset's ``ShardWriter``;
@@ -90,13 +91,17 @@ def make_videos(folder: str, count: int) -> None:
 
 def corpus_samples(folder: str) -> Iterator[dict[str, Any]]:
     """The corpus files as samples: ``000001.flac`` + ``000001.txt`` is one."""
-    names = sorted(os.listdir(folder))
-    samples: dict[str, dict[str, Any]] = {}
-    for name in names:
+    sample: dict[str, Any] = {}
+    for name in sorted(os.listdir(folder)):  # a sample's files are adjacent: read as they come
         key, ext = name.split(".", 1)
+        if sample and sample["__key__"] != key:
+            yield sample
+            sample = {}
         with open(os.path.join(folder, name), "rb") as file:
-            samples.setdefault(key, {"__key__": key})[ext] = file.read()
-    yield from samples.values()
+            sample.setdefault("__key__", key)
+            sample[ext] = file.read()
+    if sample:
+        yield sample
 
 
 # --------------------------------------------------------------------------- cases
@@ -235,7 +240,9 @@ def child(case: str, source: str, out: str) -> None:
     started = time.perf_counter()
     count = CASES[case](source, out, None)
     seconds = time.perf_counter() - started
-    print(json.dumps({"count": count, "seconds": seconds, "peak_mb": _peak_mb() - base}))
+    peak = _peak_mb()
+    result = {"count": count, "seconds": seconds, "peak_mb": peak, "added_mb": peak - base}
+    print(json.dumps(result))
 
 
 def run_case(case: str, source: str, out: str = "-") -> dict[str, float]:
@@ -252,8 +259,12 @@ def run_case(case: str, source: str, out: str = "-") -> dict[str, float]:
 
 
 def _row(name: str, result: dict[str, float]) -> dict[str, Any]:
-    rate = result["count"] / result["seconds"]
-    return {"name": name, "rate": round(rate, 1), "peak_mb": round(result["peak_mb"], 1)}
+    return {
+        "name": name,
+        "rate": round(result["count"] / result["seconds"], 1),
+        "peak_mb": round(result["peak_mb"], 1),
+        "added_mb": round(result["added_mb"], 1),
+    }
 
 
 def _print(title: str, rows: list[dict[str, Any]]) -> None:
@@ -261,7 +272,8 @@ def _print(title: str, rows: list[dict[str, Any]]) -> None:
     ours = rows[0]["rate"]
     for row in rows:
         ratio = "" if row is rows[0] else f"  (shardkit {ours / row['rate']:.2f}x)"
-        print(f"  {row['name']:<44} {row['rate']:>9,.1f}/s  peak {row['peak_mb']:>6.0f} MB{ratio}")
+        memory = f"peak RSS {row['peak_mb']:>4.0f} MB (run +{row['added_mb']:.0f})"
+        print(f"  {row['name']:<40} {row['rate']:>8,.1f}/s  {memory}{ratio}")
 
 
 def main() -> None:
