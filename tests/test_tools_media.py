@@ -121,6 +121,15 @@ def test_show_grid_from_the_cli(tmp_path: Path) -> None:
         assert img.size == (4 * 160, 160)
 
 
+def test_show_prints_the_rate_and_duration_of_audio_and_video(tmp_path: Path) -> None:
+    from shardkit.tools import format_samples
+
+    lines = "\n".join(format_samples(_samples(_media_folder(tmp_path, corrupt=True))))
+    assert "audio" in lines and "16000 Hz, 1.00 s" in lines and "22050 Hz, 2.50 s" in lines
+    assert "video" in lines and "25 fps, 2.00 s" in lines and "25 fps, 1.00 s" in lines
+    assert "not readable (unreadable video header" in lines  # the cut MP4
+
+
 # --------------------------------------------------------------------------- stats
 
 
