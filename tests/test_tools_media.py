@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -94,6 +95,40 @@ def test_a_quiet_clip_draws_a_small_waveform() -> None:
     quiet = np.asarray(field_picture("flac", _flac(1.0, amplitude=0.1), (100, 60)))
     drawn = [(np.abs(p.astype(int) - [90, 200, 255]).sum(axis=2) < 30).sum() for p in (loud, quiet)]
     assert drawn[0] > 4 * drawn[1] > 0
+
+
+def test_the_waveform_is_decoded_a_block_at_a_time_with_the_same_envelope() -> None:
+    from shardkit.tools._media import audio_envelope
+
+    data = _flac(2.3, amplitude=0.7)
+    whole = sf.read(io.BytesIO(data), dtype="float32")[0]
+    edges = (np.arange(101) * len(whole)) // 100
+    expected_low = [whole[a:b].min() for a, b in itertools.pairwise(edges)]
+    expected_high = [whole[a:b].max() for a, b in itertools.pairwise(edges)]
+    for block in (1000, 4096, 1 << 16):  # edges inside blocks, blocks inside columns
+        lows, highs = audio_envelope("flac", data, 100, block=block)
+        assert lows.tolist() == expected_low and highs.tolist() == expected_high, block
+    short = _flac(0.001)  # 16 frames for 100 columns: the empty columns are silence
+    lows, highs = audio_envelope("flac", short, 100)
+    frames = sf.read(io.BytesIO(short), dtype="float32")[0]
+    assert len(lows) == 100 and (lows <= highs).all()
+    assert highs.max() == frames.max() > 0 and lows.min() == min(0.0, frames.min())
+
+
+def test_a_long_recording_is_drawn_in_a_fraction_of_its_decoded_size() -> None:
+    import tracemalloc
+
+    from shardkit.tools._media import field_picture
+
+    data = _flac(120.0)  # 1.92 M frames: 7.7 MB as float32
+    field_picture("flac", _flac(0.5), (160, 160))  # imports and first-use allocations
+    tracemalloc.start()
+    try:
+        field_picture("flac", data, (160, 160))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 7.7e6 / 4, peak
 
 
 def test_a_field_that_does_not_decode_gets_a_tile_with_the_reason(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@
 :func:`thumbnail_kind` names the fields a thumbnail can be made of (images, video, audio,
 by extension); :func:`field_picture` draws one as a Pillow RGB image of at most ``box``:
 an image scaled down (decoded at a reduced DCT scale first), a video's first frame
-(through :func:`shardkit.video`), an audio waveform (through :func:`shardkit.audio`,
-drawn with numpy: per pixel column the lowest and highest sample). ``show --grid``
+(through :func:`shardkit.video`), an audio waveform (:func:`audio_envelope`: per pixel
+column the lowest and highest sample, decoded by soundfile a block at a time so a long
+recording is never held decoded; drawn with numpy). ``show --grid``
 and ``shardkit view`` both draw their tiles with it. :func:`media_info` reads an audio or
 video field's duration and rate from its header (soundfile / PyAV), decoding nothing.
 """
@@ -19,14 +20,21 @@ from .._optional import require
 from ..codecs import (
     AUDIO_EXTENSIONS,
     VIDEO_EXTENSIONS,
-    audio,
+    check_field,
     image_extension,
     image_failures,
     video,
 )
 from ..errors import DataError
 
-__all__ = ["MediaInfo", "field_picture", "media_info", "media_kind", "thumbnail_kind"]
+__all__ = [
+    "MediaInfo",
+    "audio_envelope",
+    "field_picture",
+    "media_info",
+    "media_kind",
+    "thumbnail_kind",
+]
 
 _WAVE_BACKGROUND = (16, 28, 40)
 _WAVE_LINE = (90, 200, 255)
@@ -65,10 +73,9 @@ def field_picture(name: str, data: bytes, box: tuple[int, int]) -> Any:
         return _image(data, box)
     if kind == "video":
         return _first_frame(name, data, box)
-    sound = audio(mono=True)(_last(name), data) if kind == "audio" else None
-    if sound is None:
-        raise DataError(f"no thumbnail for a {name!r} field")
-    return waveform(sound.samples[0], box)
+    if kind == "audio":
+        return _draw(*audio_envelope(name, data, box[0]), box)
+    raise DataError(f"no thumbnail for a {name!r} field")
 
 
 def _image(data: bytes, box: tuple[int, int]) -> Any:
@@ -95,30 +102,62 @@ def _first_frame(name: str, data: bytes, box: tuple[int, int]) -> Any:
     return picture
 
 
-def waveform(samples: Any, box: tuple[int, int]) -> Any:
-    """A ``box``-sized picture of ``samples`` (float, one channel): a centre line and,
-    per pixel column, a bar from the lowest to the highest sample of that column's span
-    (full scale is +-1, so a quiet clip looks quiet)."""
+def audio_envelope(name: str, data: bytes, width: int, *, block: int = 1 << 16) -> tuple[Any, Any]:
+    """Per pixel column of ``width``, the lowest and highest sample (mono: the mean of the
+    channels) of the column's span of audio field ``name``: float32 ``(lows, highs)``,
+    after the field's check (:func:`shardkit.codecs.check_field`).
+
+    Decoded ``block`` frames at a time (soundfile), so a long recording costs one block of
+    memory, not its decoded length; a stream that does not read to the end is a DataError
+    (a cut file is not drawn as a shorter one)."""
+    import numpy as np
+
+    sf = require("soundfile", "audio fields")
+    check_field(data, _last(name))
+    lows = np.full(width, np.inf, np.float32)
+    highs = np.full(width, -np.inf, np.float32)
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            frames = f.frames
+            if frames <= 0:
+                raise DataError(f"no audio frames ({f.format} header)")
+            edges = (np.arange(width + 1, dtype=np.int64) * frames) // width
+            start = 0
+            for chunk in f.blocks(block, dtype="float32", always_2d=True):
+                values = chunk.mean(axis=1, dtype=np.float32)
+                end = start + len(values)
+                inside = edges[(edges > start) & (edges < end)] - start
+                cuts = np.concatenate(([0], inside))
+                columns = np.searchsorted(edges, start + cuts, side="right") - 1
+                np.minimum.at(lows, columns, np.minimum.reduceat(values, cuts))
+                np.maximum.at(highs, columns, np.maximum.reduceat(values, cuts))
+                start = end
+    except DataError:
+        raise
+    except (sf.SoundFileError, ValueError, EOFError, OSError, RuntimeError) as exc:
+        raise DataError(f"audio does not decode: {exc}") from exc
+    if start < frames:
+        raise DataError(f"truncated audio ({start} of {frames} frames decode)")
+    empty = lows > highs  # a column of no frame (fewer frames than columns)
+    lows[empty] = highs[empty] = 0.0
+    return lows, highs
+
+
+def _draw(lows: Any, highs: Any, box: tuple[int, int]) -> Any:
     import numpy as np
     from PIL import Image
 
     width, height = box
     pixels = np.empty((height, width, 3), np.uint8)
     pixels[:] = _WAVE_BACKGROUND
-    middle = height // 2
-    pixels[middle, :] = _WAVE_AXIS
-    values = np.asarray(samples, np.float32)
-    values = np.nan_to_num(values, nan=0.0, posinf=1.0, neginf=-1.0)
-    if values.size:
-        edges = np.linspace(0, values.size, width + 1).astype(np.int64)
-        starts = np.minimum(edges[:-1], values.size - 1)
-        lows = np.minimum.reduceat(values, starts)
-        highs = np.maximum.reduceat(values, starts)
-        half = (height - 1) / 2
-        top = np.clip(np.round(half - highs * half), 0, height - 1).astype(np.int64)
-        bottom = np.clip(np.round(half - lows * half), 0, height - 1).astype(np.int64)
-        rows = np.arange(height)[:, None]
-        pixels[(rows >= top) & (rows <= bottom)] = _WAVE_LINE
+    pixels[height // 2, :] = _WAVE_AXIS
+    lows = np.nan_to_num(lows, nan=0.0, posinf=1.0, neginf=-1.0)
+    highs = np.nan_to_num(highs, nan=0.0, posinf=1.0, neginf=-1.0)
+    half = (height - 1) / 2
+    top = np.clip(np.round(half - highs * half), 0, height - 1).astype(np.int64)
+    bottom = np.clip(np.round(half - lows * half), 0, height - 1).astype(np.int64)
+    rows = np.arange(height)[:, None]
+    pixels[(rows >= top) & (rows <= bottom)] = _WAVE_LINE
     return Image.fromarray(pixels, "RGB")
 
 
