@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from ..codecs import AUDIO_EXTENSIONS, VIDEO_EXTENSIONS
 from ..errors import DataError, FormatError, TruncatedShardError
 from ..formats.tar import Grouping, TarScanner
 
@@ -39,20 +40,35 @@ class Seen:
 
 
 def check_fields(key: str, fields: dict[str, bytes], offset: int | None, report: Report) -> None:
-    """Decode each image (Pillow / simplejpeg) and each json, text, int and npy field."""
+    """Decode each image (Pillow / simplejpeg) and each json, text, int and npy field;
+    check each audio and video field (:func:`shardkit.codecs.check_field`: whole, not
+    cut short) and decode it: all of an audio stream (soundfile), a video's first frame
+    (PyAV)."""
     from ..codecs import Decoder, image_extension
 
     for ext, data in fields.items():
-        last = ext.rsplit(".", 1)[-1]
+        last = ext.rsplit(".", 1)[-1].lower()
         image = image_extension(ext)
-        if not image and last not in _DECODED_EXTS:
-            continue
+        media = last in AUDIO_EXTENSIONS or last in VIDEO_EXTENSIONS
         try:
-            Decoder("rgb8" if image else "l8")({"__key__": key, ext: data})
+            if media:
+                _decode_media(last, data)
+            elif image or last in _DECODED_EXTS:
+                Decoder("rgb8" if image else "l8")({"__key__": key, ext: data})
         except DataError as exc:
-            cause = exc.__cause__
-            detail = f"{type(cause).__name__}: {cause}" if cause is not None else exc.message
+            cause = exc.__cause__  # the codecs' media messages are the reason already
+            detail = exc.message if media or cause is None else f"{type(cause).__name__}: {cause}"
             report(key, offset, f"field {ext!r} does not decode ({detail})")
+
+
+def _decode_media(ext: str, data: bytes) -> None:
+    from ..codecs import audio, check_field, video
+
+    check_field(data, ext)
+    if ext in AUDIO_EXTENSIONS:
+        audio()(ext, data)
+    else:
+        video(1, start=0.0)(ext, data)
 
 
 # --------------------------------------------------------------------------- tar

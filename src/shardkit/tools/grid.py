@@ -1,12 +1,14 @@
-"""A contact sheet: the first N images of a sample stream in a PNG grid, with key and label.
+"""A contact sheet: the first N pictures of a sample stream in a PNG grid, with key and label.
 
 The sheet is ``columns x rows`` square tiles of ``tile`` pixels; ``columns`` is reduced to
 the number of images when there are fewer, and ``rows = ceil(images / columns)``, so the
-PNG is exactly ``columns * tile`` by ``rows * tile`` pixels. Each tile holds the image
-scaled to fit above two text lines: the key and the label (``cls`` by default, or the
+PNG is exactly ``columns * tile`` by ``rows * tile`` pixels. Each tile holds the sample's
+first image, video or audio field (or ``image_field``) drawn by
+:func:`shardkit.tools._media.field_picture` (an image scaled, a video's first frame, an
+audio waveform) to fit above two text lines: the key and the label (``cls`` by default, or the
 TFRecord schema's ``image/class/label``; any field spec of :mod:`shardkit.tools.tsv`),
 shown as its class name when ``class_names`` (a manifest's ``class_to_idx``) has one. An
-image that does not decode gets a tile that says so. ``image_field`` or ``label`` naming
+field that does not decode gets a tile that says so. ``image_field`` or ``label`` naming
 no field of the first sample is a ConfigError. Text is drawn with DejaVu Sans (shipped
 with matplotlib) when it is installed, so non-ASCII names render; else Pillow's font.
 """
@@ -21,8 +23,8 @@ from typing import Any
 
 from .. import storage
 from .._optional import require
-from ..codecs import image_extension, image_failures
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
+from ._media import field_picture, thumbnail_kind
 from .tsv import check_spec, label_text
 
 __all__ = ["ContactSheet", "contact_sheet"]
@@ -50,18 +52,16 @@ class ContactSheet:
 
 def _pick(
     sample: Mapping[str, Any], image_field: str | None, label: str | None, names: dict[str, str]
-) -> tuple[str, str, bytes] | None:
+) -> tuple[str, str, str, bytes] | None:
     if image_field is not None:
-        value = sample.get(image_field.lower())
+        name: str | None = image_field.lower()
     else:
-        value = next(
-            (v for k, v in sample.items() if not k.startswith("__") and image_extension(k)),
-            None,
-        )
-    if not isinstance(value, bytes):
+        name = next((k for k in sample if not k.startswith("__") and thumbnail_kind(k)), None)
+    value = sample.get(name) if name is not None else None
+    if name is None or not isinstance(value, bytes):
         return None
     text = label_text(sample, label, names) if label else ""
-    return str(sample.get("__key__", "")), text, value
+    return str(sample.get("__key__", "")), text, name, value
 
 
 def _font(size: int) -> Any:
@@ -91,21 +91,18 @@ def _fit(draw: Any, font: Any, text: str, width: int) -> str:
 
 
 def _draw_tile(canvas: Any, font: Any, index: int, columns: int, tile: int, item: Any) -> None:
-    from PIL import Image, ImageDraw
+    from PIL import ImageDraw
 
-    key, label, data = item
+    key, label, name, data = item
     x, y = (index % columns) * tile, (index // columns) * tile
     line = font.getbbox("Hg")[3] + 2
     box = (tile - 4, tile - 4 - 2 * line)
     draw = ImageDraw.Draw(canvas)
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.draft("RGB", box)
-            thumb = img.convert("RGB")
-        thumb.thumbnail(box)
+        thumb = field_picture(name, data, box)
         canvas.paste(thumb, (x + (tile - thumb.width) // 2, y + 2 + (box[1] - thumb.height) // 2))
-    except image_failures() as exc:  # an undecodable image gets a tile that says so
-        draw.text((x + 4, y + 4), _fit(draw, font, type(exc).__name__, tile - 8), _ERROR, font)
+    except DataError as exc:  # a field that does not decode gets a tile that says so
+        draw.text((x + 4, y + 4), _fit(draw, font, exc.message, tile - 8), _ERROR, font)
     for row, text in enumerate((key, label)):
         ty = y + tile - 2 - (2 - row) * line
         draw.text((x + 2, ty), _fit(draw, font, text, tile - 4), _TEXT, font)
@@ -123,7 +120,8 @@ def contact_sheet(
     class_names: dict[str, str] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> ContactSheet:
-    """Draw the first ``count`` images of ``samples`` into a PNG at ``output``."""
+    """Draw the first ``count`` pictures (images, video first frames, audio waveforms) of
+    ``samples`` into a PNG at ``output``."""
     if count < 1 or columns < 1:
         raise ConfigError("count and columns must be at least 1")
     if tile < 48:
@@ -141,7 +139,7 @@ def contact_sheet(
             if len(items) >= count:
                 break
     if not items:
-        raise ConfigError("no image fields in the samples: nothing to draw")
+        raise ConfigError("no image, video or audio fields in the samples: nothing to draw")
     from PIL import Image
 
     columns = min(columns, len(items))

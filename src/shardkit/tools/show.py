@@ -1,12 +1,13 @@
-"""``show``: print samples readably; and a PNG contact sheet of their images.
+"""``show``: print samples readably; and a PNG contact sheet of their pictures.
 
 Each sample prints as its key and where it is, then one line per field: the field name,
-its kind (image, int, text, json, npy, gzip, bytes; or int/float/list for TFRecord
-features), its size and a short preview (image format and size, the text, the JSON, the
-first bytes in hex), and a label's class name when a manifest names it. Keys, URLs,
-field names and previews are printed with every control character escaped (``\\x1b``...),
-so a hostile shard cannot drive the terminal. A field in ``fields`` that the first sample
-lacks is a ConfigError.
+its kind (image, audio, video, int, text, json, npy, gzip, bytes; or int/float/list for
+TFRecord features), its size and a short preview (image format and size, an audio or
+video field's rate and duration from its header, the text, the JSON, the first bytes in
+hex), and a label's class name when a manifest names it. Keys, URLs, field names and
+previews are printed with every control character escaped (``\\x1b``...), so a hostile
+shard cannot drive the terminal. A field in ``fields`` that the first sample lacks is a
+ConfigError.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import Any
 
 from .._optional import missing, optional
 from ..codecs import NPY_FAILURES, image_extension, image_failures
-from ..errors import escape_controls
+from ..errors import DataError, MissingDependencyError, escape_controls
 from ..formats.jsondoc import load_json
 from ..formats.tfschema import LABEL_FIELDS
 from ..units import format_size
+from ._media import media_info, media_kind
 from .tsv import check_spec
 
 __all__ = [
@@ -64,6 +66,21 @@ def _image_preview(data: bytes) -> str:
         return f"not a readable image ({type(exc).__name__})"
 
 
+def _media_preview(ext: str, data: bytes) -> str:
+    """Duration and rate from an audio or video field's header (nothing is decoded)."""
+    try:
+        info = media_info(ext, data)
+    except MissingDependencyError as exc:
+        return f"{len(data)} bytes (to read its header: {exc.message})"
+    except DataError as exc:  # a broken field is worth showing, not raising
+        return f"not readable ({exc.message})"
+    if info is None:  # pragma: no cover - media_kind chose the extension
+        return ""
+    unit = "Hz" if info.kind == "audio" else "fps"
+    rate = f"{info.rate:g} {unit}" if info.rate else f"? {unit}"
+    return rate + (f", {info.duration:.2f} s" if info.duration is not None else "")
+
+
 def _npy_preview(data: bytes) -> str:
     try:
         import numpy as np
@@ -93,6 +110,9 @@ def _bytes_kind(ext: str, data: bytes, width: int) -> tuple[str, str]:
         return "gzip", data[:8].hex(" ")
     if image_extension(ext):
         return "image", _image_preview(data)
+    kind = media_kind(ext)
+    if kind is not None:
+        return kind, _media_preview(ext, data)
     if last in _INT_EXTS:
         return "int", _clip(data.decode("utf-8", "replace").strip(), width)
     if last in _JSON_EXTS:

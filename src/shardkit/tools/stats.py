@@ -7,7 +7,10 @@ Examples decoded (``image/width`` and ``image/height`` give image sizes). ``labe
 field spec (:mod:`shardkit.tools.tsv`): ``cls`` by default (or the TFRecord schema's
 ``image/class/label``), or ``json.label``...; None counts no classes. A label that a
 manifest's ``class_to_idx`` names is counted under its class name. A label spec other
-than the default that names no field of the first sample is a ConfigError.
+than the default that names no field of the first sample is a ConfigError. Audio and video
+fields are read too (``media=True``, the default): each one's duration and rate (samples
+per second, frames per second) come from its header (soundfile / PyAV, decoding nothing);
+a field whose header does not read is counted as unreadable.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from ..errors import DataError, escape_controls
 from ..formats.tar import Grouping, TarScanner
 from ..formats.tfschema import HEIGHT, WIDTH
 from ._inputs import Inputs, ShardRef, as_refs, class_names, gzip_errors, open_shard
+from ._media import media_info, media_kind
 from ._progress import ToolProgressFn, track
 from .tsv import check_spec, label_text
 
 __all__ = [
+    "MediaStats",
     "ShardStats",
     "Stats",
     "field_kind",
@@ -66,6 +71,34 @@ class ShardStats:
 
 
 @dataclass
+class MediaStats:
+    """The audio or video fields of one name: each readable one's duration (seconds),
+    how many had each rate (Hz for audio, frames per second for video), and how many had
+    a header that does not read."""
+
+    kind: str
+    durations: list[float] = field(default_factory=list)
+    rates: Counter[float] = field(default_factory=Counter)
+    unreadable: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        durations = self.durations
+        return {
+            "kind": self.kind,
+            "duration_total": sum(durations),
+            "duration_min": min(durations, default=None),
+            "duration_mean": statistics.fmean(durations) if durations else None,
+            "duration_max": max(durations, default=None),
+            "rates": {_rate_text(r): n for r, n in self.rates.most_common()},
+            "unreadable": self.unreadable,
+        }
+
+
+def _rate_text(rate: float) -> str:
+    return f"{rate:g}"
+
+
+@dataclass
 class Stats:
     """What :func:`stats` found.
 
@@ -80,6 +113,7 @@ class Stats:
     kinds: dict[str, str] = field(default_factory=dict)
     classes: Counter[str] = field(default_factory=Counter)
     image_sizes: list[tuple[int, int]] = field(default_factory=list)  # (width, height)
+    media: dict[str, MediaStats] = field(default_factory=dict)  # audio/video fields by name
 
     @property
     def samples(self) -> int:
@@ -118,17 +152,24 @@ class Stats:
                 for name, n in self.fields.items()
             },
             "classes": dict(self.classes.most_common()),
+            "media": {name: m.to_dict() for name, m in sorted(self.media.items())},
         }
 
 
 class _Collector:
     def __init__(
-        self, result: Stats, label: str | None, names: dict[str, str], image_sizes: bool
+        self,
+        result: Stats,
+        label: str | None,
+        names: dict[str, str],
+        image_sizes: bool,
+        media: bool,
     ) -> None:
         self.result = result
         self.label = label
         self.names = names
         self.image_sizes = image_sizes
+        self.media = media
         self.want = label.split(".", 1)[0].lower() if label else None
 
     def sample(
@@ -150,6 +191,24 @@ class _Collector:
                 self.result.classes[text] += 1
         if self.image_sizes:
             self._image_size(fields)
+        if self.media:
+            self._media(fields)
+
+    def _media(self, fields: dict[str, Any]) -> None:
+        for name, value in fields.items():
+            kind = media_kind(name)
+            if kind is None or not isinstance(value, bytes):
+                continue
+            seen = self.result.media.setdefault(name, MediaStats(kind))
+            try:
+                info = media_info(name, value)
+            except DataError:
+                seen.unreadable += 1
+                continue
+            if info is not None and info.duration is not None:
+                seen.durations.append(info.duration)
+            if info is not None and info.rate is not None:
+                seen.rates[info.rate] += 1
 
     def _image_size(self, fields: dict[str, Any]) -> None:
         width, height = fields.get(WIDTH), fields.get(HEIGHT)
@@ -163,6 +222,8 @@ class _Collector:
 
     def wants(self, ext: str) -> bool:
         if self.image_sizes and image_extension(ext):
+            return True
+        if self.media and media_kind(ext) is not None:
             return True
         return self.want is not None and (ext == self.want or self.label == ext)
 
@@ -223,6 +284,7 @@ def stats(
     *,
     label: str | None = "cls",
     image_sizes: bool = False,
+    media: bool = True,
     on_shard: Callable[[ShardStats], None] | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: ToolProgressFn | None = None,
@@ -230,13 +292,14 @@ def stats(
     """Gather statistics over ``inputs`` (shards, folders, manifests, ``-``).
 
     ``image_sizes`` also collects each sample's image width and height (reading image
-    headers from tar shards), for :func:`plot_stats`. ``progress`` hears of each shard
-    done (:class:`~shardkit.tools._progress.ToolProgress`).
+    headers from tar shards), for :func:`plot_stats`. ``media`` reads each audio and video
+    field's duration and rate from its header (:attr:`Stats.media`). ``progress`` hears of
+    each shard done (:class:`~shardkit.tools._progress.ToolProgress`).
     """
     result = Stats()
     refs = as_refs(inputs, storage_options=storage_options)
     names = class_names(refs, storage_options=storage_options) if label else {}
-    collect = _Collector(result, label, names, image_sizes)
+    collect = _Collector(result, label, names, image_sizes, media)
     for ref in track(refs, progress):
         shard = ShardStats(ref.url)
         if ref.format == "tar":
@@ -270,6 +333,11 @@ def format_stats(result: Stats, *, top: int = 20) -> str:
             kind = result.kinds.get(name, "?")
             shown = escape_controls(name)
             lines.append(f"  {shown:<{width}}  {kind:<6}  in {n} samples  mean {mean}")
+    if result.media:
+        lines.append("media")
+        width = max(len(name) for name in result.media)
+        for name, seen in sorted(result.media.items()):
+            lines.append(f"  {escape_controls(name):<{width}}  {_media_line(seen)}")
     if result.classes:
         lines.append(f"classes  {len(result.classes)}")
         for name, n in result.classes.most_common(top):
@@ -281,6 +349,32 @@ def format_stats(result: Stats, *, top: int = 20) -> str:
         f"  {escape_controls(s.url)}\t{s.samples}\t{format_size(s.bytes)}" for s in result.shards
     ]
     return "\n".join(lines)
+
+
+def _media_line(seen: MediaStats) -> str:
+    durations = seen.durations
+    parts = [f"{seen.kind:<5}"]
+    if durations:
+        parts.append(
+            f"{len(durations)} timed  total {_seconds(sum(durations))}  "
+            f"min {min(durations):.2f}s  mean {statistics.fmean(durations):.2f}s  "
+            f"max {max(durations):.2f}s"
+        )
+    unit = "Hz" if seen.kind == "audio" else "fps"
+    rates = ", ".join(f"{_rate_text(r)} {unit} ({n})" for r, n in seen.rates.most_common(5))
+    if rates:
+        parts.append(f"rate {rates}")
+    if seen.unreadable:
+        parts.append(f"{seen.unreadable} unreadable")
+    return "  ".join(parts)
+
+
+def _seconds(total: float) -> str:
+    minutes, seconds = divmod(total, 60)
+    hours, minutes = divmod(int(minutes), 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{seconds:04.1f}s"
+    return f"{minutes}m{seconds:04.1f}s" if minutes else f"{seconds:.2f}s"
 
 
 def plot_stats(result: Stats, output: str, *, top: int = 50) -> None:

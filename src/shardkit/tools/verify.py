@@ -6,7 +6,8 @@ reject); for TFRecord both CRCs of every record and every Example; against the m
 when the shard comes from one, its size, digest (recomputed with the algorithm the
 manifest names: blake3, sha256 or xxh3-128) and sample count; against its index file
 (``<shard>.idx``), when there is one, its keys and offsets. ``decode=True`` also decodes
-every image (Pillow / simplejpeg) and every json, text, int and npy field.
+every image (Pillow / simplejpeg) and every json, text, int and npy field, and checks
+and decodes audio (all of it) and video fields (their first frame).
 
 What was *not* checked is said too (:attr:`VerifyReport.unchecked`): shards whose bytes
 no digest covers (no manifest, a manifest built with ``--hash none``). A shard whose

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from ...codecs import image_extension
 from ...errors import escape_controls
 from ...units import format_size
+from .._media import thumbnail_kind
 from ._catalog import Catalog, Entry, Page
 from ._media import media_kind
 
@@ -86,12 +86,12 @@ def grid_page(catalog: Catalog, page: Page, number: int, size: int, key: str, la
 def _tile(catalog: Catalog, entry: Entry) -> str:
     href = f"/sample/{entry.index}"
     label = catalog.label_of(entry)
-    picture = next((name for name in entry.fields if image_extension(name)), None)
+    picture = next((name for name in entry.fields if thumbnail_kind(name)), None)
     if picture is not None:
         inner = f'<img src="/thumb/{entry.index}" alt="" loading=lazy>'
     else:
         kinds = sorted({media_kind(name) for name in entry.fields} - {"other"})
-        inner = f"<span class=placeholder>{text(', '.join(kinds) or 'no image')}</span>"
+        inner = f"<span class=placeholder>{text(', '.join(kinds) or 'no picture')}</span>"
     caption = text(entry.key) + (f" <b>{text(label)}</b>" if label else "")
     return f'<a class=tile href="{href}">{inner}<span class=key>{caption}</span></a>'
 
@@ -139,6 +139,9 @@ def _bytes_view(index: int, number: int, name: str, data: bytes, src: str) -> st
     if kind == "image":
         shown = src if media_kind(name, native=True) == "image" else f"/thumb/{index}/{number}"
         return f'<img class=full src="{shown}" alt="">'
+    if kind == "video" and thumbnail_kind(name):  # its first frame until it plays
+        poster = f"/thumb/{index}/{number}"
+        return f'<video controls preload=none poster="{poster}" src="{src}"></video>'
     if kind in ("audio", "video"):
         return f'<{kind} controls preload=metadata src="{src}"></{kind}>'
     if kind == "json":
@@ -169,9 +172,32 @@ def stats_page(catalog: Catalog) -> bytes:
     return _page(
         "stats",
         f"<h1>stats</h1>{totals}<h2>fields</h2><table><tr><th>field</th><th>kind</th>"
-        f"<th>samples</th><th>mean size</th></tr>{fields}</table>"
+        f"<th>samples</th><th>mean size</th></tr>{fields}</table>{_media_table(result)}"
         f"<h2>classes ({len(result.classes)})</h2>{classes}"
         f"<h2>sample sizes (bytes in the shard)</h2>{_bars(_size_bins(result.sizes), 'size')}",
+    )
+
+
+def _media_table(result: Any) -> str:
+    """Durations and rates of the audio and video fields (from their headers)."""
+    if not result.media:
+        return ""
+    rows = []
+    for name, seen in sorted(result.media.items()):
+        doc = seen.to_dict()
+        unit = "Hz" if seen.kind == "audio" else "fps"
+        rates = ", ".join(f"{rate} {unit} ({n:,})" for rate, n in doc["rates"].items())
+        mean = doc["duration_mean"]
+        rows.append(
+            f"<tr><td>{text(name)}</td><td>{seen.kind}</td><td>{len(seen.durations):,}</td>"
+            f"<td>{doc['duration_total']:,.1f} s</td>"
+            f"<td>{'' if mean is None else f'{mean:.2f} s'}</td><td>{text(rates)}</td>"
+            f"<td>{seen.unreadable:,}</td></tr>"
+        )
+    return (
+        "<h2>audio and video</h2><table><tr><th>field</th><th>kind</th><th>timed</th>"
+        "<th>total</th><th>mean</th><th>rates</th><th>unreadable</th></tr>"
+        f"{''.join(rows)}</table>"
     )
 
 

@@ -5,7 +5,8 @@ Routes (``GET`` and ``HEAD`` only; anything else is 404 or 405)::
     /                          the grid: ?page=N&size=N&q=KEY-SUBSTRING&cls=CLASS
     /sample/I                  sample I: every field
     /sample/I/field/F          field F (by position) of sample I, as its content type
-    /thumb/I, /thumb/I/F       a JPEG thumbnail of sample I's first image (or field F)
+    /thumb/I, /thumb/I/F       a JPEG thumbnail of sample I's first image, video or audio
+                               field (or field F): a video's first frame, a waveform
     /stats                     class histogram, fields, sizes
     /style.css                 the one stylesheet
 
@@ -30,9 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..._optional import optional
-from ...codecs import image_failures
-from ...errors import ConfigError, ShardkitError
+from ...errors import ConfigError, DataError, MissingDependencyError, ShardkitError
+from .._media import field_picture, thumbnail_kind
 from ._catalog import Catalog
 from ._media import DOWNLOAD, content_type, media_kind
 from ._pages import error_page, grid_page, sample_page, stats_page
@@ -269,16 +269,16 @@ class _Handler(BaseHTTPRequestHandler):
         entry = self.viewer.catalog.sample(index)
         fields = list(entry.fields.items()) if entry is not None else []
         if number is None:
-            number = next((i for i, (n, _) in enumerate(fields) if media_kind(n) == "image"), -1)
-        if not 0 <= number < len(fields) or media_kind(fields[number][0]) != "image":
-            return (404, *_error(404, f"no image in sample {index}"), {})
+            number = next((i for i, (n, _) in enumerate(fields) if thumbnail_kind(n)), -1)
+        if not 0 <= number < len(fields) or not thumbnail_kind(fields[number][0]):
+            return (404, *_error(404, f"no picture in sample {index}"), {})
         name, value = fields[number]
         if not isinstance(value, (bytes, bytearray, memoryview)):
-            return (404, *_error(404, f"no image in sample {index}"), {})
-        picture = thumbnail(bytes(value))
+            return (404, *_error(404, f"no picture in sample {index}"), {})
+        picture = thumbnail(name, bytes(value))
         if picture is None:
             if media_kind(name, native=True) != "image":
-                return (415, *_error(415, "this image does not decode"), {})
+                return (415, *_error(415, "this field does not decode"), {})
             return 200, bytes(value), content_type(name), {}  # the browser scales it
         return 200, picture, "image/jpeg", {}
 
@@ -305,18 +305,15 @@ def _int(text: str | None, default: int, low: int, high: int) -> int:
     return min(high, max(low, value))
 
 
-def thumbnail(data: bytes, side: int = THUMB) -> bytes | None:
-    """A JPEG of at most ``side`` pixels a side, or None without Pillow or when the bytes
-    do not decode as an image (Pillow's pixel limit applies)."""
-    image = optional("PIL.Image")
-    if image is None:
-        return None
+def thumbnail(name: str, data: bytes, side: int = THUMB) -> bytes | None:
+    """A JPEG of at most ``side`` pixels a side of field ``name`` (an image scaled, a
+    video's first frame, an audio waveform: :func:`shardkit.tools._media.field_picture`,
+    the helper ``show --grid`` draws with), or None when the field does not decode or an
+    extra it needs is missing (Pillow's pixel limit applies)."""
     try:
-        with image.open(io.BytesIO(data)) as img:
-            img.draft("RGB", (side * 2, side * 2))
-            img.thumbnail((side, side))
-            out = io.BytesIO()
-            img.convert("RGB").save(out, format="JPEG", quality=85)
-    except image_failures():
+        picture = field_picture(name, data, (side, side))
+    except (DataError, MissingDependencyError):
         return None
+    out = io.BytesIO()
+    picture.save(out, format="JPEG", quality=85)
     return out.getvalue()

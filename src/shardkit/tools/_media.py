@@ -1,0 +1,212 @@
+"""Media fields in the tools: the one place that makes a field's thumbnail, and what
+``stats`` says about an audio or video field.
+
+:func:`thumbnail_kind` names the fields a thumbnail can be made of (images, video, audio,
+by extension); :func:`field_picture` draws one as a Pillow RGB image of at most ``box``:
+an image scaled down (decoded at a reduced DCT scale first), a video's first frame
+(through :func:`shardkit.video`), an audio waveform (:func:`audio_envelope`: per pixel
+column the lowest and highest sample, decoded by soundfile a block at a time so a long
+recording is never held decoded; drawn with numpy). ``show --grid``
+and ``shardkit view`` both draw their tiles with it. :func:`media_info` reads an audio or
+video field's duration and rate from its header (soundfile / PyAV), decoding nothing.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, NamedTuple
+
+from .._optional import require
+from ..codecs import (
+    AUDIO_EXTENSIONS,
+    VIDEO_EXTENSIONS,
+    check_field,
+    image_extension,
+    image_failures,
+    video,
+)
+from ..errors import DataError
+
+__all__ = [
+    "MediaInfo",
+    "audio_envelope",
+    "field_picture",
+    "media_info",
+    "media_kind",
+    "thumbnail_kind",
+]
+
+_WAVE_BACKGROUND = (16, 28, 40)
+_WAVE_LINE = (90, 200, 255)
+_WAVE_AXIS = (60, 80, 100)
+
+
+def _last(name: str) -> str:
+    return name.rsplit(".", 1)[-1].lower()
+
+
+def media_kind(name: str) -> str | None:
+    """``audio`` or ``video`` for a field the codecs decode as such (by its last
+    extension component), else None."""
+    last = _last(name)
+    if last in AUDIO_EXTENSIONS:
+        return "audio"
+    return "video" if last in VIDEO_EXTENSIONS else None
+
+
+def thumbnail_kind(name: str) -> str | None:
+    """``image``, ``video`` or ``audio`` when :func:`field_picture` draws the field."""
+    return "image" if image_extension(name) else media_kind(name)
+
+
+def field_picture(name: str, data: bytes, box: tuple[int, int]) -> Any:
+    """The field drawn as a Pillow RGB image fitting ``box`` (width, height).
+
+    A field that does not decode raises :class:`~shardkit.errors.DataError` whose message
+    is the reason; a missing extra (Pillow, soundfile, PyAV) is a
+    :class:`~shardkit.errors.MissingDependencyError`; a field of no kind above is a
+    DataError too.
+    """
+    kind = thumbnail_kind(name)
+    require("PIL.Image", "thumbnails")
+    if kind == "image":
+        return _image(data, box)
+    if kind == "video":
+        return _first_frame(name, data, box)
+    if kind == "audio":
+        return _draw(*audio_envelope(name, data, box[0]), box)
+    raise DataError(f"no thumbnail for a {name!r} field")
+
+
+def _image(data: bytes, box: tuple[int, int]) -> Any:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.draft("RGB", (box[0] * 2, box[1] * 2))
+            picture = img.convert("RGB")
+    except image_failures() as exc:
+        raise DataError(f"not a readable image ({type(exc).__name__})") from exc
+    picture.thumbnail(box)
+    return picture
+
+
+def _first_frame(name: str, data: bytes, box: tuple[int, int]) -> Any:
+    from PIL import Image
+
+    clip = video(1, start=0.0)(_last(name), data)
+    if clip is None:  # pragma: no cover - thumbnail_kind chose a video extension
+        raise DataError(f"no thumbnail for a {name!r} field")
+    picture = Image.fromarray(clip.frames[0], "RGB")
+    picture.thumbnail(box)
+    return picture
+
+
+def audio_envelope(name: str, data: bytes, width: int, *, block: int = 1 << 16) -> tuple[Any, Any]:
+    """Per pixel column of ``width``, the lowest and highest sample (mono: the mean of the
+    channels) of the column's span of audio field ``name``: float32 ``(lows, highs)``,
+    after the field's check (:func:`shardkit.codecs.check_field`).
+
+    Decoded ``block`` frames at a time (soundfile), so a long recording costs one block of
+    memory, not its decoded length; a stream that does not read to the end is a DataError
+    (a cut file is not drawn as a shorter one)."""
+    import numpy as np
+
+    sf = require("soundfile", "audio fields")
+    check_field(data, _last(name))
+    lows = np.full(width, np.inf, np.float32)
+    highs = np.full(width, -np.inf, np.float32)
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            frames = f.frames
+            if frames <= 0:
+                raise DataError(f"no audio frames ({f.format} header)")
+            edges = (np.arange(width + 1, dtype=np.int64) * frames) // width
+            start = 0
+            for chunk in f.blocks(block, dtype="float32", always_2d=True):
+                values = chunk.mean(axis=1, dtype=np.float32)
+                end = start + len(values)
+                inside = edges[(edges > start) & (edges < end)] - start
+                cuts = np.concatenate(([0], inside))
+                columns = np.searchsorted(edges, start + cuts, side="right") - 1
+                np.minimum.at(lows, columns, np.minimum.reduceat(values, cuts))
+                np.maximum.at(highs, columns, np.maximum.reduceat(values, cuts))
+                start = end
+    except DataError:
+        raise
+    except (sf.SoundFileError, ValueError, EOFError, OSError, RuntimeError) as exc:
+        raise DataError(f"audio does not decode: {exc}") from exc
+    if start < frames:
+        raise DataError(f"truncated audio ({start} of {frames} frames decode)")
+    empty = lows > highs  # a column of no frame (fewer frames than columns)
+    lows[empty] = highs[empty] = 0.0
+    return lows, highs
+
+
+def _draw(lows: Any, highs: Any, box: tuple[int, int]) -> Any:
+    import numpy as np
+    from PIL import Image
+
+    width, height = box
+    pixels = np.empty((height, width, 3), np.uint8)
+    pixels[:] = _WAVE_BACKGROUND
+    pixels[height // 2, :] = _WAVE_AXIS
+    lows = np.nan_to_num(lows, nan=0.0, posinf=1.0, neginf=-1.0)
+    highs = np.nan_to_num(highs, nan=0.0, posinf=1.0, neginf=-1.0)
+    half = (height - 1) / 2
+    top = np.clip(np.round(half - highs * half), 0, height - 1).astype(np.int64)
+    bottom = np.clip(np.round(half - lows * half), 0, height - 1).astype(np.int64)
+    rows = np.arange(height)[:, None]
+    pixels[(rows >= top) & (rows <= bottom)] = _WAVE_LINE
+    return Image.fromarray(pixels, "RGB")
+
+
+class MediaInfo(NamedTuple):
+    """An audio or video field's ``duration`` in seconds (None when its header does not
+    say) and ``rate``: samples per second for audio, frames per second for video."""
+
+    kind: str
+    duration: float | None
+    rate: float | None
+
+
+def media_info(name: str, data: bytes) -> MediaInfo | None:
+    """The duration and rate of an audio or video field from its header; None for a
+    field of another kind. A field whose header does not read is a DataError."""
+    kind = media_kind(name)
+    if kind == "audio":
+        return _audio_info(data)
+    if kind == "video":
+        return _video_info(name, data)
+    return None
+
+
+def _audio_info(data: bytes) -> MediaInfo:
+    sf = require("soundfile", "audio fields")
+    try:
+        info = sf.info(io.BytesIO(data))
+    except (sf.SoundFileError, ValueError, EOFError, OSError, RuntimeError) as exc:
+        raise DataError(f"unreadable audio header: {exc}") from exc
+    rate = float(info.samplerate)
+    return MediaInfo("audio", info.frames / rate if rate else None, rate)
+
+
+def _video_info(name: str, data: bytes) -> MediaInfo:
+    av = require("av", "video fields")
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            if not container.streams.video:
+                raise DataError(f"no video stream in the {_last(name)} field")
+            stream = container.streams.video[0]
+            rate = stream.average_rate or stream.guessed_rate
+            if stream.duration is not None and stream.time_base is not None:
+                duration: float | None = float(stream.duration * stream.time_base)
+            elif container.duration is not None:
+                duration = container.duration / av.time_base
+            else:
+                duration = None
+    except DataError:
+        raise
+    except (av.FFmpegError, ValueError, EOFError, OSError, IndexError) as exc:
+        raise DataError(f"unreadable video header: {exc}") from exc
+    return MediaInfo("video", duration, float(rate) if rate else None)
