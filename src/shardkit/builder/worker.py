@@ -177,12 +177,11 @@ def run_task(task: Task) -> TaskResult:
             except DataError as exc:
                 if download is not None and download.result().data is not None:
                     result.fetch[-1] = (result.fetch[-1][0], "invalid image")
-                if options.on_error == "fail":
-                    raise type(exc)(
-                        exc.message, url=context.source.describe(item), key=item.key
-                    ) from exc
                 path = exc.url if isinstance(exc, SampleFileError) else None
-                result.skipped.append((path or context.source.describe(item), exc.message))
+                path = path or context.source.describe(item)  # a sample's file: that file
+                if options.on_error == "fail":
+                    raise type(exc)(exc.message, url=path, key=item.key) from exc
+                result.skipped.append((path, exc.message))
                 progress.add(0, item.size, 1)
                 continue
             counts[label] = counts.get(label, 0) + 1
