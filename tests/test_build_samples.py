@@ -20,6 +20,7 @@ import webdataset as wds
 
 import shardkit
 from shardkit import BuildOptions
+from shardkit.builder import spill as spill_module
 from shardkit.errors import ConfigError, DataError, MissingDependencyError
 from tests.conftest_build import make_corpus_jpeg, make_png, read_samples, run_cli, snapshot, write
 
@@ -321,3 +322,32 @@ def test_the_cli_takes_the_layout(tmp_path: Path) -> None:
     assert done.stdout.startswith("1 sample in 1 shard")
     (sample,) = read_samples(out)
     assert sample["__key__"] == "0/x" and sample["txt"] == b"a caption"
+
+
+def test_a_listing_larger_than_the_budget_gives_the_same_bytes(
+    mixed: tuple[str, dict[str, dict[str, bytes]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src, _ = mixed
+    options = BuildOptions(layout="samples", max_count=4, workers=1, shuffle=False)
+    held = str(tmp_path / "held")
+    shardkit.build(src, held, options=options)
+    monkeypatch.setattr(spill_module, "ORDER_BUDGET", 4)  # sorted runs, samples on disk
+    spilled = str(tmp_path / "spilled")
+    shardkit.build(src, spilled, options=options)
+    assert snapshot(spilled) == snapshot(held)
+
+
+def test_a_sample_is_whole_even_when_a_folder_sorts_between_its_files(tmp_path: Path) -> None:
+    """``a.b/c.jpg`` sorts between ``a.a.txt`` and ``a.jpg``: ``a`` still gets both."""
+    src = str(tmp_path / "src")
+    jpg = make_corpus_jpeg(8)
+    for rel in ("a.a.txt", "a.b/c.jpg", "a.jpg", "a.z.json"):
+        write(src, rel, b'{"k": 1}' if rel.endswith(".json") else jpg if "jpg" in rel else b"t")
+    out = str(tmp_path / "out")
+    result = shardkit.build(src, out, options=BuildOptions(layout="samples", shuffle=False))
+    assert not result.skipped
+    samples = read_samples(out)
+    assert [s["__key__"] for s in samples] == ["a", "a.b/c"]  # the order of first files
+    assert _fields(samples[0]) == {"a.txt", "jpg", "z.json"}
