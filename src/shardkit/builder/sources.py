@@ -36,7 +36,6 @@ from .store import endpoint_options
 from .walk import FolderWalk, Found, file_kind
 
 __all__ = [
-    "FOLDER_EXTENSIONS",
     "FileSource",
     "Item",
     "Items",
