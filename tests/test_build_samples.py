@@ -351,3 +351,15 @@ def test_a_sample_is_whole_even_when_a_folder_sorts_between_its_files(tmp_path: 
     samples = read_samples(out)
     assert [s["__key__"] for s in samples] == ["a", "a.b/c"]  # the order of first files
     assert _fields(samples[0]) == {"a.txt", "jpg", "z.json"}
+
+
+def test_a_tfrecord_build_keeps_the_field_names(tmp_path: Path) -> None:
+    src = str(tmp_path / "src")
+    jpg = make_corpus_jpeg(9)
+    write(src, "c/a.jpg", jpg)
+    write(src, "c/a.txt", b"hi")
+    out = str(tmp_path / "out")
+    shardkit.build(src, out, options=BuildOptions(format="tfrecord", workers=1))
+    (sample,) = shardkit.Dataset(out)
+    assert (sample["jpg"], sample["txt"], sample["cls"]) == (jpg, b"hi", 0)
+    assert json.loads(sample["json"]) == {"path": "c/a.jpg", "class": "c", "label": 0}

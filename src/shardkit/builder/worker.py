@@ -286,7 +286,10 @@ def _encode_files(
         from ..codecs import encode_sample
         from ..formats.example import encode_other_values
 
-        record = _record(encode_other_values({"__key__": item.key, **dict(fields)}, encode_sample))
+        sample: dict[str, Any] = {"__key__": item.key, **dict(fields)}
+        if item.label >= 0:
+            sample["cls"] = item.label  # an int64 feature, as a sample from Python's
+        record = _record(encode_other_values(sample, encode_sample))
         return [record], len(record), item.label
     chunks, total = tar_chunks(item.key, fields)
     return chunks, total, item.label
