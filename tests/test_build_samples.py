@@ -363,3 +363,19 @@ def test_a_tfrecord_build_keeps_the_field_names(tmp_path: Path) -> None:
     (sample,) = shardkit.Dataset(out)
     assert (sample["jpg"], sample["txt"], sample["cls"]) == (jpg, b"hi", 0)
     assert json.loads(sample["json"]) == {"path": "c/a.jpg", "class": "c", "label": 0}
+
+
+def test_the_example_of_docs_build_md_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (Path(__file__).parent.parent / "docs" / "build.md").read_text()
+    section = text.split("### Folders of samples", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    write("laion-part", "00000/000000001.jpg", make_corpus_jpeg(10))
+    write("laion-part", "00000/000000001.txt", b"a caption")
+    write("laion-part", "00000_stats.json", b"{}")
+    exec(compile(example, "docs/build.md", "exec"), {})
+    assert capsys.readouterr().out.startswith("00000_stats.json no image, audio or video")
+    (sample,) = read_samples("shards")
+    assert sample["__key__"] == "00000/000000001" and sample["txt"] == b"a caption"
