@@ -56,7 +56,8 @@ FILE_TYPES = MEDIA_EXTENSIONS | (default_codecs.extensions() - IMAGE_EXTENSIONS)
 _NO_MEDIA = "no image, audio or video file shares its name (extension {!r})"
 _CLS_FILE = "the class folder gives cls in the class layout"
 
-Entry = tuple[int, str, int, Any]  # label, path relative to SRC, size, version
+# label, path relative to SRC (an item: or its files), size, version (an item: or theirs)
+Entry = tuple[int, Any, int, Any]
 
 
 def field_name(name: str) -> str:
@@ -159,4 +160,4 @@ def _items(group: list[Entry], layout: str, skipped: list[tuple[str, str]]) -> I
         return
     refs = tuple((entry[1], field, entry[2]) for entry, field in files)
     versions = tuple(entry[3] for entry, _ in files)
-    yield files[0][0][0], refs, sum(entry[2] for entry, _ in files), versions  # type: ignore[misc]
+    yield files[0][0][0], refs, sum(entry[2] for entry, _ in files), versions

@@ -232,18 +232,20 @@ class FileSource:
         return ref if ref[:8].lower().startswith(("http://", "https://")) else ""
 
     def load(self, item: Item) -> bytes | SampleFiles:
-        if isinstance(item.ref, tuple):  # a sample of several files
-            files = SampleFiles()
-            for rel, name, size in item.ref:
-                try:
-                    files[name] = self.load(item._replace(ref=rel, size=size))  # type: ignore[assignment]
-                except DataError as exc:
-                    raise SampleFileError(exc.message, url=rel) from exc
-            return files
-        ref = self._ref(item)
+        if not isinstance(item.ref, tuple):
+            return self._load(self._ref(item), item.size)
+        files = SampleFiles()  # a sample of several files
+        for rel, name, size in item.ref:
+            try:
+                files[name] = self._load(self._ref(item._replace(ref=rel)), size)
+            except DataError as exc:
+                raise SampleFileError(exc.message, url=rel) from exc
+        return files
+
+    def _load(self, ref: str, size: int) -> bytes:
         if "://" in ref:
-            return _read_url(ref, item.size, endpoint_options(ref, self.s3_endpoint))
-        return read_file(os.path.join(self.root, ref), item.size)
+            return _read_url(ref, size, endpoint_options(ref, self.s3_endpoint))
+        return read_file(os.path.join(self.root, ref), size)
 
     def describe(self, item: Item) -> str:
         """The item's path; a sample of several files: its path without extensions."""
