@@ -17,7 +17,7 @@ BAD_FILES = {
     "circle/cut.jpg": "truncated JPEG",
     "square/cut.png": "truncated PNG",
     "square/notes.jpg": "not an image",
-    "stripes/readme.txt": "not an image file",
+    "stripes/readme.txt": "no image, audio or video file shares its name",
 }
 
 

@@ -53,7 +53,7 @@ def test_empty_source_and_no_class_folders(tmp_path: Path) -> None:
     assert result.stderr.splitlines() == [
         f"Error: {empty}: no images found in the class folders: all 2 files found were skipped; "
         "nothing was written",
-        "  skipped cats/notes.txt: not an image file (extension 'txt')",
+        "  skipped cats/notes.txt: no image, audio or video file shares its name (extension 'txt')",
         "  skipped loose.jpg: not inside a class folder",
     ]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_build import make_corpus, read_samples, snapshot
+from conftest_build import make_corpus, make_corpus_jpeg, read_samples, snapshot, write
 from conftest_remote import Held, slow_proxy
 from conftest_scale import s3_bucket
 
@@ -56,6 +56,30 @@ def test_an_image_folder_in_s3_builds_the_same_shards_as_on_disk(
             assert got[name] == want[name], name
     for field in ("class_to_idx", "class_counts", "samples", "shards", "skipped"):
         assert got["manifest.json"][field] == want["manifest.json"][field], field
+
+
+def test_a_folder_of_samples_in_s3_builds_the_same_shards_as_on_disk(
+    tmp_path: Path, s3_bucket: str
+) -> None:
+    """Samples of several files, a bad one and a stray file, with no classes."""
+    src = str(tmp_path / "src")
+    jpg = make_corpus_jpeg(0)
+    for i in range(6):
+        write(src, f"0000{i // 3}/{i:04d}.jpg", jpg if i != 4 else jpg[:200])
+        write(src, f"0000{i // 3}/{i:04d}.txt", f"caption {i}".encode())
+    write(src, "stats.json", b"{}")
+    _upload(src, f"s3://{s3_bucket}/samples")
+    options = BuildOptions(layout="samples", max_count=2, workers=2)
+    local = shardkit.build(src, tmp_path / "local", options=options)
+    remote = shardkit.build(f"s3://{s3_bucket}/samples", tmp_path / "remote", options=options)
+    assert remote.samples == local.samples == 5
+    assert remote.skipped == local.skipped and len(remote.skipped) == 2
+    want, got = snapshot(str(tmp_path / "local")), snapshot(str(tmp_path / "remote"))
+    assert [name for name in want if name != "manifest.json"] == [r.name for r in local.shards]
+    for name in want:
+        if name != "manifest.json":
+            assert got[name] == want[name], name
+    assert _by_key(str(tmp_path / "remote"))["00001/0005"]["txt"] == b"caption 5"
 
 
 def test_a_csv_list_in_s3_reads_the_images_beside_it(

@@ -58,6 +58,9 @@ def build(
         return run_build(store, options, listing, progress, spill)
 
 
+_LAYOUT_FOLDER = "layout='samples' applies to a folder"
+
+
 def _is_remote(out: str) -> bool:
     return "://" in out and not out.startswith("file:")
 
@@ -76,6 +79,8 @@ def list_source(
     if not isinstance(source, (str, os.PathLike)):
         from .pysources import list_python
 
+        if options.layout != "classes":
+            raise ConfigError(_LAYOUT_FOLDER)
         return list_python(source, to_sample)
     path = os.fspath(source)
     if to_sample is not None:
@@ -88,6 +93,8 @@ def list_source(
     table = is_table(path)
     if options.root is not None and not table:
         raise ConfigError("root applies to a CSV/JSONL list only")
+    if options.layout != "classes" and (table or not (remote or os.path.isdir(path))):
+        raise ConfigError(_LAYOUT_FOLDER)
     if table:
         if not remote and not os.path.isfile(path):
             raise BuildError(_not_a_file(path), url=path)
@@ -129,8 +136,10 @@ def _shards_or_images(path: str, out: str, options: BuildOptions, spill: Spill |
         if folder:  # an image folder under an object-store prefix
             from .sources import list_remote_folder
 
-            return list_remote_folder(path, spill)
-        return list_image_folder(path, spill)
+            return list_remote_folder(path, spill, options.layout)
+        return list_image_folder(path, spill, options.layout)
+    if options.layout != "classes":
+        raise ConfigError(_LAYOUT_FOLDER + f" of files; {path} holds shards")
     return _list_shards(list(part.urls), out, options, path, spill)
 
 

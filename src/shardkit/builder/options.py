@@ -15,12 +15,21 @@ from ..formats.tar import END_OF_ARCHIVE
 from ..handlers import OnError, check_on_error
 from ..units import MAX_SEED, Size, check_int, check_seconds
 
-__all__ = ["BuildOptions", "EncodeFormat", "OutputFormat", "ResizeMode", "ValidateMode"]
+__all__ = [
+    "BuildOptions",
+    "EncodeFormat",
+    "FolderLayout",
+    "OutputFormat",
+    "ResizeMode",
+    "ValidateMode",
+]
 
 OutputFormat = Format
 ValidateMode = Literal["none", "header", "full"]
 ResizeMode = Literal["keep-ratio", "center-crop", "pad"]
 EncodeFormat = Literal["keep", "jpg", "png", "webp"]
+FolderLayout = Literal["classes", "samples"]
+LAYOUTS: tuple[FolderLayout, ...] = ("classes", "samples")
 RESIZE_MODES: tuple[ResizeMode, ...] = ("keep-ratio", "center-crop", "pad")
 ENCODE_FORMATS: tuple[EncodeFormat, ...] = ("keep", "jpg", "png", "webp")
 
@@ -36,6 +45,7 @@ _LATER_DEFAULTS: dict[str, Any] = {
     "encode": "keep",
     "root": None,
     "hash": "sha256",
+    "layout": "classes",
 }
 _PREFIX_FORBIDDEN = frozenset("/\\\0")
 
@@ -59,7 +69,10 @@ class BuildOptions:
     keeps in flight (over one connection pool); ``fetch_timeout`` bounds each download
     in seconds (connecting included). Neither changes the output bytes. ``hash`` is the
     algorithm of each shard's digest in the manifest (:mod:`shardkit.digest`: ``blake3``,
-    ``sha256``, ``xxh3-128`` or ``none``); it never changes the shards' bytes.
+    ``sha256``, ``xxh3-128`` or ``none``); it never changes the shards' bytes. ``layout``
+    is a folder's: ``classes`` (``SRC/<class>/...``) or ``samples`` (no classes; keys are
+    the paths without extensions); either way files sharing a path without their
+    extension form one sample (docs/build.md).
     """
 
     format: OutputFormat = "tar"
@@ -85,6 +98,7 @@ class BuildOptions:
     fetch_concurrency: int = 32
     fetch_timeout: float = 10.0
     hash: HashName = DEFAULT_HASH
+    layout: FolderLayout = "classes"
 
     def __post_init__(self) -> None:
         _positive_int("max_count", self.max_count)
@@ -94,6 +108,7 @@ class BuildOptions:
         check_on_error(self.on_error)
         _choice("resize_mode", self.resize_mode, RESIZE_MODES)
         _choice("encode", self.encode, ENCODE_FORMATS)
+        _choice("layout", self.layout, LAYOUTS)
         _positive_int("fetch_concurrency", self.fetch_concurrency)
         _check_timeout(self.fetch_timeout)
         if self.workers is not None:

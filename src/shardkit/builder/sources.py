@@ -4,9 +4,11 @@ A source lists its items in a fixed order (the plan shuffles them with the seed)
 knows how to load one item in a worker. Listing happens once, in the driver; loading
 happens in the workers, so a source object must pickle small (a root folder, a dataset).
 
-* an image folder (``root/<class>/**/<image>``, torchvision's ImageFolder layout), on
-  disk or under an object-store prefix (``s3://bucket/train``: one listing request per
-  1,000 objects, then one GET per image in the workers);
+* a folder (``root/<class>/**/<file>``, torchvision's ImageFolder layout, or with
+  ``layout="samples"`` ``root/**/<file>`` and no classes), on disk or under an
+  object-store prefix (``s3://bucket/train``: one listing request per 1,000 objects, then
+  one GET per file in the workers); files that share a path without their extension are
+  one sample (:mod:`.samples`);
 * a CSV/JSONL/parquet list (:mod:`.tables`, rows of parquet from :mod:`.parquet`);
 * a Python map-style dataset or one-pass iterable (:mod:`.pysources`);
 * existing shards (:mod:`.shards`).
@@ -19,7 +21,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, NoReturn, Protocol
@@ -28,16 +30,18 @@ from .. import config
 from ..codecs import normalize_image_extension
 from ..errors import BuildError, DataError, EmptyBuildError
 from .keys import make_keys, path_key, spilled_keys
+from .samples import FOLDER_EXTENSIONS, field_problem, group_samples
 from .spill import RecordFile, Sorter, Spill
 from .store import endpoint_options
 from .walk import FolderWalk, Found, file_kind
 
 __all__ = [
-    "FOLDER_EXTENSIONS",
     "FileSource",
     "Item",
     "Items",
     "Listing",
+    "SampleFileError",
+    "SampleFiles",
     "Source",
     "SpilledItems",
     "check_listed_size",
@@ -48,21 +52,26 @@ __all__ = [
     "read_file",
 ]
 
-#: Image file extensions an image folder recognises (case-insensitively).
-FOLDER_EXTENSIONS = frozenset(
-    {"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm"}
-)
-
 
 class Item(NamedTuple):
     """One input sample as listed: small, picklable, loaded later by a worker."""
 
-    ref: Any  # path (relative to the source root, absolute, or a URL), index, or raw item
+    ref: Any  # path (relative to the source root, absolute, or a URL), index, or raw item;
+    # a folder's sample of several files: a tuple of (path, field, size)
     key: str
     label: int  # -1 when the source has no labels
-    ext: str  # field extension of the image ("jpg"); "" for samples from Python
+    ext: str  # field extension of the image ("jpg"); "" for samples from Python or files
     size: int  # input bytes as listed (0 when unknown)
     meta: str  # JSON text of the sample's ``json`` field ("" for none)
+
+
+class SampleFiles(dict[str, bytes]):
+    """The fields of a folder's sample of several files, as loaded (field -> bytes)."""
+
+
+class SampleFileError(DataError):
+    """A bad file of a sample of several files: its whole sample is skipped, and the file
+    (``url``, relative to the source) is listed with the reason."""
 
 
 class Source(Protocol):
@@ -222,20 +231,33 @@ class FileSource:
         ref = self._ref(item)
         return ref if ref[:8].lower().startswith(("http://", "https://")) else ""
 
-    def load(self, item: Item) -> bytes:
-        ref = self._ref(item)
+    def load(self, item: Item) -> bytes | SampleFiles:
+        if not isinstance(item.ref, tuple):
+            return self._load(self._ref(item), item.size)
+        files = SampleFiles()  # a sample of several files
+        for rel, name, size in item.ref:
+            try:
+                files[name] = self._load(self._ref(item._replace(ref=rel)), size)
+            except DataError as exc:
+                raise SampleFileError(exc.message, url=rel) from exc
+        return files
+
+    def _load(self, ref: str, size: int) -> bytes:
         if "://" in ref:
-            return _read_url(ref, item.size, endpoint_options(ref, self.s3_endpoint))
-        return read_file(os.path.join(self.root, ref), item.size)
+            return _read_url(ref, size, endpoint_options(ref, self.s3_endpoint))
+        return read_file(os.path.join(self.root, ref), size)
 
     def describe(self, item: Item) -> str:
-        return str(item.ref)
+        """The item's path; a sample of several files: its path without extensions."""
+        return _key_path(item.ref)
 
     def json_text(self, item: Item, classes: tuple[str, ...]) -> str:
-        """The ``json`` field: listed metadata, or path, class name and label."""
+        """The ``json`` field: listed metadata, or path, class name and label (the path of
+        a sample of several files: its first file's)."""
         if item.meta or item.label < 0:
             return item.meta
-        return folder_json(str(item.ref), classes[item.label], item.label)
+        path = item.ref[0][0] if isinstance(item.ref, tuple) else str(item.ref)
+        return folder_json(path, classes[item.label], item.label)
 
 
 def folder_json(path: str, name: str, label: int) -> str:
@@ -253,8 +275,16 @@ def _plain(text: str) -> bool:
 # --------------------------------------------------------------------------- image folder
 
 
-def list_image_folder(root: str, spill: Spill | None = None) -> Listing:
-    """List ``root/<class>/**/<image>``; classes are the sorted subfolder names.
+_NO_CLASSES = (
+    "no class subfolders: expected SRC/<class>/<image> (ImageFolder layout), "
+    "or --layout samples for a folder of samples without classes"
+)
+
+
+def list_image_folder(root: str, spill: Spill | None = None, layout: str = "classes") -> Listing:
+    """List ``root/<class>/**/<file>`` (classes: the sorted subfolder names), or with
+    ``layout="samples"`` ``root/**/<file>`` with no classes; files form samples as
+    :mod:`.samples` says.
 
     Links, special files and unreadable folders follow the rules of :mod:`.walk`. With a
     ``spill``, a folder of more files than the driver holds at once is sorted and kept
@@ -263,25 +293,25 @@ def list_image_folder(root: str, spill: Spill | None = None) -> Listing:
         raise BuildError("no such folder", url=root)
     if spill is None:
         with Spill() as own:  # everything is held in the end anyway
-            return list_image_folder(root, own)._held()
+            return list_image_folder(root, own, layout)._held()
     sorter = Sorter(spill)
 
     def found(f: Found) -> None:  # sorted by (class, path): the (label, path) order
         sorter.add((f.cls, f.rel, f.size, f.mtime_ns))
 
-    walk = FolderWalk(root, not_an_image, found)
+    walk = FolderWalk(root, field_problem, found)
     try:
         top = walk.top()
     except OSError as exc:
         raise BuildError(f"cannot list the folder: {exc.strerror or exc}", url=root) from exc
-    if not any(entry.is_dir() for entry in top):
-        raise BuildError(
-            "no class subfolders: expected SRC/<class>/<image> (ImageFolder layout)", url=root
-        )
-    walk.walk(top)
-    classes = walk.classes
-    skipped = sorted(walk.skipped)
-    return _folder_listing(root, FileSource(os.path.abspath(root)), sorter, classes, skipped, spill)
+    if layout == "samples":
+        walk.walk_all()
+    elif not any(entry.is_dir() for entry in top):
+        raise BuildError(_NO_CLASSES, url=root)
+    else:
+        walk.walk(top)
+    source = FileSource(os.path.abspath(root))
+    return _folder_listing(root, source, sorter, walk.classes, walk.skipped, spill, layout)
 
 
 def _folder_listing(
@@ -291,30 +321,62 @@ def _folder_listing(
     classes: list[str],
     skipped: list[tuple[str, str]],
     spill: Spill,
+    layout: str = "classes",
 ) -> Listing:
-    """The listing of an image folder, local or remote, from its walk: ``sorter`` holds
+    """The listing of a folder, local or remote, from its walk: ``sorter`` holds
     (class, path, size, version) in path order."""
-    if not sorter.count:
-        nothing_found("no images found in the class folders", skipped, root)
     label_of = {name: label for label, name in enumerate(classes)}
+    label_of[""] = -1  # the samples layout: no class
     spilled = sorter.spilled  # before sorted(), which may spill the last run
     entries = ((label_of[c], rel, size, v) for c, rel, size, v in sorter.sorted())
+    grouped = _Grouped(group_samples(entries, layout, skipped))
     items: Items
     if spilled:
-        items, fingerprint = _spilled_folder_items(entries, classes, spill)
+        items, fingerprint = _spilled_folder_items(grouped, classes, spill)
     else:
-        found = list(entries)
-        fingerprint = _fingerprint(classes, ((rel, size, v) for _, rel, size, v in found))
+        found = list(grouped)
+        fingerprint = _fingerprint(classes, _files(found))
         items = _folder_items(found, classes)
+    if not len(items):
+        what = "files" if layout == "samples" else "images found in the class folders"
+        nothing_found(f"no {what}", sorted(skipped), root)
     return Listing(
         kind="image_folder",
         path=root,
         source=source,
         items=items,
         classes=classes,
-        skipped=skipped,
+        skipped=sorted(skipped),
         fingerprint=fingerprint,
+        sizes_known=not grouped.samples,
     )
+
+
+class _Grouped:
+    """The items of a folder as they go by, noting whether one is a sample of several
+    files (their output size is then known only once packed)."""
+
+    def __init__(self, entries: Iterator[tuple[int, Any, int, Any]]) -> None:
+        self._entries = entries
+        self.samples = False
+
+    def __iter__(self) -> Iterator[tuple[int, Any, int, Any]]:
+        for entry in self._entries:
+            if isinstance(entry[1], tuple):
+                self.samples = True
+            yield entry
+
+
+def _files(
+    entries: Iterable[tuple[int, Any, int, Any]],
+) -> Iterator[tuple[str, int, Any]]:
+    """(path, size, version) of each file of ``entries`` (a sample's files one by one)."""
+    for _, ref, size, version in entries:
+        if isinstance(ref, tuple):
+            for (rel, _, each), v in zip(ref, version, strict=True):
+                yield rel, each, v
+        else:
+            yield ref, size, version
 
 
 def nothing_found(message: str, skipped: list[tuple[str, str]], url: str) -> NoReturn:
@@ -344,8 +406,9 @@ def image_extension(name: str) -> str:
     return normalize_image_extension(ext) if ext in FOLDER_EXTENSIONS else ""
 
 
-def list_remote_folder(url: str, spill: Spill | None = None) -> Listing:
-    """List ``url/<class>/**/<image>`` in an object store (same rules as on disk).
+def list_remote_folder(url: str, spill: Spill | None = None, layout: str = "classes") -> Listing:
+    """List ``url/<class>/**/<file>`` (or ``url/**/<file>``) in an object store (the same
+    rules as on disk).
 
     Folder by folder (one paginated listing per folder, dropped from the filesystem's
     listing cache once read), up to :data:`~shardkit.storage.REQUESTS_IN_FLIGHT` folders
@@ -357,34 +420,32 @@ def list_remote_folder(url: str, spill: Spill | None = None) -> Listing:
     root = url.rstrip("/")
     if spill is None:
         with Spill() as own:  # everything is held in the end anyway
-            return list_remote_folder(url, own)._held()
+            return list_remote_folder(url, own, layout)._held()
     sorter = Sorter(spill)
     skipped: list[tuple[str, str]] = []
     try:
         fs, base = storage.filesystem(root)
-        classes = _walk_remote(fs, base.rstrip("/"), sorter, skipped)
+        classes = _walk_remote(fs, base.rstrip("/"), sorter, skipped, layout == "samples")
     except FileNotFoundError:
         classes = None
     except OSError as exc:
         raise BuildError(f"cannot list the source: {exc}", url=root) from exc
     if classes is None:
         raise BuildError("no such folder, or it holds no objects", url=root)
-    if not classes:
-        raise BuildError(
-            "no class subfolders: expected SRC/<class>/<image> (ImageFolder layout)", url=root
-        )
-    skipped.sort()
-    return _folder_listing(root, FileSource(root), sorter, classes, skipped, spill)
+    if not classes and layout == "classes":
+        raise BuildError(_NO_CLASSES, url=root)
+    return _folder_listing(root, FileSource(root), sorter, classes, skipped, spill, layout)
 
 
 def _walk_remote(
-    fs: Any, base: str, sorter: Sorter, skipped: list[tuple[str, str]]
+    fs: Any, base: str, sorter: Sorter, skipped: list[tuple[str, str]], flat: bool = False
 ) -> list[str] | None:
     """Walk ``base`` folder by folder into ``sorter`` (class, path, size, version) and
     ``skipped``; returns the class names, sorted (None: ``base`` holds no object).
 
     A class is a top-level folder that holds any object (hidden ones too); names starting
-    with ``.`` are left out, as on disk."""
+    with ``.`` are left out, as on disk. ``flat`` (the samples layout): no classes, every
+    file's class is ''."""
     classes: set[str] = set()
     anything = False
 
@@ -398,20 +459,21 @@ def _walk_remote(
             anything = True
             leaf = name.rstrip("/").rpartition("/")[2]
             path = f"{rel}/{leaf}" if rel else leaf
-            if rel:
+            if rel and not flat:
                 classes.add(rel.split("/", 1)[0])
             if leaf.startswith("."):
                 continue
             if is_dir:
                 folders.append((name.rstrip("/"), path))
-            elif not rel:
+            elif not rel and not flat:
                 skipped.append((path, "not inside a class folder"))
-            elif problem := not_an_image(leaf):
+            elif problem := field_problem(leaf):
                 skipped.append((path, problem))
             else:
                 version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
                 size = int(info.get("size") or 0)
-                sorter.add((path.split("/", 1)[0], path, size, str(version)))
+                cls = "" if flat else path.split("/", 1)[0]
+                sorter.add((cls, path, size, str(version)))
         return folders
 
     _list_folders(fs, base, visit)
@@ -450,39 +512,60 @@ def _ls(fs: Any, folder: str) -> list[dict[str, Any]]:
 
 
 def _spilled_folder_items(
-    entries: Iterator[tuple[int, str, int, Any]], classes: list[str], spill: Spill
+    entries: Iterable[tuple[int, Any, int, Any]], classes: list[str], spill: Spill
 ) -> tuple[SpilledItems, str]:
-    """Sorted ``entries`` (label, path, size, version) written to a spill file as they are
-    fingerprinted; their items are made as they are read (keys as :func:`make_keys`)."""
+    """Sorted ``entries`` (label, path or files, size, version) written to a spill file as
+    they are fingerprinted; their items are made as they are read (keys as
+    :func:`make_keys`)."""
     records = spill.new_file()
 
-    def recorded() -> Iterator[tuple[str, int, Any]]:
-        for label, rel, size, version in entries:
-            records.append((label, rel, size))
-            yield rel, size, version
+    def recorded() -> Iterator[tuple[int, Any, int, Any]]:
+        for label, ref, size, version in entries:
+            records.append((label, ref, size))
+            yield label, ref, size, version
 
-    fingerprint = _fingerprint(classes, recorded())
-    keys = spilled_keys(lambda: (rel for _, rel, _ in records), len(records), spill)
-    normal = {ext: normalize_image_extension(ext) for ext in FOLDER_EXTENSIONS}
+    fingerprint = _fingerprint(classes, _files(recorded()))
+    keys = spilled_keys(lambda: (_key_path(ref) for _, ref, _ in records), len(records), spill)
+    make = _item_maker()
 
-    def decode(record: tuple[int, str, int]) -> Item:
-        label, rel, size = record
-        key = keys.get(rel) or path_key(rel)
-        return Item(rel, key, label, normal[rel.rpartition(".")[2].lower()], size, "")
+    def decode(record: tuple[int, Any, int]) -> Item:
+        path = _key_path(record[1])
+        return make(record, keys.get(path) or path_key(path))
 
     return SpilledItems(records, decode), fingerprint
 
 
-def _folder_items(found: list[tuple[int, str, int, Any]], classes: list[str]) -> list[Item]:
-    """Turn ``found`` (label, path, size, version) into Items in place: the listing's peak
-    memory is one list of entries, not two."""
-    keys = make_keys([rel for _, rel, _, _ in found])
-    normal = {ext: normalize_image_extension(ext) for ext in FOLDER_EXTENSIONS}
+def _folder_items(found: list[tuple[int, Any, int, Any]], classes: list[str]) -> list[Item]:
+    """Turn ``found`` (label, path or files, size, version) into Items in place: the
+    listing's peak memory is one list of entries, not two."""
+    keys = make_keys([_key_path(ref) for _, ref, _, _ in found])
+    make = _item_maker()
     items: list[Any] = found
     for i, key in enumerate(keys):
-        label, rel, size, _ = found[i]
-        items[i] = Item(rel, key, label, normal[rel.rpartition(".")[2].lower()], size, "")
+        items[i] = make(found[i], key)
     return items
+
+
+def _key_path(ref: Any) -> str:
+    """The path a folder item's key comes from: a sample of several files has its path
+    without extensions (``a/0001``)."""
+    if isinstance(ref, tuple):
+        head, _, name = str(ref[0][0]).rpartition("/")
+        stem = name.partition(".")[0]
+        return f"{head}/{stem}" if head else stem
+    return str(ref)
+
+
+def _item_maker() -> Callable[[tuple[Any, ...], str], Item]:
+    normal = {ext: normalize_image_extension(ext) for ext in FOLDER_EXTENSIONS}
+
+    def make(entry: tuple[Any, ...], key: str) -> Item:
+        label, ref, size = entry[:3]
+        if isinstance(ref, tuple):  # a sample of several files
+            return Item(ref, key, label, "", size, "")
+        return Item(ref, key, label, normal[ref.rpartition(".")[2].lower()], size, "")
+
+    return make
 
 
 def _fingerprint(classes: list[str], entries: Iterator[tuple[str, int, Any]]) -> str:

@@ -11,6 +11,9 @@ file). ``none`` checks nothing.
 :func:`check_image` returns the extension to store the bytes under: the file's own when
 the content agrees with it, else the one the content shows (a PNG named ``.jpg`` is
 stored as ``png``, so decoders that trust the extension are not misled).
+
+:func:`check_fields` checks each file of a folder's sample of several files: images here,
+other kinds through :func:`shardkit.codecs.check_field` (audio, video, text, json, npy).
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ import io
 import re
 import struct
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from .._optional import require
-from ..codecs import image_failures
+from ..codecs import check_field, image_failures
 from ..errors import DataError
+from .samples import FOLDER_EXTENSIONS
+from .sources import SampleFileError
 
-__all__ = ["check_image", "sniff"]
+__all__ = ["check_fields", "check_image", "sniff"]
+
+#: Re-encodes an image field: (bytes, extension) -> (bytes, extension).
+Transform = Callable[[bytes, str], tuple[bytes, str]]
 
 _FAMILY = {"jpg": "jpg", "png": "png", "gif": "gif", "bmp": "bmp", "webp": "webp"}
 _FAMILY.update(dict.fromkeys(("tif", "tiff"), "tiff"))
@@ -76,6 +84,41 @@ def check_image(data: bytes, ext: str, mode: str = "header") -> str:
     if mode == "full":
         _decode(data)
     return ext if _FAMILY.get(ext) == _FAMILY[kind] else kind
+
+
+def check_fields(
+    files: Sequence[tuple[str, str, int]],
+    loaded: Mapping[str, bytes],
+    mode: str = "header",
+    transform: Transform | None = None,
+) -> list[tuple[str, bytes]]:
+    """The fields of a sample of several ``files`` (path, field, size), ``loaded`` by
+    field, each checked (``mode`` as :func:`check_image`'s: ``none`` checks nothing) and
+    its image fields passed through ``transform``.
+
+    A bad file raises :class:`~.sources.SampleFileError` naming it (the whole sample is
+    skipped); a missing extra (``audio``, ``video``) raises
+    :class:`~shardkit.errors.MissingDependencyError`."""
+    fields = []
+    for path, name, _ in files:
+        data = loaded[name]
+        head, dot, last = name.rpartition(".")
+        try:
+            if last in FOLDER_EXTENSIONS:
+                last = check_image(data, last, mode)
+                if transform is not None:
+                    data, last = transform(data, last)
+                name = f"{head}.{last}" if dot else last
+            elif mode != "none":
+                check_field(data, name)
+        except DataError as exc:
+            raise SampleFileError(f"{exc.message}; its sample is skipped", url=path) from exc
+        fields.append((name, data))
+    names = [name for name, _ in fields]
+    if len(set(names)) < len(names):  # an image stored under the format its bytes show
+        twice = next(name for name in names if names.count(name) > 1)
+        raise DataError(f"two files give the field {twice!r} (by their content)")
+    return fields
 
 
 def _end(data: bytes) -> int:

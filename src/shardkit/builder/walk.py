@@ -1,4 +1,4 @@
-"""Walking a local image folder: what is followed, what is skipped and why.
+"""Walking a local folder of samples: what is followed, what is skipped and why.
 
 SRC is untrusted input, so the walk never leaves it and never packs a folder twice:
 
@@ -11,8 +11,10 @@ SRC is untrusted input, so the walk never leaves it and never packs a folder twi
 * FIFOs, sockets and devices are skipped with their kind (never opened: a read from a
   FIFO blocks forever), and so are folders that cannot be listed (``chmod 000``).
 
-Every skip is reported as ``(path relative to SRC, reason)``. Names starting with ``.``
-are ignored, as before. The order of the walk is fixed (sorted names), so the same tree
+In the class layout (the default) SRC's subfolders are the classes; in the samples layout
+(:meth:`FolderWalk.walk_all`) SRC itself is walked, with no class. Every skip is reported as
+``(path relative to SRC, reason)``. Names starting with ``.`` are ignored, as before.
+The order of the walk is fixed (sorted names), so the same tree
 always gives the same listing.
 """
 
@@ -28,7 +30,8 @@ __all__ = ["Found", "FolderWalk", "file_kind"]
 
 
 class Found(NamedTuple):
-    """One image file: its class, its path relative to SRC, its size and mtime (ns).
+    """One file: its class ('' with no classes), its path relative to SRC, its size and
+    mtime (ns).
 
     Only what the listing needs is kept: a whole ``os.stat_result`` is ~0.5 KB per file."""
 
@@ -57,21 +60,22 @@ def _reason(exc: OSError) -> str:
 
 
 class FolderWalk:
-    """The images of ``root/<class>/**`` under the rules of the module docstring.
+    """The files of ``root/<class>/**`` (or ``root/**``) under the rules of the module
+    docstring.
 
     ``classes`` and ``found`` hold the result, ``skipped`` what was left out.
-    ``is_image(name)`` returns the reason to skip a file by its name, or ``""``. With
-    ``sink``, each image is passed to it as it is found instead (``found`` stays empty).
+    ``problem(name)`` returns the reason to skip a file by its name, or ``""``. With
+    ``sink``, each file is passed to it as it is found instead (``found`` stays empty).
     """
 
     def __init__(
         self,
         root: str,
-        is_image: Callable[[str], str],
+        problem: Callable[[str], str],
         sink: Callable[[Found], None] | None = None,
     ) -> None:
         self.root = root
-        self._is_image = is_image
+        self._problem = problem
         self.real_root = os.path.realpath(root)
         self.classes: list[str] = []
         self.found: list[Found] = []
@@ -105,11 +109,20 @@ class FolderWalk:
             elif self._followed_folder(entry.path, entry.name):
                 self.classes.append(entry.name)
                 self._folder(entry.path, entry.name, entry.name)
+        self._followed_links()
+        self.classes.sort()
+
+    def walk_all(self) -> None:
+        """Walk SRC itself, every file with no class (the samples layout)."""
+        self._folder(self.root, "", "")
+        self._followed_links()
+
+    def _followed_links(self) -> None:
+        """Walk the folder links found so far, after every real folder."""
         while self._links:
             path, rel, cls = self._links.popleft()
             if self._followed_folder(path, rel):
                 self._folder(path, rel, cls)
-        self.classes.sort()
 
     def _folder(self, path: str, rel: str, cls: str) -> None:
         """Walk a folder and its real subfolders (a stack, not recursion: any depth)."""
@@ -129,7 +142,7 @@ class FolderWalk:
                 continue
             folders = []
             for entry in entries:
-                sub = f"{rel}/{entry.name}"
+                sub = f"{rel}/{entry.name}" if rel else entry.name
                 if entry.is_symlink():
                     self._link(entry.path, sub, cls)
                 elif entry.is_dir(follow_symlinks=False):
@@ -182,7 +195,7 @@ class FolderWalk:
 
     def _file(self, file: os.DirEntry[str] | str, rel: str, cls: str) -> None:
         """A file (a DirEntry that is no link, or the path of a link to follow)."""
-        problem = self._is_image(rel.rpartition("/")[2])
+        problem = self._problem(rel.rpartition("/")[2])
         if problem:
             self.skipped.append((rel, problem))
             return

@@ -13,6 +13,7 @@ builds in one process (two threads of a notebook or a service) never mix.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import time
@@ -29,9 +30,9 @@ from ..formats.tar import tar_chunks
 from .options import BuildOptions
 from .partwriter import PartWriter
 from .plan import Task
-from .sources import Item, Source, check_listed_size
+from .sources import Item, SampleFileError, SampleFiles, Source, check_listed_size
 from .store import Store
-from .validate import check_image
+from .validate import check_fields, check_image
 
 if TYPE_CHECKING:
     from .fetch import Download, Downloads
@@ -176,11 +177,11 @@ def run_task(task: Task) -> TaskResult:
             except DataError as exc:
                 if download is not None and download.result().data is not None:
                     result.fetch[-1] = (result.fetch[-1][0], "invalid image")
+                path = exc.url if isinstance(exc, SampleFileError) else None
+                path = path or context.source.describe(item)  # a sample's file: that file
                 if options.on_error == "fail":
-                    raise type(exc)(
-                        exc.message, url=context.source.describe(item), key=item.key
-                    ) from exc
-                result.skipped.append((context.source.describe(item), exc.message))
+                    raise type(exc)(exc.message, url=path, key=item.key) from exc
+                result.skipped.append((path, exc.message))
                 progress.add(0, item.size, 1)
                 continue
             counts[label] = counts.get(label, 0) + 1
@@ -245,23 +246,15 @@ def encode_item(
     """
     if loaded is None:
         loaded = context.source.load(item)
+    if isinstance(loaded, SampleFiles):  # a folder's sample of several files
+        return _encode_files(context, item, loaded)
     if not isinstance(loaded, bytes):  # a sample from Python or from shards
         return _encode_python(context, item, loaded)
     options = context.options
     ext = check_image(loaded, item.ext, options.validate)
     size: tuple[int, int] | None = None
     if options.transforms:
-        from .transform import transform_image
-
-        loaded, ext, size = transform_image(
-            loaded,
-            ext,
-            resize=options.resize,
-            max_side=options.max_side,
-            quality=options.quality,
-            mode=options.resize_mode,
-            encode=options.encode,
-        )
+        loaded, ext, size = _transform(options, loaded, ext)
     if options.format == "tfrecord":
         record = _record(_example(context, item, loaded, ext, size))
         return [record], len(record), item.label
@@ -273,6 +266,51 @@ def encode_item(
         fields.append(("json", meta.encode("utf-8", "surrogateescape")))
     chunks, total = tar_chunks(item.key, fields)
     return chunks, total, item.label
+
+
+def _encode_files(
+    context: WorkerContext, item: Item, files: SampleFiles
+) -> tuple[list[bytes], int, int]:
+    """A sample of several files: each checked (:func:`.validate.check_fields`), images
+    transformed as options say, then ``cls`` and the class layout's ``json`` added."""
+    options = context.options
+    transform = functools.partial(_transformed, options) if options.transforms else None
+    fields = check_fields(item.ref, files, options.validate, transform)
+    names = {name for name, _ in fields}
+    if item.label >= 0:
+        fields.append(("cls", str(item.label).encode()))
+        meta = context.source.json_text(item, context.classes)
+        if meta and "json" not in names:  # a sample's own json file wins
+            fields.append(("json", meta.encode("utf-8", "surrogateescape")))
+    if context.options.format == "tfrecord":
+        from ..codecs import encode_sample
+        from ..formats.example import encode_other_values
+
+        sample: dict[str, Any] = {"__key__": item.key, **dict(fields)}
+        if item.label >= 0:
+            sample["cls"] = item.label  # an int64 feature, as a sample from Python's
+        record = _record(encode_other_values(sample, encode_sample))
+        return [record], len(record), item.label
+    chunks, total = tar_chunks(item.key, fields)
+    return chunks, total, item.label
+
+
+def _transform(options: BuildOptions, data: bytes, ext: str) -> tuple[bytes, str, tuple[int, int]]:
+    from .transform import transform_image
+
+    return transform_image(
+        data,
+        ext,
+        resize=options.resize,
+        max_side=options.max_side,
+        quality=options.quality,
+        mode=options.resize_mode,
+        encode=options.encode,
+    )
+
+
+def _transformed(options: BuildOptions, data: bytes, ext: str) -> tuple[bytes, str]:
+    return _transform(options, data, ext)[:2]
 
 
 def _record(sample: Mapping[str, Any]) -> bytes:

@@ -9,6 +9,7 @@ from typing import Any, TextIO, get_args
 
 from ..builder.options import (
     ENCODE_FORMATS,
+    LAYOUTS,
     RESIZE_MODES,
     BuildOptions,
     OutputFormat,
@@ -32,7 +33,8 @@ from ._toolargs import (
 )
 
 _EPILOG = """\
-SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl/.parquet list with a path
+SRC is a folder (SRC/<class>/**/<file>; with --layout samples, SRC/**/<file>: files that
+share a path without their extension are one sample), a .csv/.jsonl/.parquet list with a path
 and a label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
 OUT gets {prefix}-000000.tar ... and manifest.json (written last). Rerunning the same
 command after an interruption resumes it; the output bytes do not depend on --workers.
@@ -91,6 +93,7 @@ def add_parser(sub: Any) -> None:
     add("--quality", "JPEG/WebP quality when re-encoding", type=integer(1, 100), metavar="Q")
     add("--on-error", "bad images: skip and report them, or stop", choices=ON_ERROR)
     add("--overwrite", "replace a dataset already in OUT", action="store_true")
+    add("--layout", "folder: SRC/<class>/... (classes) or no classes (samples)", choices=LAYOUTS)
     add("--path-column", "CSV/JSONL path column", metavar="NAME")
     add("--label-column", "CSV/JSONL label column ('' for none)", metavar="NAME")
     add(
