@@ -59,7 +59,12 @@ def test_the_walk_finds_the_numeric_options() -> None:
         assert expected in names
 
 
-@pytest.mark.parametrize(("command", "option", "kind"), OPTIONS, ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    ("command", "option", "kind"),
+    OPTIONS,
+    # no address in an id: every xdist worker must collect the same names
+    ids=lambda v: v if isinstance(v, str) else getattr(v, "__qualname__", type(v).__name__),
+)
 def test_no_option_takes_a_bare_int_or_float(command: str, option: str, kind: Any) -> None:
     """int/float as an argparse type lets through 10**30, -1 and nan: options use the
     checked types of cli/_toolargs (shardkit.units underneath)."""
