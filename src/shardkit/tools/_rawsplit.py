@@ -17,9 +17,10 @@ from typing import Any
 from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
+from ..formats.record import ShardInfo
 from ..formats.tar import Grouping, TarScanner
 from ..units import Size
-from ..writer import ShardFile, ShardInfo
+from ..writer import ShardFile
 from ._inputs import ShardRef, gzip_errors, open_shard
 
 __all__ = ["RawShards", "split_raw"]
