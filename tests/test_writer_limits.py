@@ -130,9 +130,10 @@ def _shard_file(folder: Path, keys: list[str]) -> None:
 
 
 def _part_writer(folder: Path, keys: list[str]) -> None:
-    from shardkit.builder.partwriter import PartWriter, tar_chunks
+    from shardkit.builder.partwriter import PartWriter
     from shardkit.builder.store import LocalStore
     from shardkit.formats.cut import Cut
+    from shardkit.formats.tar import tar_chunks
 
     writer = PartWriter(LocalStore(str(folder)), "p-%06d.tar", cut=Cut(10_000, 1 << 20))
     try:

@@ -30,14 +30,7 @@ from .formats.names import FORMATS, Format, check_pattern, format_from_name, sha
 from .formats.record import ShardInfo
 from .units import Size
 
-__all__ = [
-    "Format",
-    "ShardFile",
-    "ShardWriter",
-    "encode_sample",
-    "format_from_name",
-    "shard_name",
-]
+__all__ = ["ShardFile", "ShardWriter", "encode_sample"]
 
 
 def encode_sample(

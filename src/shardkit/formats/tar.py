@@ -68,7 +68,6 @@ __all__ = [
     "BLOCK",
     "Buffer",
     "END_OF_ARCHIVE",
-    "MAX_MEMBER_SIZE",
     "Grouping",
     "RawMember",
     "TarMember",
