@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import ConfigError, FormatError, ShardkitError, TruncatedShardError
-from shardkit.formats import tar
+from shardkit.formats import limits, tar
 from shardkit.handlers import ignore_and_continue
 
 rng = random.Random(7)
@@ -259,7 +259,7 @@ def test_member_over_max_member_size_is_refused_before_reading() -> None:
     huge = archive(header(b"k.bin", 3 << 30))  # 3 GiB declared, nothing follows
     with pytest.raises(FormatError, match="max_member_size"):
         read_tar(huge)
-    assert tar.MAX_MEMBER_SIZE == 2 << 30
+    assert limits.MAX_MEMBER_SIZE == 2 << 30
 
 
 def test_max_member_size_is_validated() -> None:

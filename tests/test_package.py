@@ -148,19 +148,6 @@ def test_no_module_imports_its_own_package() -> None:
     assert back == []
 
 
-# Re-exports left for the merge of the one shard file (issue 20): writer.py, partwriter.py
-# and tools/_outputs.py are being rewritten on another branch; tar's MAX_MEMBER_SIZE is
-# still imported from formats.tar by builder/fetch.py.
-_REEXPORTS_TO_FOLD = {
-    "shardkit.builder.partwriter.tar_chunks",
-    "shardkit.formats.tar.MAX_MEMBER_SIZE",
-    "shardkit.tools._outputs.is_pattern",
-    "shardkit.writer.Format",
-    "shardkit.writer.format_from_name",
-    "shardkit.writer.shard_name",
-}
-
-
 def test_a_name_has_one_import_path() -> None:
     """A module's ``__all__`` lists what it defines: a name defined in another public
     module is imported from there, not through a second path (httpx's rule: a folded
@@ -190,4 +177,4 @@ def test_a_name_has_one_import_path() -> None:
             home = imported.get(name)
             if home is not None and not home.rsplit(".", 1)[-1].startswith("_"):
                 second.add(f"{module}.{name}")
-    assert second == _REEXPORTS_TO_FOLD
+    assert second == set()

@@ -9,7 +9,8 @@ import pytest
 
 from shardkit.errors import ConfigError, EncodeError
 from shardkit.formats import tar
-from shardkit.writer import ShardWriter, format_from_name, shard_name
+from shardkit.formats.names import format_from_name, shard_name
+from shardkit.writer import ShardWriter
 
 
 def samples(n: int, size: int = 3000) -> list[dict[str, object]]:

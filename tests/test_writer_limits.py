@@ -130,9 +130,10 @@ def _shard_file(folder: Path, keys: list[str]) -> None:
 
 
 def _part_writer(folder: Path, keys: list[str]) -> None:
-    from shardkit.builder.partwriter import PartWriter, tar_chunks
+    from shardkit.builder.partwriter import PartWriter
     from shardkit.builder.store import LocalStore
     from shardkit.formats.cut import Cut
+    from shardkit.formats.tar import tar_chunks
 
     writer = PartWriter(LocalStore(str(folder)), "p-%06d.tar", cut=Cut(10_000, 1 << 20))
     try:
@@ -229,7 +230,12 @@ def test_only_the_shard_file_applies_the_key_rule_and_the_gzip_framing() -> None
     for path in sorted(root.rglob("*.py")):
         name = path.relative_to(root).as_posix()
         text = path.read_text()
-        if name not in ("writer.py", "formats/tar.py"):
+        if name not in (
+            "writer.py",
+            "formats/tar.py",
+            "formats/_tarrules.py",
+            "formats/_tarwrite.py",
+        ):
             assert "check_key_order" not in text, name
         if name not in ("writer.py", "formats/gzframe.py", "codecs/_builtin.py"):
             writes_gzip = re.search(r"(?<!de)compressobj|GzipFile\([^)]*\bwb", text)

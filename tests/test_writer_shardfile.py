@@ -17,9 +17,10 @@ import pytest
 
 from shardkit.errors import EncodeError
 from shardkit.formats import gzframe, tar
+from shardkit.formats.names import format_from_name
 from shardkit.mapshards import map_shards
 from shardkit.reader import read_shard
-from shardkit.writer import ShardFile, ShardWriter, encode_sample, format_from_name
+from shardkit.writer import ShardFile, ShardWriter, encode_sample
 
 SAMPLES = [
     {"__key__": f"s/{i:04d}", "bin": os.urandom(300 + 97 * i), "txt": f"sample {i}".encode()}

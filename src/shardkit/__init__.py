@@ -32,11 +32,12 @@ from .errors import (
 if TYPE_CHECKING:
     from .builder import BuildOptions, BuildProgress, BuildResult, build
     from .codecs import audio, image, video
+    from .formats.record import ShardInfo
     from .formats.tar import TarWriter
     from .mapshards import ShardResult, map_shards
     from .pipeline import Dataset, IndexedDataset, Loader, MixedDataset, mix
     from .reader import read_shard
-    from .writer import ShardInfo, ShardWriter
+    from .writer import ShardWriter
 
 # Everything but the exceptions loads on first use, so ``import shardkit`` costs little
 # and a reader never loads the builder (nor a builder the reading pipeline).
@@ -46,7 +47,7 @@ _LAZY = {
     "BuildResult": ".builder",
     "build": ".builder",
     "TarWriter": ".formats.tar",
-    "ShardInfo": ".writer",
+    "ShardInfo": ".formats.record",
     "ShardWriter": ".writer",
     "Dataset": ".pipeline",
     "IndexedDataset": ".pipeline",

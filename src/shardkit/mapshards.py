@@ -23,6 +23,7 @@ from . import storage
 from .digest import DEFAULT_HASH, HashName, check_hash
 from .engines import Engine, Executor, check_engine, make_executor
 from .errors import ConfigError, ShardkitError
+from .formats.record import ShardInfo
 
 __all__ = ["ShardResult", "map_shards"]
 
@@ -33,20 +34,34 @@ Transform = Callable[[Iterator[Sample]], Iterable[Mapping[str, Any]]]
 
 @dataclass(frozen=True)
 class ShardResult:
-    """One output shard: its input, samples read and written, size and digest
-    (``ALGO:HEX``, :mod:`shardkit.digest`; ``""`` with ``hash="none"``).
+    """One output shard: its input, the samples read, and the output's record
+    (:class:`~shardkit.formats.record.ShardInfo`: samples written, size and digest,
+    ``ALGO:HEX``, :mod:`shardkit.digest`; ``""`` with ``hash="none"``).
 
     ``resumed`` outputs existed already and were left alone (their counts and digest are
-    ``None``).
+    ``None``; their record holds only the size).
     """
 
     input: str
-    output: str
+    shard: ShardInfo
     samples_in: int | None
-    samples_out: int | None
-    bytes: int
-    digest: str | None
     resumed: bool = False
+
+    @property
+    def output(self) -> str:
+        return self.shard.url
+
+    @property
+    def samples_out(self) -> int | None:
+        return None if self.resumed else self.shard.samples
+
+    @property
+    def bytes(self) -> int:
+        return self.shard.bytes
+
+    @property
+    def digest(self) -> str | None:
+        return None if self.resumed else self.shard.digest
 
 
 @dataclass(frozen=True)
@@ -99,7 +114,7 @@ def run_shard(task: _Task) -> ShardResult:
     except BaseException:
         shard.discard()
         raise
-    return ShardResult(task.input, task.output, read[0], info.samples, info.bytes, info.digest)
+    return ShardResult(task.input, info, read[0])
 
 
 def _located(exc: Exception, url: str, key: str | None) -> Exception:
@@ -168,7 +183,8 @@ def map_shard_streams(
     pending: list[tuple[int, _Task]] = []
     for i, (src, dst) in enumerate(zip(sources, targets, strict=True)):
         if storage.url_exists(dst, storage_options):
-            results[i] = ShardResult(src, dst, None, None, _size(dst, storage_options), None, True)
+            kept = ShardInfo.at(dst, 0, _size(dst, storage_options), "", i)
+            results[i] = ShardResult(src, kept, None, resumed=True)
         else:
             pending.append((i, _Task(transform, src, dst, storage_options, hash)))
     if pending:

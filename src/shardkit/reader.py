@@ -31,9 +31,9 @@ from typing import Any, BinaryIO
 
 from . import storage
 from .errors import DataError, FormatError
+from .formats.limits import MAX_MEMBER_SIZE
 from .formats.manifest import ManifestContents, parse_manifest
 from .formats.names import Format, format_from_name
-from .formats.tar import MAX_MEMBER_SIZE
 from .handlers import Handler, reraise
 
 __all__ = [

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from . import storage
@@ -28,33 +27,10 @@ from .formats.gzframe import HEADER as GZIP_HEADER
 from .formats.gzframe import Deflate
 from .formats.index import ShardIndex, index_url
 from .formats.names import FORMATS, Format, check_pattern, format_from_name, shard_name
+from .formats.record import ShardInfo
 from .units import Size
 
-__all__ = [
-    "Format",
-    "ShardFile",
-    "ShardInfo",
-    "ShardWriter",
-    "encode_sample",
-    "format_from_name",
-    "shard_name",
-]
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """A committed shard: where it is, how many samples, its size and its digest
-    (``ALGO:HEX``, :mod:`shardkit.digest`; ``""`` when written with ``hash="none"``)."""
-
-    url: str
-    samples: int
-    bytes: int
-    digest: str
-    index: int
-
-    @property
-    def name(self) -> str:
-        return storage.basename(self.url)
+__all__ = ["ShardFile", "ShardWriter", "encode_sample"]
 
 
 def encode_sample(
@@ -261,7 +237,7 @@ class ShardFile:
             raise
         if index is not None:
             index.commit()
-        return ShardInfo(file.url, self.count, file.size, file.digest, number)
+        return ShardInfo.at(file.url, self.count, file.size, file.digest, number)
 
     def _write_index(self) -> storage.AtomicFile:
         """The shard's ``.idx`` file, written but not committed."""

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from .._optional import require
-from ..formats.tar import MAX_MEMBER_SIZE
+from ..formats.limits import MAX_MEMBER_SIZE
 from ..storage import detach_loop_at_fork
 from .options import BuildOptions
 from .sources import Item

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from ..formats import tar
 from ..formats.cut import Cut
-from ..formats.tar import tar_chunks
 from ..writer import ShardFile
 from .store import Store
 
-__all__ = ["PartWriter", "tar_chunks"]  # tar_chunks: formats.tar, kept importable here
+__all__ = ["PartWriter"]
 
 
 class PartWriter:

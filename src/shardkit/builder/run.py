@@ -23,13 +23,9 @@ one file) or an object-store prefix (locked with a lease object, journal as obje
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import itertools
 import logging
-import os
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
@@ -39,6 +35,8 @@ from ..engines import Executor, make_executor
 from ..errors import BuildError, EmptyBuildError
 from ..formats.names import MANIFEST_NAME
 from ..formats.record import ShardRecord
+from ._fetchtally import FetchTally, fetched
+from ._launch import cluster_executor, counted, picklable
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
 from .commit import COMMIT_THREADS, Renamer
 from .folder import OutputFolder
@@ -107,7 +105,7 @@ class _Driver:
         self.packed = [0, 0]  # samples, input bytes
         self.skipped: list[tuple[str, str]] = []  # grows with failures, not with items
         self.class_counts: dict[int, int] = {}
-        self.fetch = _FetchTally()
+        self.fetch = FetchTally()
 
     # -- start
     def prepare(self) -> BuildResult | None:
@@ -115,7 +113,7 @@ class _Driver:
         manifest = self.folder.check(self.identity)
         if manifest is not None:
             shards, skipped = self.folder.already_built(manifest)
-            return self._result(shards, skipped, resumed=-1, fetch=_fetched(manifest))
+            return self._result(shards, skipped, resumed=-1, fetch=fetched(manifest))
         resumed = self.journal.load()
         if resumed:
             for task in self.committer.resume():
@@ -160,7 +158,7 @@ class _Driver:
             tasks = chunk_stream(ordered, self.chunk)
         else:
             tasks = cut_tasks(ordered, options, estimator(options, listing.classes))
-        return _counted(filter(wanted, tasks), (options.workers or config.default_workers()) + 1)
+        return counted(filter(wanted, tasks), (options.workers or config.default_workers()) + 1)
 
     def _executor(self, pending: int | None) -> Executor:
         context = WorkerContext(
@@ -171,11 +169,11 @@ class _Driver:
             self.assemble,
         )
         if self.options.engine != "local":  # a Ray or Dask cluster (docs/scaling.md)
-            return _cluster_executor(self.options, self.listing, context)
+            return cluster_executor(self.options, self.listing, context)
         workers = self.options.workers or config.default_workers()
         if pending is not None:
             workers = min(workers, pending)
-        if workers > 1 and (not self.listing.splittable or not _picklable(context)):
+        if workers > 1 and (not self.listing.splittable or not picklable(context)):
             workers = 1  # in this process
         return make_executor(
             "local", workers=workers, init=init_worker, context=context, preload=[WORKER_MODULE]
@@ -321,7 +319,7 @@ class _Driver:
         write_manifest(self.store.join(MANIFEST_NAME), manifest, options)
         self.journal.remove()
         self.folder.remove_strays()
-        return self._result(shards, skipped, resumed=self.resumed, fetch=_fetched(manifest))
+        return self._result(shards, skipped, resumed=self.resumed, fetch=fetched(manifest))
 
     def _nothing_packed(self, skipped: list[tuple[str, str]]) -> None:
         """Leave OUT without a manifest, journal or parts, so a rerun starts afresh; raise."""
@@ -351,90 +349,9 @@ class _Driver:
         )
 
 
-def _counted(tasks: Iterator[Task], limit: int) -> tuple[Iterator[Task], int | None]:
-    """``tasks`` as they were, and how many there are when fewer than ``limit`` (None:
-    at least that many; only so many are made to find out)."""
-    head = list(itertools.islice(tasks, limit))
-    return itertools.chain(head, tasks), len(head) if len(head) < limit else None
-
-
-class _FetchTally:
-    """Each shard's downloads by outcome, counted as results are cut in plan order.
-
-    Shards hold the packed samples in plan order, so a download's place among them (its
-    task's offset plus its index in the task) names its shard; one skipped after the last
-    sample counts in the last shard. A download waits only until a cut passes its place,
-    so what is held grows with one shard, not with the items."""
-
-    def __init__(self) -> None:
-        self.ends: list[int] = []  # samples up to the end of each shard cut so far
-        self.counts: list[dict[str, int]] = []
-        self.offset = 0  # samples packed by the results added
-        self.waiting: deque[tuple[int, str]] = deque()
-
-    def add(self, result: TaskResult, cut: list[int]) -> None:
-        """Count ``result`` (the next in plan order); ``cut``: samples of each shard cut."""
-        self._extend(cut)
-        self.waiting.extend((self.offset + index, category) for index, category in result.fetch)
-        self.offset += sum(part.samples for part in result.parts)
-        while self.waiting and self.ends and self.waiting[0][0] < self.ends[-1]:
-            self._count(*self.waiting.popleft())
-
-    def by_shard(self, cut: list[int]) -> list[dict[str, int]]:
-        """The counts, once every shard is cut."""
-        self._extend(cut)
-        while self.waiting:
-            self._count(*self.waiting.popleft())
-        return [dict(sorted(c.items())) for c in self.counts]
-
-    def _extend(self, cut: list[int]) -> None:
-        for samples in cut[len(self.ends) :]:
-            self.ends.append((self.ends[-1] if self.ends else 0) + samples)
-            self.counts.append({})
-
-    def _count(self, place: int, category: str) -> None:
-        counts = self.counts[min(bisect.bisect_right(self.ends, place), len(self.ends) - 1)]
-        counts[category] = counts.get(category, 0) + 1
-
-
-def _fetched(manifest: dict[str, Any]) -> dict[str, int]:
-    """A manifest's total of downloads by outcome ({} when it has none, or a bad one)."""
-    total = manifest.get("fetch")
-    total = total.get("total") if isinstance(total, dict) else None
-    if not isinstance(total, dict):
-        return {}
-    return {str(k): v for k, v in total.items() if isinstance(v, int)}
-
-
 def _order(job: Task | ShardPlan) -> tuple[bool, int]:
     """Chunk results first, each kind in plan order."""
     return isinstance(job, ShardPlan), job.index
-
-
-def _cluster_executor(options: BuildOptions, listing: Listing, ctx: WorkerContext) -> Executor:
-    from dataclasses import replace
-
-    if not listing.splittable or not _picklable(ctx):
-        raise BuildError(f"engine={options.engine!r} needs a source that pickles and splits")
-    if isinstance(ctx.store, LocalStore):  # cluster workers have their own cwd
-        ctx = replace(ctx, store=LocalStore(os.path.abspath(ctx.store.root), hash=ctx.store.hash))
-    return make_executor(options.engine, options.address, init=init_worker, context=ctx)
-
-
-def _picklable(context: WorkerContext) -> bool:
-    import pickle
-
-    try:
-        pickle.dump(context, _NullWriter())
-    except Exception as exc:  # pickle raises many types: PicklingError, TypeError, ...
-        logger.warning("the source does not pickle (%s): building in this process", exc)
-        return False
-    return True
-
-
-class _NullWriter:
-    def write(self, data: bytes) -> int:
-        return len(data)
 
 
 def run_build(

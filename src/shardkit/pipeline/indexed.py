@@ -34,9 +34,9 @@ from typing import Any, BinaryIO
 from .. import reader
 from ..errors import ConfigError, DataError, FormatError
 from ..formats.index import check_shard_size, indexed_sample
+from ..formats.names import Format
 from ..handlers import Handler, HandlerName
 from ..ranges import RangeReader
-from ..writer import Format
 from ._torch import MapBase, register_map_dataset
 from .context import Context
 from .dataset import Dataset

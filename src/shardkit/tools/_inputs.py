@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 from .. import storage
 from ..errors import ConfigError, FormatError
-from ..formats.manifest import ManifestContents
+from ..formats.manifest import ManifestContents, ManifestShard
 from ..formats.names import MANIFEST_NAME, Format
 from ..handlers import Handler, reraise
 from ..pipeline import urls
@@ -44,19 +44,31 @@ MANIFEST = MANIFEST_NAME
 
 @dataclass(frozen=True)
 class ShardRef:
-    """One shard to read, with what its manifest (if any) says about it."""
+    """One shard to read: where it is, its format, and the manifest it came from (if any)
+    with what that manifest states of it (``stated``; ``samples``, ``bytes`` and
+    ``digest``, ``ALGO:HEX``, read from it, ``None`` where it states nothing)."""
 
     url: str
     format: Format
     gzip: bool
-    samples: int | None = None
-    bytes: int | None = None
-    digest: str | None = None  # ALGO:HEX (shardkit.digest)
+    stated: ManifestShard | None = None
     manifest: str | None = None
 
     @property
     def stdin(self) -> bool:
         return self.url == "-"
+
+    @property
+    def samples(self) -> int | None:
+        return None if self.stated is None else self.stated.samples
+
+    @property
+    def bytes(self) -> int | None:
+        return None if self.stated is None else self.stated.bytes
+
+    @property
+    def digest(self) -> str | None:
+        return None if self.stated is None else self.stated.digest
 
 
 @dataclass(frozen=True)
@@ -80,17 +92,7 @@ def _manifest(url: str, contents: ManifestContents, urls: Sequence[str]) -> Mani
     refs = []
     for shard, shard_url in zip(contents.shards, urls, strict=True):
         kind, gz = detect_format(shard_url, contents.format)
-        refs.append(
-            ShardRef(
-                shard_url,
-                kind,
-                gz,
-                samples=shard.samples,
-                bytes=shard.bytes,
-                digest=shard.digest,
-                manifest=url,
-            )
-        )
+        refs.append(ShardRef(shard_url, kind, gz, stated=shard, manifest=url))
     document = contents.document
     mapping = document.get("class_to_idx") if isinstance(document, dict) else None
     classes = {

@@ -25,10 +25,11 @@ from ..formats.names import (
     is_pattern,
     shard_name,
 )
+from ..formats.record import ShardInfo
 from ..units import Size
-from ..writer import ShardFile, ShardInfo, ShardWriter
+from ..writer import ShardFile, ShardWriter
 
-__all__ = ["Output", "is_pattern", "prepare_output", "tar_fields"]
+__all__ = ["Output", "prepare_output", "tar_fields"]
 
 
 def tar_fields(sample: Mapping[str, Any]) -> dict[str, Any]:

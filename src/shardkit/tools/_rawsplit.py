@@ -4,7 +4,7 @@ The rotation rules are :class:`~shardkit.writer.ShardWriter`'s (a shard is full 
 ``max_count`` samples, or when the next sample would take its file over ``max_size``
 bytes, end-of-archive blocks included; a sample larger than ``max_size`` stands alone),
 and so are the guarantees (each shard written under a temporary name and committed
-whole; its size and digest reported in a :class:`~shardkit.writer.ShardInfo`). What is
+whole; its size and digest reported in a :class:`~shardkit.formats.record.ShardInfo`). What is
 saved is re-encoding, and copying: the scanner keeps each sample in its read buffer until
 the sample is complete, then runs of whole samples go out as single slices of it.
 """
@@ -17,9 +17,10 @@ from typing import Any
 from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
+from ..formats.record import ShardInfo
 from ..formats.tar import Grouping, TarScanner
 from ..units import Size
-from ..writer import ShardFile, ShardInfo
+from ..writer import ShardFile
 from ._inputs import ShardRef, gzip_errors, open_shard
 
 __all__ = ["RawShards", "split_raw"]

@@ -17,9 +17,9 @@ from typing import Any
 from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.names import Format
+from ..formats.record import ShardInfo
 from ..formats.tar import Grouping, TarScanner
 from ..handlers import Handler, reraise
-from ..writer import ShardInfo
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
 from ._outputs import Output
 from ._progress import ToolProgressFn, track

@@ -24,12 +24,12 @@ from .. import storage
 from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE
-from ..formats.names import FORMATS, Format, shard_name_format
+from ..formats.names import FORMATS, Format, is_pattern, shard_name_format
+from ..formats.record import ShardInfo
 from ..formats.tfschema import to_example_fields
 from ..units import Size
-from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
-from ._outputs import Output, is_pattern
+from ._outputs import Output
 from ._progress import ToolProgressFn, track
 
 __all__ = ["convert"]

@@ -34,16 +34,16 @@ import subprocess
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..digest import DEFAULT_HASH, HashName
 from ..engines import Engine
 from ..errors import ConfigError, DataError, ShardkitError, StorageError
 from ..formats.names import Format
+from ..formats.record import ShardInfo
 from ..handlers import OnError, check_on_error
 from ..units import Size
-from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
 from ._progress import ToolProgressFn, track
@@ -340,7 +340,7 @@ def _on_cluster(
     done = [r for r in results if not r.resumed]
     if cluster.on_shard is not None:
         for i, r in enumerate(done):
-            cluster.on_shard(ShardInfo(r.output, r.samples_out or 0, r.bytes, r.digest or "", i))
+            cluster.on_shard(replace(r.shard, index=i))
     read = sum(r.samples_in or 0 for r in done)
     written = sum(r.samples_out or 0 for r in done)
     return ProcResult(read, written, read - written)

@@ -8,11 +8,11 @@ from typing import Any
 
 from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
-from ..formats.names import Format, check_pattern, format_from_name
+from ..formats.names import Format, check_pattern, format_from_name, is_pattern
+from ..formats.record import ShardInfo
 from ..units import Size
-from ..writer import ShardInfo
 from ._inputs import Inputs, as_refs, iter_samples
-from ._outputs import Output, is_pattern, prepare_output
+from ._outputs import Output, prepare_output
 from ._progress import ToolProgressFn, track
 from ._rawsplit import RawShards, split_raw
 
