@@ -245,9 +245,14 @@ def encode_item(
     """
     if loaded is None:
         loaded = context.source.load(item)
+    options = context.options
+    if item.fields:  # a list's fields (.fields)
+        from .fields import encode_fields
+
+        fields = encode_fields(context.source, item, loaded, options.validate)
+        return _tar_item(context, item, fields)
     if not isinstance(loaded, bytes):  # a sample from Python or from shards
         return _encode_python(context, item, loaded)
-    options = context.options
     ext = check_image(loaded, item.ext, options.validate)
     size: tuple[int, int] | None = None
     if options.transforms:
@@ -265,7 +270,13 @@ def encode_item(
     if options.format == "tfrecord":
         record = _record(_example(context, item, loaded, ext, size))
         return [record], len(record), item.label
-    fields = [(ext, loaded)]
+    return _tar_item(context, item, [(ext, loaded)])
+
+
+def _tar_item(
+    context: WorkerContext, item: Item, fields: list[tuple[str, bytes]]
+) -> tuple[list[bytes], int, int]:
+    """The tar members of ``item``: ``fields``, then its ``cls`` and ``json``."""
     if item.label >= 0:
         fields.append(("cls", str(item.label).encode()))
     meta = context.source.json_text(item, context.classes)

@@ -16,7 +16,7 @@ from ..builder.options import (
 )
 from ..digest import HASHES
 from ..engines import ENGINES
-from ..errors import EmptyBuildError
+from ..errors import ConfigError, EmptyBuildError
 from ..handlers import ON_ERROR
 from ..units import format_size
 from ._toolargs import HelpFormatter, plain, plural
@@ -76,6 +76,14 @@ def add_parser(sub: Any) -> None:
     add("--quality", "JPEG/WebP quality when re-encoding", type=int, metavar="Q")
     add("--on-error", "bad images: skip and report them, or stop", choices=ON_ERROR)
     add("--overwrite", "replace a dataset already in OUT", action="store_true")
+    parser.add_argument(
+        "--field",
+        action="append",
+        dest="fields",
+        metavar="EXT=COLUMN",
+        help="a list's column as a field of each sample, repeatable: --field jpg=url "
+        "--field txt=caption (media extensions read the file or URL; docs/build.md)",
+    )
     add("--path-column", "CSV/JSONL path column", metavar="NAME")
     add("--label-column", "CSV/JSONL label column ('' for none)", metavar="NAME")
     add(
@@ -114,7 +122,15 @@ def options_from(args: argparse.Namespace) -> BuildOptions:
     fields = {f.name for f in dataclasses.fields(BuildOptions)}
     values = {name: value for name, value in vars(args).items() if name in fields}
     values["label_column"] = values["label_column"] or None
+    values["fields"] = [_field(text) for text in values["fields"] or ()]
     return BuildOptions(**values)
+
+
+def _field(text: str) -> tuple[str, str]:
+    ext, equals, column = text.partition("=")
+    if not equals:
+        raise ConfigError(f"--field {text!r}: expected EXT=COLUMN, such as txt=caption")
+    return ext, column
 
 
 def run(args: argparse.Namespace) -> int:
