@@ -8,6 +8,11 @@ import csv
 import glob
 import io
 import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -109,3 +114,60 @@ def test_load_dataset_webdataset_reads_a_shardkit_build(offline: Any, tmp_path: 
         )
         with PILImage.open(io.BytesIO(sample["jpg"])) as image:
             assert row["jpg"].tobytes() == image.convert("RGB").tobytes()
+
+
+def _doc_blocks(section: str) -> list[tuple[str, str]]:
+    """The (language, code) blocks of docs/build.md's ``### section``."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "build.md").read_text()
+    body = text.split(f"\n### {section}\n", 1)[1].split("\n### ", 1)[0]
+    return re.findall(r"```(\w+)\n(.*?)```", body, flags=re.S)
+
+
+def _run_blocks(blocks: list[tuple[str, str]], folder: Path) -> None:
+    """Run ``sh`` lines (``shardkit`` as this interpreter's) and ``python`` blocks (as a
+    script's main module) in ``folder``."""
+    commands = []
+    for language, code in blocks:
+        if language == "sh":
+            for line in code.strip().splitlines():
+                argv = shlex.split(line)
+                assert argv[0] == "shardkit"
+                commands.append([sys.executable, "-m", "shardkit", *argv[1:]])
+        else:
+            assert language == "python"
+            script = folder / f"example{len(commands)}.py"
+            script.write_text(code)
+            commands.append([sys.executable, str(script)])
+    for command in commands:
+        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+
+def test_the_fields_examples_of_docs_build_run(tmp_path: Path) -> None:
+    blocks = _doc_blocks("Fields (`--field EXT=COLUMN`)")
+    assert [language for language, _ in blocks] == ["sh", "python"]
+    with open(tmp_path / "captions.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["url", "caption"])
+        for i in range(3):
+            write(str(tmp_path), f"img/{i}.jpg", make_corpus_jpeg(i))
+            writer.writerow([f"img/{i}.jpg", f"caption {i}"])
+    _run_blocks(blocks, tmp_path)
+    for out in ("clip-shards", "clip-shards-py"):
+        samples = read_samples(str(tmp_path / out))
+        assert sorted((s["__key__"], s["txt"]) for s in samples) == [
+            (f"img/{i}", f"caption {i}".encode()) for i in range(3)
+        ]
+        assert all(s["jpg"] == make_corpus_jpeg(int(s["__key__"][-1])) for s in samples)
+
+
+def test_the_hugging_face_example_of_docs_build_runs(offline: Any, tmp_path: Path) -> None:
+    blocks = _doc_blocks("Hugging Face parquet and datasets")
+    assert [language for language, _ in blocks] == ["python"]
+    dataset, images = _dataset(offline)
+    dataset.to_parquet(str(tmp_path / "train.parquet"))
+    _run_blocks(blocks, tmp_path)
+    for out in ("from-parquet", "from-dataset"):
+        samples = read_samples(str(tmp_path / out))
+        assert len(samples) == 6
+        assert all(s.get("jpg", s.get("png")) == images[int(s["__key__"])] for s in samples)
