@@ -59,6 +59,8 @@ def test_caption_layout_packs_jpg_txt_and_the_other_columns_as_json(
     assert "skipped img/004.jpg: field 'jpg': truncated JPEG" in result.stdout
     samples = {s["__key__"]: s for s in read_samples(f"{tmp_path}/out")}
     assert sorted(samples) == [f"img/{i:03d}" for i in (0, 1, 2, 3, 5)]
+    again = run_cli(path, f"{tmp_path}/out", "--field", "jpg=url", "--field", "txt=caption")
+    assert again.returncode == 0 and again.stdout.startswith("already complete: ")
     for i in (0, 1, 2, 3, 5):
         sample = samples[f"img/{i:03d}"]
         assert sorted(k for k in sample if not k.startswith("__")) == ["jpg", "json", "txt"]

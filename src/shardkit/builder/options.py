@@ -148,9 +148,12 @@ class BuildOptions:
         return "tar" if self.format == "tar" else "tfrecord"
 
     def output_options(self) -> dict[str, Any]:
-        """The options that determine the output bytes (stored in journal and manifest)."""
+        """The options that determine the output bytes (stored in journal and manifest),
+        as JSON reads them back (``fields`` as lists)."""
         return {
-            field.name: getattr(self, field.name)
+            field.name: [list(pair) for pair in self.fields]
+            if field.name == "fields"
+            else getattr(self, field.name)
             for field in dataclasses.fields(self)
             if field.name not in _RUN_ONLY
             and not (
