@@ -210,3 +210,26 @@ def test_a_bytes_cell_over_its_bound_stops_the_listing(
     with pytest.raises(BuildError, match=r"row 1, column 'image': a file of .* at most 100"):
         shardkit.build(path, f"{tmp_path}/out")
     assert not os.path.exists(f"{tmp_path}/out/manifest.json")
+
+
+def test_a_shuffled_task_reads_each_row_group_it_needs_once(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images: list[bytes | None] = [make_png(i) for i in range(40)]
+    path = f"{tmp_path}/hf.parquet"
+    pq.write_table(_hf_table(images, [None] * 40), path, row_group_size=4)  # 10 groups
+    reads = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def counted(self: Any, group: int, **kwargs: Any) -> Any:
+        reads.append(group)
+        return read_row_group(self, group, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+    options = BuildOptions(workers=1, max_count=40, seed=3)  # one worker: in this process
+    result = shardkit.build(path, f"{tmp_path}/out", options=options)
+    assert result.samples == 40 and len(result.shards) == 1  # one task
+    assert sorted(reads) == sorted(set(reads)) == list(range(10))  # each group once
+    samples = read_samples(f"{tmp_path}/out")
+    assert [s["__key__"] for s in samples] != sorted(s["__key__"] for s in samples)  # shuffled
+    assert all(s["png"] == images[int(s["__key__"])] for s in samples)

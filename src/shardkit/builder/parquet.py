@@ -16,11 +16,13 @@ A bytes column (the Hugging Face layout: ``binary``, or ``struct<bytes, path>`` 
 listing never turns its cells into Python objects, only their sizes and paths (a row's
 cell is ``[size, path]``, the path None when there is none), and a cell may hold up to
 :data:`MAX_BYTES_CELL` bytes. The workers read those cells from the file
-(:class:`ParquetCells`), one row group of the bytes columns held at a time.
+(:class:`ParquetCells`): each task reads the row groups its rows are in once, and holds
+its own rows' cells.
 """
 
 from __future__ import annotations
 
+import bisect
 import io
 from collections.abc import Iterator
 from typing import Any
@@ -136,9 +138,35 @@ class ParquetCells:
     def __reduce__(self) -> Any:  # what a worker gets: never the row group held here
         return ParquetCells, (self.path, self.columns, self.files)
 
-    def load(self, item: Any) -> dict[str, bytes]:
-        import bisect
+    def prefetch(self, items: list[Any]) -> None:
+        """Read the cells of a task's ``items`` (rows in any order), each row group they
+        are in once, in file order; :meth:`load` then takes them (a task's samples are
+        held, not a row group per sample)."""
+        starts = self._starts()
+        groups: dict[int, list[int]] = {}
+        for item in items:
+            groups.setdefault(bisect.bisect_right(starts, item.ref) - 1, []).append(item.ref)
+        rows = self._held["rows"] = {}
+        for group in sorted(groups):
+            table = self._group(group)
+            offsets = [ref - starts[group] for ref in groups[group]]
+            rows.update(zip(groups[group], table.take(offsets).to_pylist(), strict=True))
+        self._held.pop("table", None)
 
+    def load(self, item: Any) -> dict[str, bytes]:
+        row = self._held.get("rows", {}).pop(item.ref, None)
+        if row is None:  # not prefetched: its row group (held until another is needed)
+            starts = self._starts()
+            group = bisect.bisect_right(starts, item.ref) - 1
+            if self._held.get("group") != group:
+                self._held["table"] = None  # the last group goes before the next one comes
+                self._held["table"] = self._group(group)
+                self._held["group"] = group
+            row = self._held["table"].slice(item.ref - starts[group], 1).to_pylist()[0]
+        return {name: _cell_bytes(row[name], name) for name in self.columns}
+
+    def _starts(self) -> list[int]:
+        """The first row of each row group, then the number of rows (the file opened)."""
         held = self._held
         if "starts" not in held:
             import pyarrow.parquet as pq
@@ -149,13 +177,12 @@ class ParquetCells:
             held["starts"] = [0]
             for i in range(meta.num_row_groups):
                 held["starts"].append(held["starts"][-1] + meta.row_group(i).num_rows)
-        group = bisect.bisect_right(held["starts"], item.ref) - 1
-        if held.get("group") != group:
-            held["table"] = None  # the last group goes before the next one comes
-            held["table"] = held["file"].read_row_group(group, columns=list(self.columns))
-            held["group"] = group
-        row = held["table"].slice(item.ref - held["starts"][group], 1).to_pylist()[0]
-        return {name: _cell_bytes(row[name], name) for name in self.columns}
+        starts: list[int] = held["starts"]
+        return starts
+
+    def _group(self, group: int) -> Any:
+        self._held.pop("group", None)
+        return self._held["file"].read_row_group(group, columns=list(self.columns))
 
     def describe(self, item: Any) -> str:
         return f"row {item.ref + 1}"

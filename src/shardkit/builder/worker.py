@@ -164,7 +164,10 @@ def run_task(task: Task) -> TaskResult:
     progress = _Progress(run.reporter)
     load, add, counts = context.source.load, writer.add, result.class_counts
     packed = 0
+    prefetch = getattr(context.source, "prefetch", None)  # a parquet's bytes cells
     try:
+        if prefetch is not None:
+            prefetch(task.items)
         for item, download in _with_downloads(run, task.items):
             try:
                 if download is None:
