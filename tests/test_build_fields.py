@@ -233,3 +233,25 @@ def test_a_shuffled_task_reads_each_row_group_it_needs_once(
     samples = read_samples(f"{tmp_path}/out")
     assert [s["__key__"] for s in samples] != sorted(s["__key__"] for s in samples)  # shuffled
     assert all(s["png"] == images[int(s["__key__"])] for s in samples)
+
+
+def test_a_json_field_is_the_samples_json(tmp_path: Any) -> None:
+    rows = []
+    for i in range(3):
+        write(str(tmp_path), f"img/{i}.jpg", make_corpus_jpeg(i))
+        meta = json.dumps({"id": i, "tags": ["a"]})
+        rows.append({"url": f"img/{i}.jpg", "meta": meta, "label": "cat" if i else "dog"})
+    rows.append({"url": "img/0.jpg", "meta": "{not json", "label": "cat"})
+    write(str(tmp_path), "img/3.jpg", make_corpus_jpeg(3))
+    rows[-1]["url"] = "img/3.jpg"
+    path = _csv(f"{tmp_path}/list.csv", rows)
+    fields = {"jpg": "url", "json": "meta", "cls": "label"}
+    result = shardkit.build(path, f"{tmp_path}/out", options=BuildOptions(fields=fields))
+    assert [(p, r[:14]) for p, r in result.skipped] == [("img/3.jpg", "field 'json': ")]
+    samples = {s["__key__"]: s for s in read_samples(f"{tmp_path}/out")}
+    assert sorted(samples) == ["img/0", "img/1", "img/2"]
+    for key, sample in samples.items():
+        i = int(key[-1])
+        assert [k for k in sample if not k.startswith("__")] == ["jpg", "json", "cls"]
+        assert json.loads(sample["json"]) == {"id": i, "tags": ["a"]}
+        assert sample["cls"] == (b"0" if i else b"1")  # classes: cat, dog

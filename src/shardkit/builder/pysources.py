@@ -187,8 +187,9 @@ def hf_sample(row: Mapping[str, Any], media: tuple[str, ...], label: str | None)
             ext = path.rpartition(".")[2].lower() if "." in path else ""
             ext = check_media(data, ext if is_media(ext) else "", "header")
             sample[f"{name}.{ext}" if ext in sample else ext] = data
-        elif name == label and value is not None and value >= 0:
-            sample["cls"] = value
+        elif name == label:
+            if value is not None and value >= 0:  # -1: no label
+                sample["cls"] = value
         else:
             meta[name] = value
     if meta:

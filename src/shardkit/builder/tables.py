@@ -87,7 +87,7 @@ def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> 
         nothing_found("no image files found from the list", skipped, path)
     if columns.in_cells:  # the files are in the list: keys are the row numbers
         width = max(8, len(str(len(rows) - 1)))
-        keys: Any = {e[0]: f"{int(e[0]):0{width}d}" for e in listed}
+        keys: Any = None
         base: list[str] = []
     else:
         base = key_base((location for _, location, *_ in listed), root)
@@ -100,7 +100,8 @@ def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> 
     def item(entry: tuple[str, str, int, int, str, tuple[Any, ...]]) -> Item:
         rel, location, label, size, text, fields = entry
         if columns.in_cells:
-            return Item(int(rel), keys[rel], label, columns.main_ext, size, text, fields)
+            key = f"{int(rel):0{width}d}"
+            return Item(int(rel), key, label, columns.main_ext, size, text, fields)
         relative = relative_path(location, base)
         ext = columns.main_ext or image_extension(_name(rel))
         key = keys.get(relative) or path_key(relative)

@@ -283,7 +283,7 @@ def _tar_item(
     if item.label >= 0:
         fields.append(("cls", str(item.label).encode()))
     meta = context.source.json_text(item, context.classes)
-    if meta:
+    if meta and not any(ext == "json" for ext, _ in fields):  # not when a field is json
         fields.append(("json", meta.encode("utf-8", "surrogateescape")))
     chunks, total = tar_chunks(item.key, fields)
     return chunks, total, item.label

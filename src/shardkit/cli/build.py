@@ -23,7 +23,8 @@ from ._toolargs import HelpFormatter, plain, plural
 
 _EPILOG = """\
 SRC is an image folder (SRC/<class>/**/<image>), a .csv/.jsonl/.parquet list with a path
-and a label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
+and a label column (or --field EXT=COLUMN, one per field; a parquet's bytes columns are
+files), or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
 OUT gets {prefix}-000000.tar ... and manifest.json (written last). Rerunning the same
 command after an interruption resumes it; the output bytes do not depend on --workers.
 --index then writes each shard's .idx (as `shardkit index OUT`), for IndexedDataset.
