@@ -46,6 +46,7 @@ _LATER_DEFAULTS: dict[str, Any] = {
     "root": None,
     "hash": "sha256",
     "layout": "classes",
+    "fields": (),
 }
 _PREFIX_FORBIDDEN = frozenset("/\\\0")
 
@@ -63,7 +64,8 @@ class BuildOptions:
     whose longer side is larger; ``encode`` stores every image as ``jpg``, ``png`` or
     ``webp`` (``keep``: JPEG and WebP stay, other resized images become PNG). These
     decode and re-encode in the workers (``quality`` applies to JPEG and WebP).
-    ``path_column`` and ``label_column`` name the columns of a CSV/JSONL list; ``root``
+    ``path_column`` and ``label_column`` name the columns of a CSV/JSONL list (shorthands
+    of ``fields``, ``{EXT: COLUMN}``: each column a field of the sample); ``root``
     is the folder its relative paths are read from and its keys are relative to (default:
     the list's folder). ``fetch_concurrency`` is how many http(s) downloads each worker
     keeps in flight (over one connection pool); ``fetch_timeout`` bounds each download
@@ -99,8 +101,12 @@ class BuildOptions:
     fetch_timeout: float = 10.0
     hash: HashName = DEFAULT_HASH
     layout: FolderLayout = "classes"
+    # A list's fields, (ext, column) pairs in member order (docs/build.md, "Fields"):
+    # a dict or pairs; () keeps path_column and label_column.
+    fields: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", _check_fields(self.fields))
         _positive_int("max_count", self.max_count)
         object.__setattr__(self, "max_size", Cut(self.max_count, self.max_size).max_size)
         _choice("format", self.format, FORMATS)
@@ -153,9 +159,12 @@ class BuildOptions:
         return "tar" if self.format == "tar" else "tfrecord"
 
     def output_options(self) -> dict[str, Any]:
-        """The options that determine the output bytes (stored in journal and manifest)."""
+        """The options that determine the output bytes (stored in journal and manifest),
+        as JSON reads them back (``fields`` as lists)."""
         return {
-            field.name: getattr(self, field.name)
+            field.name: [list(pair) for pair in self.fields]
+            if field.name == "fields"
+            else getattr(self, field.name)
             for field in dataclasses.fields(self)
             if field.name not in _RUN_ONLY
             and not (
@@ -163,6 +172,26 @@ class BuildOptions:
                 and getattr(self, field.name) == _LATER_DEFAULTS[field.name]
             )
         }
+
+
+def _check_fields(fields: Any) -> tuple[tuple[str, str], ...]:
+    """``fields`` as (ext, column) pairs, each extension once."""
+    pairs = list(fields.items()) if isinstance(fields, dict) else fields
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, (list, tuple)):
+        raise ConfigError(f"fields must be a dict of EXT: COLUMN, not {fields!r}")
+    out: dict[str, str] = {}
+    for pair in pairs:
+        ext, column = pair if isinstance(pair, (list, tuple)) and len(pair) == 2 else ("", "")
+        ok = isinstance(ext, str) and ext.strip(".") and not set(ext) & {"/", "\\", " "}
+        if not ok or not isinstance(column, str) or not column:
+            raise ConfigError(
+                f"fields: {pair!r} is not an (EXT, COLUMN) pair such as ('txt', 'caption')"
+            )
+        ext = ext.lower()
+        if ext in out or ext.startswith("__"):
+            raise ConfigError(f"fields: extension {ext!r} is given twice or reserved")
+        out[ext] = column
+    return tuple(out.items())
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -10,10 +10,19 @@ only the footer and one batch at a time are held. Text columns are read as dicti
 (a value repeated in many rows is held once), a text cell holds at most :data:`MAX_CELL`
 bytes (checked before the rows become Python objects), and a batch becomes Python
 objects in slices of at most :data:`BATCH_BYTES` text bytes.
+
+A bytes column (the Hugging Face layout: ``binary``, or ``struct<bytes, path>`` as
+``datasets``' ``Image`` and ``Audio`` features store it) holds the samples' files: the
+listing never turns its cells into Python objects, only their sizes and paths (a row's
+cell is ``[size, path]``, the path None when there is none), and a cell may hold up to
+:data:`MAX_BYTES_CELL` bytes. The workers read those cells from the file
+(:class:`ParquetCells`): each task reads the row groups its rows are in once, and holds
+its own rows' cells.
 """
 
 from __future__ import annotations
 
+import bisect
 import io
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +31,7 @@ from .. import storage
 from .._optional import require
 from ..errors import BuildError, StorageError
 
-__all__ = ["parquet_rows"]
+__all__ = ["MAX_BYTES_CELL", "ParquetCells", "bytes_columns", "parquet_rows"]
 
 #: rows turned into Python objects at a time
 BATCH_ROWS = 8192
@@ -30,6 +39,9 @@ BATCH_ROWS = 8192
 #: values. Parquet stores a repeated value once (a dictionary page), so a small file can
 #: name a huge value in every row: it is refused from its size, before it is repeated.
 MAX_CELL = 1 << 16
+#: The most bytes one cell of a bytes column may hold (a sample's file: it is read by a
+#: worker, never by the listing, so the bound is a file's, not a list cell's).
+MAX_BYTES_CELL = 1 << 30
 #: The most text bytes turned into Python objects at once (a batch is split to stay under).
 BATCH_BYTES = 64 << 20
 
@@ -44,17 +56,155 @@ def parquet_rows(path: str) -> Iterator[dict[str, Any]]:
         with _open(path) as f:
             first = pq.ParquetFile(f)
             schema = first.schema_arrow
-            _check_types(schema, path)
+            cells = _bytes_columns(schema)
+            _check_types(schema, path, cells)
             # Text columns stay dictionary-encoded as read: a repeated value is held once.
-            texts = [field.name for field in schema if _is_text(field.type)]
+            texts = [f.name for f in schema if _is_text(f.type) and f.name not in cells]
             parquet = pq.ParquetFile(f, metadata=first.metadata, read_dictionary=texts)
             done = 0
             for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
+                batch, files = _cells(batch, cells, done, path)
                 for piece in _pieces(batch, done, path):
-                    yield from piece.to_pylist()
+                    for row in piece.to_pylist():
+                        row.update((name, next(cell)) for name, cell in files.items())
+                        yield row
                 done += batch.num_rows
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"cannot read the list: {exc}", url=path) from exc
+
+
+def bytes_columns(path: str) -> frozenset[str]:
+    """The bytes columns of the parquet file at ``path`` (none for another list)."""
+    if not path.lower().endswith(".parquet"):
+        return frozenset()
+    require("pyarrow.parquet", "a parquet list")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with _open(path) as f:
+            return _bytes_columns(pq.ParquetFile(f).schema_arrow)
+    except (OSError, pa.ArrowException) as exc:
+        raise BuildError(f"cannot read the list: {exc}", url=path) from exc
+
+
+def _bytes_columns(schema: Any) -> frozenset[str]:
+    return frozenset(f.name for f in schema if _bytes_kind(f.type))
+
+
+def _bytes_kind(kind: Any) -> bool:
+    """Whether a column holds files: binary, or struct<bytes: binary, path: string>."""
+    import pyarrow.types as t
+
+    if t.is_struct(kind):
+        names = {kind.field(i).name for i in range(kind.num_fields)}
+        return "bytes" in names and _bytes_kind(kind.field("bytes").type)
+    return bool(t.is_binary(kind) or t.is_large_binary(kind))
+
+
+def _cells(batch: Any, cells: frozenset[str], done: int, path: str) -> tuple[Any, dict[str, Any]]:
+    """``batch`` without its bytes columns, and each one's ``[size, path]`` per row."""
+    import pyarrow.compute as pc
+    import pyarrow.types as t
+
+    files: dict[str, Any] = {}
+    for name in sorted(cells & set(batch.schema.names)):
+        column = batch.column(name)
+        struct = t.is_struct(column.type)
+        data = pc.struct_field(column, "bytes") if struct else column
+        sizes = pc.binary_length(data)
+        _bound(sizes, MAX_BYTES_CELL, f"column {name!r}: a file of", "a bytes cell", done, path)
+        has_path = struct and "path" in {f.name for f in column.type}
+        paths = pc.struct_field(column, "path").to_pylist() if has_path else None
+        names = paths or [None] * len(sizes)
+        files[name] = iter([[s, p] for s, p in zip(sizes.to_pylist(), names, strict=True)])
+        batch = batch.drop_columns([name])
+    return batch, files
+
+
+class ParquetCells:
+    """Loads a row's bytes cells (column -> bytes) from a parquet list; ``item.ref`` is the
+    row's number. One row group of the bytes columns is held at a time per process;
+    ``files`` reads the row's other files (paths or URLs)."""
+
+    kind = "table"
+
+    def __init__(self, path: str, columns: tuple[str, ...], files: Any) -> None:
+        self.path = path
+        self.columns = columns
+        self.files = files
+        self._held: dict[str, Any] = {}
+
+    def __reduce__(self) -> Any:  # what a worker gets: never the row group held here
+        return ParquetCells, (self.path, self.columns, self.files)
+
+    def prefetch(self, items: list[Any]) -> None:
+        """Read the cells of a task's ``items`` (rows in any order), each row group they
+        are in once, in file order; :meth:`load` then takes them (a task's samples are
+        held, not a row group per sample)."""
+        starts = self._starts()
+        groups: dict[int, list[int]] = {}
+        for item in items:
+            groups.setdefault(bisect.bisect_right(starts, item.ref) - 1, []).append(item.ref)
+        rows = self._held["rows"] = {}
+        for group in sorted(groups):
+            table = self._group(group)
+            offsets = [ref - starts[group] for ref in groups[group]]
+            rows.update(zip(groups[group], table.take(offsets).to_pylist(), strict=True))
+        self._held.pop("table", None)
+
+    def load(self, item: Any) -> dict[str, bytes]:
+        row = self._held.get("rows", {}).pop(item.ref, None)
+        if row is None:  # not prefetched: its row group (held until another is needed)
+            starts = self._starts()
+            group = bisect.bisect_right(starts, item.ref) - 1
+            if self._held.get("group") != group:
+                self._held["table"] = None  # the last group goes before the next one comes
+                self._held["table"] = self._group(group)
+                self._held["group"] = group
+            row = self._held["table"].slice(item.ref - starts[group], 1).to_pylist()[0]
+        return {name: _cell_bytes(row[name], name) for name in self.columns}
+
+    def _starts(self) -> list[int]:
+        """The first row of each row group, then the number of rows (the file opened)."""
+        held = self._held
+        if "starts" not in held:
+            import pyarrow.parquet as pq
+
+            held["stream"] = _open(self.path)
+            held["file"] = pq.ParquetFile(held["stream"])
+            meta = held["file"].metadata
+            held["starts"] = [0]
+            for i in range(meta.num_row_groups):
+                held["starts"].append(held["starts"][-1] + meta.row_group(i).num_rows)
+        starts: list[int] = held["starts"]
+        return starts
+
+    def _group(self, group: int) -> Any:
+        self._held.pop("group", None)
+        return self._held["file"].read_row_group(group, columns=list(self.columns))
+
+    def describe(self, item: Any) -> str:
+        return f"row {item.ref + 1}"
+
+    def json_text(self, item: Any, classes: tuple[str, ...]) -> str:
+        return str(item.meta)
+
+    def close(self) -> None:
+        stream = self._held.get("stream")
+        self._held.clear()
+        if stream is not None:
+            stream.close()
+
+
+def _cell_bytes(value: Any, name: str) -> bytes:
+    if isinstance(value, dict):
+        value = value.get("bytes")
+    if not value:
+        from ..errors import DataError
+
+        raise DataError(f"column {name!r}: no bytes in the cell")
+    return bytes(value)
 
 
 def _pieces(batch: Any, done: int, path: str) -> Iterator[Any]:
@@ -68,14 +218,7 @@ def _pieces(batch: Any, done: int, path: str) -> Iterator[Any]:
         if sizes is None:
             continue
         sizes = pc.fill_null(sizes, 0)
-        largest = pc.max(sizes).as_py() or 0
-        if largest > MAX_CELL:
-            row = done + pc.index(sizes, largest).as_py() + 1
-            raise BuildError(
-                f"row {row}, column {name!r}: a cell of {largest} bytes; a list's cell "
-                f"holds at most {MAX_CELL}",
-                url=path,
-            )
+        _bound(sizes, MAX_CELL, f"column {name!r}: a cell of", "a list's cell", done, path)
         per_row = sizes if per_row is None else pc.add(per_row, sizes)
     if per_row is None or (pc.sum(per_row).as_py() or 0) <= BATCH_BYTES:
         yield batch
@@ -87,6 +230,18 @@ def _pieces(batch: Any, done: int, path: str) -> Iterator[Any]:
             start, held = end, 0
         held += size
     yield batch.slice(start)
+
+
+def _bound(sizes: Any, limit: int, what: str, cell: str, done: int, path: str) -> None:
+    """Raise for the first of ``sizes`` over ``limit`` (``done``: the rows before)."""
+    import pyarrow.compute as pc
+
+    largest = pc.max(sizes).as_py() or 0
+    if largest > limit:
+        row = done + pc.index(sizes, largest).as_py() + 1
+        raise BuildError(
+            f"row {row}, {what} {largest} bytes; {cell} holds at most {limit}", url=path
+        )
 
 
 def _cell_sizes(column: Any) -> Any:
@@ -123,9 +278,9 @@ def _open(path: str) -> Any:
         raise StorageError("no such file", url=path) from exc
 
 
-def _check_types(schema: Any, path: str) -> None:
+def _check_types(schema: Any, path: str, cells: frozenset[str]) -> None:
     for field in schema:
-        if not _has_json_form(field.type):
+        if field.name not in cells and not _has_json_form(field.type):
             raise BuildError(
                 f"column {field.name!r} is of type {field.type}, which a sample's json "
                 "cannot hold: cast it to a string or a number, or drop it",

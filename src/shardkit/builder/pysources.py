@@ -7,6 +7,12 @@ lambda, a class defined inside a function) the build runs in this process instea
 the same output. An iterable without ``__getitem__`` (a generator) can only be read once,
 in order: it is packed in this process, tasks of ``max_count`` items, not shuffled.
 
+A Hugging Face ``datasets.Dataset`` (without ``to_sample``) keeps its files' encoded bytes:
+its ``Image``, ``Audio`` and ``Video`` columns are read with ``decode=False`` (never decoded
+and re-encoded), each becomes a field named by its file's extension (from the cell's path,
+else from the bytes) and is checked as that kind is; a ``ClassLabel`` column becomes ``cls``
+(its names the classes), every other column goes into the sample's ``json``.
+
 Keys are the item's position, zero-padded (``00000042``), unless ``to_sample`` returns a
 ``__key__``. Resuming trusts that the dataset yields the same items as before: there is no
 way to fingerprint arbitrary Python objects cheaply (the type and length are recorded).
@@ -14,6 +20,7 @@ way to fingerprint arbitrary Python objects cheaply (the type and length are rec
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -22,7 +29,7 @@ from typing import Any
 from ..errors import ConfigError
 from .sources import Item, Listing
 
-__all__ = ["DatasetSource", "IterableSource", "default_to_sample", "list_python"]
+__all__ = ["DatasetSource", "IterableSource", "default_to_sample", "hf_sample", "list_python"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +95,8 @@ def list_python(source: Any, to_sample: ToSample | None) -> Listing:
     if to_sample is not None and not callable(to_sample):
         raise ConfigError(f"to_sample must be callable, not {type(to_sample).__name__}")
     convert = to_sample or default_to_sample
+    if to_sample is None and _is_hf_dataset(source):
+        source, convert = _hf_dataset(source)
     if isinstance(source, (bytes, Mapping)):
         raise ConfigError(f"a {type(source).__name__} is not a dataset: pass a list or a dataset")
     name = f"{type(source).__module__}.{type(source).__qualname__}"
@@ -102,7 +111,7 @@ def list_python(source: Any, to_sample: ToSample | None) -> Listing:
             DatasetSource(source, convert),
             _Indices(count),
             classes,
-            fingerprint=f"{name}:{count}",
+            fingerprint=f"{name}:{count}" + _hf_fingerprint(source),
             sizes_known=False,
         )
     if not isinstance(source, Iterable):
@@ -140,7 +149,65 @@ def _stream(source: Iterable[Any]) -> Iterator[Item]:
         yield Item(raw, f"{i:010d}", -1, "", 0, "")
 
 
+def _is_hf_dataset(source: Any) -> bool:
+    """Whether ``source`` is a Hugging Face ``datasets.Dataset`` (told without importing it)."""
+    return type(source).__module__.startswith("datasets.") and hasattr(source, "cast_column")
+
+
+def _hf_dataset(source: Any) -> tuple[Any, ToSample]:
+    """``source`` with its media columns undecoded, and the function that makes its rows
+    samples (the module docstring says how)."""
+    import dataclasses
+
+    media, label = [], None
+    for name, feature in source.features.items():
+        kind = type(feature).__name__
+        if kind in ("Image", "Audio", "Video"):
+            media.append(name)
+            if getattr(feature, "decode", False):
+                source = source.cast_column(name, dataclasses.replace(feature, decode=False))
+        elif kind == "ClassLabel" and label is None:
+            label = name
+    return source, functools.partial(hf_sample, media=tuple(media), label=label)
+
+
+def hf_sample(row: Mapping[str, Any], media: tuple[str, ...], label: str | None) -> dict[str, Any]:
+    """The sample of a row of a Hugging Face dataset whose ``media`` columns are undecoded
+    (``{"bytes": ..., "path": ...}``) and whose ``label`` column is a class number."""
+    from ..errors import DataError
+    from .fields import check_media, is_media
+
+    sample: dict[str, Any] = {}
+    meta = {}
+    for name, value in row.items():
+        if name in media:
+            data, path = (value or {}).get("bytes"), str((value or {}).get("path") or "")
+            if not data:
+                raise DataError(f"column {name!r}: no bytes in the cell")
+            ext = path.rpartition(".")[2].lower() if "." in path else ""
+            ext = check_media(data, ext if is_media(ext) else "", "header")
+            sample[f"{name}.{ext}" if ext in sample else ext] = data
+        elif name == label:
+            if value is not None and value >= 0:  # -1: no label
+                sample["cls"] = value
+        else:
+            meta[name] = value
+    if meta:
+        sample["json"] = meta
+    return sample
+
+
+def _hf_fingerprint(source: Any) -> str:
+    """A Hugging Face dataset's own fingerprint (of its data and transforms), or ''."""
+    fingerprint = getattr(source, "_fingerprint", None) if _is_hf_dataset(source) else None
+    return f":{fingerprint}" if isinstance(fingerprint, str) else ""
+
+
 def _classes(source: Any) -> list[str]:
+    if _is_hf_dataset(source):
+        for feature in source.features.values():
+            if type(feature).__name__ == "ClassLabel":
+                return [str(name) for name in feature.names]
     classes = getattr(source, "classes", None)
     if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes):
         return list(classes)

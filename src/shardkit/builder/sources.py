@@ -63,6 +63,8 @@ class Item(NamedTuple):
     ext: str  # field extension of the image ("jpg"); "" for samples from Python or files
     size: int  # input bytes as listed (0 when unknown)
     meta: str  # JSON text of the sample's ``json`` field ("" for none)
+    # A sample of several fields: each (ext, kind, value, size), in member order (.fields)
+    fields: tuple[tuple[str, str, str, int], ...] = ()
 
 
 class SampleFiles(dict[str, bytes]):

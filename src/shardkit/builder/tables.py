@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from .. import storage
 from .._optional import require
-from ..errors import BuildError, MissingDependencyError
+from ..errors import BuildError, ConfigError, MissingDependencyError
 from ..formats.jsondoc import load_json
 from .keys import key_base, path_key, relative_path, spilled_keys
 from .options import BuildOptions
@@ -59,6 +59,9 @@ DEFAULT_LABEL_COLUMN = "label"
 #: highest, so a label of 10,000,000 would list ten million classes.
 MAX_LABEL = 1_000_000
 
+# A usable row: (row, path, location, size, mtime_ns, fields)
+Found = tuple[dict[str, Any], str, str, int, int, tuple[Any, ...]]
+
 
 def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> Listing:
     """List the rows of a .csv, .tsv, .jsonl, .ndjson or .parquet file.
@@ -69,7 +72,9 @@ def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> 
     if spill is None:
         with Spill() as own:  # everything is held in the end anyway
             return list_table(path, options, own)._held()
-    columns = _Columns(path, options)
+    from .parquet import bytes_columns
+
+    columns = _Columns(path, options, bytes_columns(path))
     rows = held(map(columns.add, _rows(path)), spill)
     if not rows:
         raise BuildError("the list has no rows", url=path)
@@ -80,27 +85,46 @@ def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> 
     listed = held(columns.entries(found, digest), spill)
     if not listed:
         nothing_found("no image files found from the list", skipped, path)
-    base = key_base((location for _, location, *_ in listed), root)
-    keys = spilled_keys(
-        lambda: (relative_path(location, base) for _, location, *_ in listed), len(listed), spill
-    )
+    if columns.in_cells:  # the files are in the list: keys are the row numbers
+        width = max(8, len(str(len(rows) - 1)))
+        keys: Any = None
+        base: list[str] = []
+    else:
+        base = key_base((location for _, location, *_ in listed), root)
+        keys = spilled_keys(
+            lambda: (relative_path(location, base) for _, location, *_ in listed),
+            len(listed),
+            spill,
+        )
 
-    def item(entry: tuple[str, str, int, int, str]) -> Item:
-        rel, location, label, size, text = entry
+    def item(entry: tuple[str, str, int, int, str, tuple[Any, ...]]) -> Item:
+        rel, location, label, size, text, fields = entry
+        if columns.in_cells:
+            key = f"{int(rel):0{width}d}"
+            return Item(int(rel), key, label, columns.main_ext, size, text, fields)
         relative = relative_path(location, base)
-        ext = image_extension(_name(rel))
-        return Item(rel, keys.get(relative) or path_key(relative), label, ext, size, text)
+        ext = columns.main_ext or image_extension(_name(rel))
+        key = keys.get(relative) or path_key(relative)
+        return Item(rel, key, label, ext, size, text, fields)
 
     items = [item(e) for e in listed] if isinstance(listed, list) else SpilledItems(listed, item)
+    files = FileSource(root, kind="table")
+    source: Any = files
+    if columns.cells:
+        from .parquet import ParquetCells
+
+        source = ParquetCells(path, tuple(sorted(columns.cells)), files)
     return Listing(
         kind="table",
         path=path,
-        source=FileSource(root, kind="table"),
+        source=source,
         items=items,
         classes=columns.classes,
         skipped=skipped,
         fingerprint=digest.hexdigest(),
-        sizes_known="://" not in root and all(e[3] > 0 or "://" not in e[0] for e in listed),
+        sizes_known=not columns.fields
+        and "://" not in root
+        and all(e[3] > 0 or "://" not in e[0] for e in listed),
     )
 
 
@@ -108,10 +132,24 @@ class _Columns:
     """What one pass over the rows learns of the columns: the label column's classes and,
     for a TFRecord build, which text columns hold only integers (or numbers)."""
 
-    def __init__(self, path: str, options: BuildOptions) -> None:
+    def __init__(self, path: str, options: BuildOptions, cells: frozenset[str]) -> None:
         self.path = path
-        self.column = options.path_column
+        self.column: Any = options.path_column
         self.label_column = options.label_column
+        # fields (.fields): given, or each bytes column of a parquet list (its ext '': the
+        # cell's path or bytes tell it); the first media field is the main file
+        self.fields = [(e, c) for e, c in options.fields if e != "cls"] or [
+            ("", name) for name in sorted(cells)
+        ]
+        self.cells = cells & {c for _, c in self.fields}
+        self.unused = cells - self.cells  # bytes columns no field names: left out
+        self.main_ext = ""
+        self.in_cells = False
+        self.json_field = any(e == "json" for e, _ in self.fields)
+        if options.fields:
+            self.label_column = dict(options.fields).get("cls")
+        if self.fields:
+            self._main(options)
         self.typed = options.format == "tfrecord"
         self.names: list[Any] | None = None  # the first row's columns
         self.texts: set[str] = set()  # label values, as text
@@ -138,6 +176,49 @@ class _Columns:
             kind[2] = kind[2] and (_canonical_int(value) or _canonical_float(value))
         return row
 
+    def _main(self, options: BuildOptions) -> None:
+        from .fields import is_media
+
+        if options.format == "tfrecord" or options.transforms:
+            raise ConfigError(
+                "a list of several fields (--field, or a parquet's bytes columns) builds tar "
+                "shards with the files as they are (no tfrecord, resize or encode)"
+            )
+        media = [(e, c) for e, c in self.fields if is_media(e) or c in self.cells]
+        if not media:
+            raise ConfigError(
+                "fields name no file: give one media field, such as --field jpg=url "
+                "(image, audio or video extensions; docs/build.md, 'Fields')"
+            )
+        self.main_ext, self.column = media[0]
+        self.in_cells = self.column in self.cells
+
+    def extras(self, row: dict[str, Any], root: str) -> tuple[tuple[Any, ...], str]:
+        """The item's fields (.fields) of ``row``, or the reason to skip it."""
+        from .fields import is_media
+
+        out: list[tuple[str, str, str, int]] = []
+        for ext, column in self.fields:
+            cell = row.get(column)
+            if column in self.cells:
+                if cell is None or not cell[0]:
+                    return (), f"empty {column!r} cell"
+                name = image_extension(str(cell[1] or "")) or _media_ext(str(cell[1] or ""))
+                out.append((ext or name, "cell", column, cell[0]))
+            elif column == self.column:
+                out.append((ext, "main", "", 0))
+            elif is_media(ext):
+                file, problem = _extra_file(cell, column, root)
+                if problem:
+                    return (), problem
+                out.append((ext, "file", *file))
+            elif _blank(cell):
+                return (), f"empty {column!r} cell"
+            else:
+                text = cell if isinstance(cell, str) else json.dumps(cell)
+                out.append((ext, "text", text, 0))
+        return tuple(out), ""
+
     def missing_label(self, row: dict[str, Any]) -> str:
         """Why ``row`` has no label when the list has a label column, or ''."""
         if self.label_column is None or not _blank(row.get(self.label_column)):
@@ -146,6 +227,13 @@ class _Columns:
 
     def _first(self, row: dict[str, Any]) -> None:
         self.names = list(row)
+        for ext, column in self.fields:
+            if column not in row:
+                raise BuildError(
+                    f"no {column!r} column for the {ext or 'bytes'!r} field "
+                    f"(columns: {_names(row)})",
+                    url=self.path,
+                )
         if self.column not in row:
             raise BuildError(
                 f"no {self.column!r} column (columns: {_names(row)}); "
@@ -166,7 +254,8 @@ class _Columns:
         """Columns that go into the json (a TFRecord build: checked against its schema)."""
         from ..formats.tfschema import RESERVED
 
-        others = [name for name in names if name not in (self.column, self.label_column)]
+        named = {self.column, self.label_column, *(c for _, c in self.fields), *self.unused}
+        others = [name for name in names if name not in named]
         if self.typed:
             clash = sorted(str(n) for n in others if n in RESERVED or str(n).startswith("__"))
             if clash:
@@ -207,17 +296,18 @@ class _Columns:
         return lambda value: index[str(value).strip()]
 
     def entries(
-        self, found: Iterable[tuple[dict[str, Any], str, str, int, int]], digest: Any
-    ) -> Iterator[tuple[str, str, int, int, str]]:
-        """(path, location, label, size, json text) of each usable row, fingerprinted."""
+        self, found: Iterable[Found], digest: Any
+    ) -> Iterator[tuple[str, str, int, int, str, tuple[Any, ...]]]:
+        """(path, location, label, size, json text, fields) of each usable row,
+        fingerprinted."""
         label_of = self.labels()
         convert = {
             n: int if k[1] else float for n, k in self.kinds.items() if k[0] and (k[1] or k[2])
         }
-        skip = (self.column, self.label_column)
-        for row, rel, location, size, mtime in found:
+        skip = {self.column, self.label_column, *(c for _, c in self.fields), *self.unused}
+        for row, rel, location, size, mtime, fields in found:
             label = label_of(row.get(self.label_column)) if self.label_column else -1
-            meta: dict[str, Any] = {"path": rel}
+            meta: dict[str, Any] = {} if self.in_cells else {"path": rel}
             if label >= 0:
                 meta.update({"class": self.classes[label], "label": label})
             meta.update(
@@ -227,9 +317,10 @@ class _Columns:
                     if k not in skip
                 }
             )
-            text = json.dumps(meta)
-            digest.update(f"{text}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
-            yield rel, location, label, size, text
+            text = "" if self.json_field else json.dumps(meta)
+            line = f"{text}\0{size}\0{mtime}\n" + (json.dumps(fields) if fields else "")
+            digest.update(line.encode("utf-8", "surrogateescape"))
+            yield rel, location, label, size, text, fields
 
 
 def _names(row: dict[str, Any]) -> str:
@@ -301,9 +392,34 @@ def _is_int_label(value: Any) -> bool:
     return isinstance(value, str) and _canonical_int(value.strip())
 
 
+def _media_ext(name: str) -> str:
+    """The media extension of a file name, or '' (the bytes then tell it)."""
+    from .fields import is_media
+
+    ext = name.rpartition(".")[2].lower() if "." in name else ""
+    return ext if is_media(ext) else ""
+
+
+def _extra_file(cell: Any, column: str, root: str) -> tuple[tuple[str, int], str]:
+    """((path, size), '') of a media field's file other than the main one, or the reason
+    to skip its row (its size: 0 when remote, learnt when read)."""
+    rel = "" if cell is None else str(cell)
+    problem = storage.data_url_problem(rel) if rel.strip() else f"empty {column!r} cell"
+    problem = problem or ""
+    if problem or "://" in rel or "://" in root:
+        return (rel, 0), problem
+    try:
+        info = os.stat(os.path.join(root, rel))
+    except OSError as exc:
+        return (rel, 0), f"cannot read {rel!r}: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return (rel, 0), f"{rel!r} is not a regular file ({file_kind(info.st_mode)})"
+    return (rel, info.st_size), ""
+
+
 def _files(
     rows: Iterable[dict[str, Any]], root: str, columns: _Columns, path: str, spill: Spill
-) -> tuple[Iterator[tuple[dict[str, Any], str, str, int, int]], list[tuple[str, str]]]:
+) -> tuple[Iterator[Found], list[tuple[str, str]]]:
     """(row, path, location, size, mtime_ns) of every usable row, as they are read, and
     the skipped ones with their reasons (filled as they are read): an empty path, a file
     an earlier row lists already, a missing label, a file that is missing or not an image.
@@ -313,25 +429,33 @@ def _files(
     is written), naming the extra: skipping every such row would build a partial dataset.
     """
     column = columns.column
-    repeats = _repeats(rows, root, column, spill)
+    repeats = {} if columns.in_cells else _repeats(rows, root, column, spill)
     skipped: list[tuple[str, str]] = []
     schemes = _Schemes(path)
 
-    def found() -> Iterator[tuple[dict[str, Any], str, str, int, int]]:
+    def found() -> Iterator[Found]:
         for index, row in enumerate(rows):
+            fields, problem = columns.extras(row, root) if columns.fields else ((), "")
+            if columns.in_cells:
+                if problem := problem or columns.missing_label(row):
+                    skipped.append((f"row {index + 1}", problem))
+                else:
+                    yield row, str(index), "", sum(f[3] for f in fields), 0, fields
+                continue
             cell = row.get(column)
             rel = "" if cell is None else str(cell)
             problem = (
                 repeats.get(index)
+                or problem
                 or columns.missing_label(row)
                 or storage.data_url_problem(rel)
-                or not_an_image(_name(rel), url="://" in rel)
+                or ("" if columns.fields else not_an_image(_name(rel), url="://" in rel))
             )
             if problem:
                 skipped.append((rel if rel.strip() else f"row {index + 1}", problem))
             elif "://" in rel or "://" in root:
                 schemes.check(rel, index)
-                yield row, rel, _location(rel, root), 0, 0
+                yield row, rel, _location(rel, root), 0, 0, fields
             else:
                 try:
                     info = os.stat(os.path.join(root, rel))
@@ -341,7 +465,7 @@ def _files(
                 if not stat.S_ISREG(info.st_mode):  # a FIFO would block the worker
                     skipped.append((rel, f"not a regular file ({file_kind(info.st_mode)})"))
                     continue
-                yield row, rel, _location(rel, root), info.st_size, info.st_mtime_ns
+                yield row, rel, _location(rel, root), info.st_size, info.st_mtime_ns, fields
 
     return found(), skipped
 

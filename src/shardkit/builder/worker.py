@@ -165,7 +165,10 @@ def run_task(task: Task) -> TaskResult:
     progress = _Progress(run.reporter)
     load, add, counts = context.source.load, writer.add, result.class_counts
     packed = 0
+    prefetch = getattr(context.source, "prefetch", None)  # a parquet's bytes cells
     try:
+        if prefetch is not None:
+            prefetch(task.items)
         for item, download in _with_downloads(run, task.items):
             try:
                 if download is None:
@@ -246,11 +249,16 @@ def encode_item(
     """
     if loaded is None:
         loaded = context.source.load(item)
+    options = context.options
     if isinstance(loaded, SampleFiles):  # a folder's sample of several files
         return _encode_files(context, item, loaded)
+    if item.fields:  # a list's fields (.fields)
+        from .fields import encode_fields
+
+        fields = encode_fields(context.source, item, loaded, options.validate)
+        return _tar_item(context, item, fields)
     if not isinstance(loaded, bytes):  # a sample from Python or from shards
         return _encode_python(context, item, loaded)
-    options = context.options
     ext = check_image(loaded, item.ext, options.validate)
     size: tuple[int, int] | None = None
     if options.transforms:
@@ -258,11 +266,17 @@ def encode_item(
     if options.format == "tfrecord":
         record = _record(_example(context, item, loaded, ext, size))
         return [record], len(record), item.label
-    fields = [(ext, loaded)]
+    return _tar_item(context, item, [(ext, loaded)])
+
+
+def _tar_item(
+    context: WorkerContext, item: Item, fields: list[tuple[str, bytes]]
+) -> tuple[list[bytes], int, int]:
+    """The tar members of ``item``: ``fields``, then its ``cls`` and ``json``."""
     if item.label >= 0:
         fields.append(("cls", str(item.label).encode()))
     meta = context.source.json_text(item, context.classes)
-    if meta:
+    if meta and not any(ext == "json" for ext, _ in fields):  # not when a field is json
         fields.append(("json", meta.encode("utf-8", "surrogateescape")))
     chunks, total = tar_chunks(item.key, fields)
     return chunks, total, item.label

@@ -17,7 +17,7 @@ from ..builder.options import (
 )
 from ..digest import HASHES
 from ..engines import ENGINES
-from ..errors import EmptyBuildError, escape_controls
+from ..errors import ConfigError, EmptyBuildError, escape_controls
 from ..handlers import ON_ERROR
 from ..units import format_size
 from ._toolargs import (
@@ -35,7 +35,8 @@ from ._toolargs import (
 _EPILOG = """\
 SRC is a folder (SRC/<class>/**/<file>; with --layout samples, SRC/**/<file>: files that
 share a path without their extension are one sample), a .csv/.jsonl/.parquet list with a path
-and a label column, or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
+and a label column (or --field EXT=COLUMN, one per field; a parquet's bytes columns are
+files), or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
 OUT gets {prefix}-000000.tar ... and manifest.json (written last). Rerunning the same
 command after an interruption resumes it; the output bytes do not depend on --workers.
 --index then writes each shard's .idx (as `shardkit index OUT`), for IndexedDataset.
@@ -94,6 +95,14 @@ def add_parser(sub: Any) -> None:
     add("--on-error", "bad images: skip and report them, or stop", choices=ON_ERROR)
     add("--overwrite", "replace a dataset already in OUT", action="store_true")
     add("--layout", "folder: SRC/<class>/... (classes) or no classes (samples)", choices=LAYOUTS)
+    parser.add_argument(
+        "--field",
+        action="append",
+        dest="fields",
+        metavar="EXT=COLUMN",
+        help="a list's column as a field of each sample, repeatable: --field jpg=url "
+        "--field txt=caption (media extensions read the file or URL; docs/build.md)",
+    )
     add("--path-column", "CSV/JSONL path column", metavar="NAME")
     add("--label-column", "CSV/JSONL label column ('' for none)", metavar="NAME")
     add(
@@ -132,7 +141,15 @@ def options_from(args: argparse.Namespace) -> BuildOptions:
     fields = {f.name for f in dataclasses.fields(BuildOptions)}
     values = {name: value for name, value in vars(args).items() if name in fields}
     values["label_column"] = values["label_column"] or None
+    values["fields"] = [_field(text) for text in values["fields"] or ()]
     return BuildOptions(**values)
+
+
+def _field(text: str) -> tuple[str, str]:
+    ext, equals, column = text.partition("=")
+    if not equals:
+        raise ConfigError(f"--field {text!r}: expected EXT=COLUMN, such as txt=caption")
+    return ext, column
 
 
 def run(args: argparse.Namespace) -> int:
