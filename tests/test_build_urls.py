@@ -302,13 +302,15 @@ def gzip_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     decoded, in about N KB on the wire."""
     folder = tmp_path_factory.mktemp("gzip")
     bodies: dict[int, bytes] = {}
+    making = threading.Lock()  # concurrent first requests must not write one file twice
 
     class Zeros(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             mib = int(self.path.strip("/").split("/")[0])
-            if mib not in bodies:
-                zeros_gzip(str(folder / f"{mib}.gz"), [mib << 20])
-                bodies[mib] = (folder / f"{mib}.gz").read_bytes()
+            with making:
+                if mib not in bodies:
+                    zeros_gzip(str(folder / f"{mib}.gz"), [mib << 20])
+                    bodies[mib] = (folder / f"{mib}.gz").read_bytes()
             body = bodies[mib]
             self.send_response(200)
             self.send_header("Content-Type", "image/jpeg")

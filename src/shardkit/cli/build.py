@@ -97,8 +97,9 @@ def add_parser(sub: Any) -> None:
     add("--layout", "folder: SRC/<class>/... (classes) or no classes (samples)", choices=LAYOUTS)
     parser.add_argument(
         "--field",
-        action="append",
+        action=_AppendField,
         dest="fields",
+        default=default["fields"],
         metavar="EXT=COLUMN",
         help="a list's column as a field of each sample, repeatable: --field jpg=url "
         "--field txt=caption (media extensions read the file or URL; docs/build.md)",
@@ -143,6 +144,14 @@ def options_from(args: argparse.Namespace) -> BuildOptions:
     values["label_column"] = values["label_column"] or None
     values["fields"] = [_field(text) for text in values["fields"] or ()]
     return BuildOptions(**values)
+
+
+class _AppendField(argparse.Action):
+    """``--field``, repeatable, gathered in a tuple: the default stays BuildOptions' ``()``
+    (argparse's own "append" cannot start from a tuple)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        setattr(namespace, self.dest, (*getattr(namespace, self.dest), values))
 
 
 def _field(text: str) -> tuple[str, str]:
