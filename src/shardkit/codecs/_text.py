@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import DataError
 from ._failures import NPY_FAILURES, TEXT_FAILURES
 
-__all__ = ["MAX_JSON_DEPTH", "check_json", "check_npy", "check_text"]
+__all__ = ["MAX_JSON_DEPTH", "check_json", "check_npy", "check_text", "nests_within"]
 
 #: How deeply a ``json`` field may nest arrays and objects.
 MAX_JSON_DEPTH = 100
@@ -34,22 +34,26 @@ def check_json(data: bytes) -> None:
         raise DataError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
     except TEXT_FAILURES as exc:
         raise DataError(f"not JSON: {exc}") from exc
-    if _depth_over(value, MAX_JSON_DEPTH):
+    if not nests_within(value, MAX_JSON_DEPTH):
         raise DataError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels")
 
 
-def _depth_over(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests containers more than ``limit`` deep (no recursion)."""
+def nests_within(value: Any, limit: int) -> bool:
+    """Whether the lists and objects of ``value`` nest at most ``limit`` deep (walked
+    without recursion): the one depth rule of parsed JSON, for fields and documents alike."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        if not isinstance(item, (dict, list)):
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
             continue
         if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
+            return False
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return True
 
 
 def check_npy(data: bytes) -> None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..codecs import nests_within
 from ..errors import FormatError, ShardkitError
 from .limits import MAX_DOCUMENT_SIZE, MAX_JSON_DEPTH
 
-__all__ = ["check_depth", "load_json"]
+__all__ = ["load_json"]
 
 
 def load_json(
@@ -42,27 +43,9 @@ def load_json(
         raise error(f"{what} is nested more than {max_depth} levels deep", url=url) from None
     except ValueError as exc:  # UnicodeDecodeError too
         raise error(f"{what} is not valid JSON: {_short(exc)}", url=url) from None
-    if not check_depth(document, max_depth):
+    if not nests_within(document, max_depth):
         raise error(f"{what} is nested more than {max_depth} levels deep", url=url)
     return document
-
-
-def check_depth(document: Any, max_depth: int = MAX_JSON_DEPTH) -> bool:
-    """Whether the lists and objects of ``document`` nest at most ``max_depth`` deep
-    (walked without recursion)."""
-    stack = [(document, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            children: Any = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
-        if depth > max_depth:
-            return False
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return True
 
 
 def _short(exc: ValueError) -> str:
