@@ -134,8 +134,9 @@ class ShardSource:
     Each shard is read as the version the listing saw (size and mtime, or size and ETag):
     one that differs when it is opened, after a local sample is read, or when a read
     fails, stops the build with one BuildError naming it (never a sample of another
-    version packed in a listed one's place). S3 and HTTP reads are conditional on the
-    ETag seen at open (``If-Match``).
+    version packed in a listed one's place; ``on_error`` does not apply: it is not bad
+    data). Remote reads go on only while the shard is that version: S3 and HTTP reads
+    are conditional on its ETag (``If-Match``), GCS reads name its generation.
 
     Each copy (the driver's, each worker process's, unpickled) keeps its own open input
     streams; :meth:`close` closes them (the build's end, in that process)."""
@@ -166,7 +167,8 @@ class ShardSource:
         try:
             sample = self._read(stream, item, url, offset, span)
         except Exception:  # a read that fails on a shard that changed says so
-            _check_version(url, version, stream, self.s3_endpoint)
+            with contextlib.suppress(OSError):  # the check's own failure hides nothing
+                _check_version(url, version, stream, self.s3_endpoint)
             raise
         if storage.is_local(url):  # written over in place since it was opened? (one fstat)
             _check_version(url, version, stream, self.s3_endpoint)
@@ -342,7 +344,7 @@ def _current(url: str, s3_endpoint: str | None) -> tuple[Any, str, Mapping[str, 
         fs.invalidate_cache(path)
     try:
         return fs, path, fs.info(path)
-    except OSError:  # gone: changed too
+    except FileNotFoundError:  # gone: changed too
         raise _changed(url) from None
 
 
