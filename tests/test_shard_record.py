@@ -21,6 +21,11 @@ from shardkit.writer import ShardWriter
 # manifest states of a shard (any field may be missing), and what verify measured of one
 # (its problems too, filled in as it reads).
 _NOT_RECORDS = {"shardkit.formats.manifest.ManifestShard", "shardkit.tools.verify.ShardCheck"}
+# What else counts samples and bytes without a digest, and why it is not the record: what
+# stats measured of a shard's samples (their bytes as stored in the archive, uncompressed,
+# without its end: not the file's size, which is the record's; see the test below), and a
+# build's progress (a run's counts, not a shard's).
+_COUNTS_NOT_RECORDS = {"shardkit.tools.stats.ShardStats", "shardkit.builder.results.BuildProgress"}
 
 
 def _keep(sample: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +36,7 @@ def test_no_other_class_describes_a_shard() -> None:
     # Was: six types (ShardInfo, ShardRecord, PartInfo, ShardResult, ManifestShard,
     # ShardRef) each with their own name, samples, bytes and digest fields.
     root = Path(shardkit.__file__).parent
-    found = set()
+    found, counts = set(), set()
     for path in sorted(root.rglob("*.py")):
         module = ".".join(("shardkit", *path.relative_to(root).with_suffix("").parts))
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -43,7 +48,10 @@ def test_no_other_class_describes_a_shard() -> None:
                 }
                 if "digest" in fields and fields & {"samples", "bytes"}:
                     found.add(f"{module}.{node.name}")
+                elif {"samples", "bytes"} <= fields:
+                    counts.add(f"{module}.{node.name}")
     assert found - _NOT_RECORDS == {"shardkit.formats.record.ShardRecord"}
+    assert counts == _COUNTS_NOT_RECORDS  # a new one: fold it into the record, or say why not
 
 
 def _sha256(path: str) -> str:
@@ -90,3 +98,28 @@ def test_a_tool_input_carries_what_its_manifest_states(tmp_path: Path) -> None:
     assert all(r.stated is not None and r.manifest is not None for r in refs)
     bare = resolve_inputs([writer.shards[0].url])
     assert (bare[0].stated, bare[0].samples, bare[0].digest) == (None, None, None)
+
+
+def test_stats_measures_a_shards_samples_not_the_record_of_its_file(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Why ``stats``' ShardStats is not the shard record: its ``bytes`` are its samples'
+    bytes as stored in the archive (uncompressed, without the end-of-archive blocks), the
+    record's are the file's size. ``stats --json`` keeps its three keys per shard."""
+    from shardkit.cli import main
+    from shardkit.tools import stats
+
+    for pattern in ("p-%02d.tar", "g-%02d.tar.gz"):
+        with ShardWriter(str(tmp_path / pattern), max_count=3, index=False) as writer:
+            for i in range(3):  # 512 + 0, 512 + 512, 512 + 512 bytes as stored
+                writer.write({"__key__": f"k{i}", "txt": b"x" * (100 * i)})
+        record = writer.shards[0]
+        measured = stats([record.url])
+        shard = measured.shards[0]
+        assert (shard.url, shard.samples) == (record.url, record.samples)
+        assert shard.bytes == sum(measured.sizes) == 2560
+        assert record.bytes != shard.bytes  # the file: 3584 bytes plain, ~150 gzipped
+    url = str(tmp_path / "p-00.tar")
+    assert main(["stats", url, "--json", "-q"]) == 0
+    shards = json.loads(capsys.readouterr().out)["shards"]
+    assert shards == [{"url": url, "samples": 3, "bytes": 2560}]

@@ -8,6 +8,7 @@ import errno
 import io
 import itertools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -281,6 +282,59 @@ def test_a_fifo_at_a_cache_entry_is_refused_not_waited_on(tmp_path: Any) -> None
     os.mkfifo(path)
     with pytest.raises(StorageError, match=r"not a regular file \(a FIFO\)"):
         storage.open_cached(path, 0)
+
+
+def test_a_folder_listing_names_every_entry_but_sizes_only_regular_files(tmp_path: Any) -> None:
+    (tmp_path / "a.tar").write_bytes(b"x" * 10)
+    os.mkfifo(tmp_path / "b.tar")
+    os.mkfifo(tmp_path / "a.tar.idx")
+    os.symlink("/dev/zero", tmp_path / "c.tar")
+    os.symlink(tmp_path / "a.tar", tmp_path / "d.tar")
+    os.symlink(tmp_path / "gone", tmp_path / "e.tar")
+    names, sizes = storage.folder_entries(str(tmp_path))
+    assert names == {"a.tar", "b.tar", "a.tar.idx", "c.tar", "d.tar", "e.tar"}
+    assert sizes == {"a.tar": 10, "d.tar": 10}
+
+
+@pytest.mark.parametrize("entry", ["Dataset", "IndexedDataset", "verify", "build"])
+def test_a_fifo_idx_in_a_shard_folder_is_named_not_taken_for_a_missing_index(
+    tmp_path: Any, entry: str
+) -> None:
+    """Every entry that counts a folder's samples from its ``.idx`` files names the FIFO
+    at once (it is listed, then refused by the reading door), under a 20 s alarm: never a
+    wait on it, and never "no count known" as though there were no index."""
+    import signal
+
+    import shardkit
+    from shardkit import tools
+
+    folder = tmp_path / "src"
+    tools.write_indexes(write_shards(str(folder), samples(6), per_shard=3))
+    fifo = folder / "shard-000001.tar.idx"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    named = rf"{fifo}: not a regular file \(a FIFO\)"
+    runs = {
+        "Dataset": lambda: len(shardkit.Dataset(str(folder))),
+        "IndexedDataset": lambda: len(shardkit.IndexedDataset(str(folder))),
+        "verify": lambda: tools.verify([str(folder)]).shards[1].problems[0].message,
+        "build": lambda: shardkit.build(str(folder), str(tmp_path / "out")),
+    }
+
+    def bound(signum: int, frame: Any) -> None:
+        raise TimeoutError("waited on the FIFO")
+
+    previous = signal.signal(signal.SIGALRM, bound)
+    signal.alarm(20)
+    try:
+        if entry == "verify":  # a problem of that shard, named
+            assert re.search(named, runs[entry]())
+        else:
+            with pytest.raises(StorageError, match=named):
+                runs[entry]()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_a_full_temporary_folder_during_the_spill_is_one_line() -> None:

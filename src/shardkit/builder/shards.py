@@ -18,6 +18,7 @@ sample's image, ``cls`` and ``json`` become ``image/encoded``, ``image/format``,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -87,7 +88,7 @@ def list_shards(
     return Listing(
         kind="shards",
         path=where,
-        source=ShardSource(tuple(urls), output_format, prefixed=prefixed),
+        source=ShardSource(tuple(urls), output_format, tuple(versions), prefixed=prefixed),
         items=items,
         classes=[],
         fingerprint=digest.hexdigest(),
@@ -130,12 +131,19 @@ class _Streams:
 class ShardSource:
     """Reads one sample back from an input shard by its byte offset.
 
+    Each shard is read as the version the listing saw (size and mtime, or size and ETag):
+    one that differs when it is opened, after a local sample is read, or when a read
+    fails, stops the build with one BuildError naming it (never a sample of another
+    version packed in a listed one's place; ``on_error`` does not apply: it is not bad
+    data). Remote reads go on only while the shard is that version: S3 and HTTP reads
+    are conditional on its ETag (``If-Match``), GCS reads name its generation.
+
     Each copy (the driver's, each worker process's, unpickled) keeps its own open input
     streams; :meth:`close` closes them (the build's end, in that process)."""
 
     urls: tuple[str, ...]
     output_format: str
-    versions: tuple[str, ...] = ()  # per URL, as listed (see _version)
+    versions: tuple[str, ...]  # per URL, as listed (see _version): checked as it is read
     kind: str = "shards"
     s3_endpoint: str | None = field(default_factory=config.s3_endpoint)  # the driver's
     prefixed: bool = False  # keys were listed as "<shard number>/<key>" (repeats)
@@ -154,14 +162,34 @@ class ShardSource:
 
     def load(self, item: Item) -> Mapping[str, Any]:
         index, offset, span = item.ref
-        url = self.urls[index]
-        version = self.versions[index] if self.versions else ""
+        url, version = self.urls[index], self.versions[index]
         stream = self._streams.get(url, version, self.s3_endpoint)
+        try:
+            sample = self._read(stream, item, url, offset, span)
+        except Exception:  # a read that fails on a shard that changed says so
+            with contextlib.suppress(OSError):  # the check's own failure hides nothing
+                _check_version(url, version, stream, self.s3_endpoint)
+            raise
+        if storage.is_local(url):  # written over in place since it was opened? (one fstat)
+            _check_version(url, version, stream, self.s3_endpoint)
+        sample.pop("__url__", None)
+        sample.pop("__offset__", None)
+        fmt = detect_format(url)[0]
+        sample["__key__"] = item.key
+        if fmt == "tar" and self.output_format == "tfrecord":
+            return tfschema.to_example_fields(sample)
+        if fmt == "tfrecord" and self.output_format == "tar":
+            return tfschema.to_tar_sample(sample)
+        return sample
+
+    def _read(
+        self, stream: BinaryIO, item: Item, url: str, offset: int, span: int
+    ) -> dict[str, Any]:
         stream.seek(offset)
         fmt = detect_format(url)[0]
         listed = item.key.split("/", 1)[1] if self.prefixed else item.key
-        if span:
-            sample = indexed_sample(  # a span holding anything else is bad data
+        if span:  # a span holding anything else is bad data
+            return indexed_sample(
                 stream.read(span),
                 0,
                 span,
@@ -171,21 +199,12 @@ class ShardSource:
                 base=offset,
                 url=url,
             )
-        else:
-            found = next(iter_stream_samples(stream, url=url, format=fmt), None)
-            if found is None:
-                raise DataError("sample not found at its offset (the shard changed?)", url=url)
-            sample = found
-            if fmt == "tar":
-                check_key(listed, sample["__key__"], url=url, offset=offset)
-        sample.pop("__url__", None)
-        sample.pop("__offset__", None)
-        sample["__key__"] = item.key
-        if fmt == "tar" and self.output_format == "tfrecord":
-            return tfschema.to_example_fields(sample)
-        if fmt == "tfrecord" and self.output_format == "tar":
-            return tfschema.to_tar_sample(sample)
-        return sample
+        found = next(iter_stream_samples(stream, url=url, format=fmt), None)
+        if found is None:
+            raise DataError("sample not found at its offset (the shard changed?)", url=url)
+        if fmt == "tar":
+            check_key(listed, found["__key__"], url=url, offset=offset)
+        return found
 
     def describe(self, item: Item) -> str:
         return f"{self.urls[item.ref[0]]}@{item.ref[1]}"
@@ -283,7 +302,7 @@ def _version(url: str) -> str:
             info = os.stat(storage.local_path(url))
         except OSError:
             raise BuildError("no such file", url=url) from None
-        return f"{info.st_size}\0{info.st_mtime_ns}"
+        return _local_version(info)
     fs, path = storage.filesystem(url)
     try:
         meta = fs.info(path)
@@ -291,23 +310,78 @@ def _version(url: str) -> str:
         raise BuildError("no such file", url=url) from None
     except OSError as exc:
         raise BuildError(f"cannot read: {exc}", url=url) from exc
+    return _remote_version(meta)
+
+
+def _local_version(info: os.stat_result) -> str:
+    return f"{info.st_size}\0{info.st_mtime_ns}"
+
+
+def _remote_version(meta: Mapping[str, Any]) -> str:
     tag = meta.get("ETag") or meta.get("etag") or meta.get("mtime") or ""
     return f"{meta.get('size')}\0{tag}"
 
 
-def _open_stream(url: str, version: str, s3_endpoint: str | None) -> BinaryIO:
+def _changed(url: str) -> BuildError:
+    return BuildError("the shard changed after it was listed: rerun the build", url=url)
+
+
+def _check_version(url: str, version: str, stream: BinaryIO, s3_endpoint: str | None) -> None:
+    """Raise :func:`_changed` if the shard ``stream`` reads is not the listed version
+    (local: the open file's fstat; remote: the object as it is now)."""
     if storage.is_local(url):
-        return _open_local(url, version)
+        current = _local_version(os.fstat(stream.fileno()))
+    else:
+        current = _remote_version(_current(url, s3_endpoint)[2])
+    if current != version:
+        raise _changed(url)
+
+
+def _current(url: str, s3_endpoint: str | None) -> tuple[Any, str, Mapping[str, Any]]:
+    """The filesystem, path and details of a remote shard as it is now (not cached)."""
     fs, path = storage.filesystem(url, endpoint_options(url, s3_endpoint))
-    stream: BinaryIO = fs.open(path, "rb", block_size=_READ_AHEAD, cache_type="readahead")
-    return stream
+    with contextlib.suppress(AttributeError, NotImplementedError):
+        fs.invalidate_cache(path)
+    try:
+        return fs, path, fs.info(path)
+    except FileNotFoundError:  # gone: changed too
+        raise _changed(url) from None
 
 
-def _open_local(url: str, version: str) -> BinaryIO:
-    """Open a local input shard, checking it is still the version the listing saw."""
-    stream = open(storage.local_path(url), "rb")  # noqa: SIM115
-    info = os.fstat(stream.fileno())
-    if version and f"{info.st_size}\0{info.st_mtime_ns}" != version:
+def _open_stream(url: str, version: str, s3_endpoint: str | None) -> BinaryIO:
+    """Open an input shard, checking it is still the version the listing saw; remote
+    reads go on only while it is: S3 by s3fs itself (``If-Match`` the ETag of its own
+    look, compared here), HTTP by ``If-Match`` the listed ETag, GCS by the generation."""
+    if storage.is_local(url):
+        stream: BinaryIO = open(storage.local_path(url), "rb")  # noqa: SIM115
+        current = _local_version(os.fstat(stream.fileno()))
+    else:
+        fs, path, meta = _current(url, s3_endpoint)
+        if _remote_version(meta) != version:
+            raise _changed(url)
+        opened, kwargs = _pinned(url, meta, s3_endpoint)
+        fs, path = opened or (fs, path)
+        stream = fs.open(path, "rb", block_size=_READ_AHEAD, cache_type="readahead", **kwargs)
+        details = stream.details if url.startswith("s3://") else meta  # type: ignore[attr-defined]
+        current = _remote_version(details)
+    if current != version:
         stream.close()
-        raise BuildError("the shard changed after it was listed: rerun the build", url=url)
+        raise _changed(url)
     return stream
+
+
+def _pinned(
+    url: str, meta: Mapping[str, Any], s3_endpoint: str | None
+) -> tuple[tuple[Any, str] | None, dict[str, Any]]:
+    """What makes fsspec's reads of a shard fail once it is not ``meta``'s version (and
+    the filesystem and path to open, when they differ): an HTTP ``If-Match`` (a strong
+    ETag); a GCS generation, in the path of a version-aware filesystem (gcsfs's file
+    reads the path's generation; a ``generation=`` argument it keeps but never sends)."""
+    tag = meta.get("ETag")
+    if url.startswith(("http://", "https://")) and isinstance(tag, str) and tag.startswith('"'):
+        return None, {"headers": {"If-Match": tag}}
+    if url.startswith(("gs://", "gcs://")) and meta.get("generation"):
+        options = {**endpoint_options(url, s3_endpoint), "version_aware": True}
+        fs, path = storage.filesystem(url, options)
+        return (fs, f"{path}#{meta['generation']}"), {}
+    return None, {}

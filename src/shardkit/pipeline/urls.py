@@ -214,18 +214,19 @@ def _folder(url: str, storage_options: dict[str, Any] | None, counts: bool) -> S
 
 def list_folder(url: str, storage_options: dict[str, Any] | None = None) -> FolderListing:
     """The shard files of one folder (local, or a remote URL), not looking into
-    subfolders; a StorageError when it cannot be listed."""
+    subfolders, and every name in it: a local one through the reading door
+    (:func:`shardkit.storage.folder_entries`: only a regular file is a shard; a FIFO at an
+    ``.idx`` name is listed, so loading it names it rather than the count going unknown);
+    a StorageError when it cannot be listed."""
     names: set[str] = set()
     sizes: dict[str, int | None] = {}
-    if storage.is_local(url):
+    if storage.is_local(url):  # the reading door's listing: a FIFO is named, never a shard
         try:
-            with os.scandir(storage.local_path(url)) as scan:
-                for entry in scan:
-                    names.add(entry.name)
-                    if is_shard_name(entry.name) and entry.is_file():
-                        sizes[entry.name] = entry.stat().st_size
+            found, regular = storage.folder_entries(storage.local_path(url))
         except OSError as exc:
             raise StorageError(f"cannot list the folder: {exc.strerror or exc}", url=url) from exc
+        names.update(found)
+        sizes.update((name, size) for name, size in regular.items() if is_shard_name(name))
     else:
         fs, path = storage.filesystem(url, storage_options)
         try:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO, cast
 
 from ._cache import cache_path, open_cached
-from ._doors import open_regular, open_regular_fd, read_document, regular_files
+from ._doors import folder_entries, open_regular, open_regular_fd, read_document
 from ._filesystems import REQUESTS_IN_FLIGHT, detach_loop_at_fork, filesystem, url_exists
 from ._reading import map_file, open_read
 from ._remote import READ_RETRIES, is_transient, read_failure, wait_to_retry
@@ -54,6 +54,7 @@ __all__ = [
     "detach_loop_at_fork",
     "expand_urls",
     "filesystem",
+    "folder_entries",
     "is_executing",
     "is_local",
     "is_transient",
@@ -67,7 +68,6 @@ __all__ = [
     "open_regular_fd",
     "read_document",
     "read_failure",
-    "regular_files",
     "url_exists",
     "wait_to_retry",
 ]

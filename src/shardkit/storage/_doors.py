@@ -27,7 +27,7 @@ from ._filesystems import _fs
 from ._remote import READ_RETRIES, _ResumableReader
 from ._urls import is_local, local_path
 
-__all__ = ["open_regular", "open_regular_fd", "read_document", "regular_files"]
+__all__ = ["folder_entries", "open_regular", "open_regular_fd", "read_document"]
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -56,12 +56,21 @@ def open_regular_fd(path: str, *, url: str | None = None) -> int:
         return os.dup(f.fileno())
 
 
-def regular_files(folder: str) -> list[str]:
-    """The names of the regular files in the local ``folder`` (links followed), unsorted:
-    what a listing of shards may open. A FIFO, a device or a socket is left out, so a
-    reader never waits on one it found rather than was given."""
+def folder_entries(folder: str) -> tuple[frozenset[str], dict[str, int]]:
+    """Every name in the local ``folder`` and the size of each regular file in it (links
+    followed), in one scan; OSError as it is. Only a regular file may be taken for a shard:
+    a FIFO, device or socket at a shard's name is left out, so a reader never waits on one
+    it found rather than was given. Every other name is kept, so one at a name a listing
+    looks for (an ``.idx`` beside a shard) is found, and refused by name when it is opened
+    (:func:`open_regular`), never taken for missing."""
+    names: set[str] = set()
+    sizes: dict[str, int] = {}
     with os.scandir(folder) as entries:
-        return [entry.name for entry in entries if entry.is_file()]
+        for entry in entries:
+            names.add(entry.name)
+            if entry.is_file():  # follows links; a dangling one is no file
+                sizes[entry.name] = entry.stat().st_size
+    return frozenset(names), sizes
 
 
 def read_document(

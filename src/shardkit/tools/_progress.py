@@ -1,8 +1,10 @@
 """Progress of a tool over its input shards: one report per shard to a ``progress=``
 callback (as :func:`shardkit.build` reports to its own); the CLI draws it as a bar.
 
-A tool wraps the shards it reads in :func:`track`: each time the next shard is asked for,
-the one before it is done and reported, and the last one when the iteration ends.
+A tool that reads its shards itself wraps them in :func:`track`: each time the next shard
+is asked for, the one before it is done and reported, and the last one when the iteration
+ends. One whose shards run as cluster tasks (``proc --engine ray|dask``) counts each as
+its result arrives (:class:`ShardCount`, which :func:`track` counts with too).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["ToolProgress", "ToolProgressFn", "track"]
+__all__ = ["ShardCount", "ToolProgress", "ToolProgressFn", "track"]
 
 T = TypeVar("T")
 
@@ -30,16 +32,32 @@ class ToolProgress:
 ToolProgressFn = Callable[[ToolProgress], None]
 
 
+class ShardCount:
+    """Shards done of ``total``, each reported to ``progress`` as it is counted (None:
+    counts without reporting)."""
+
+    def __init__(self, total: int | None, progress: ToolProgressFn | None) -> None:
+        self.total = total
+        self.shards = 0
+        self._progress = progress
+        self._started = time.monotonic()
+
+    def done(self, shards: int = 1) -> None:
+        """``shards`` more are done: one report."""
+        self.shards += shards
+        if self._progress is not None:
+            elapsed = time.monotonic() - self._started
+            self._progress(ToolProgress(self.shards, self.total, elapsed))
+
+
 def track(items: Iterable[T], progress: ToolProgressFn | None) -> Iterable[T]:
     """``items`` (shards), reporting each one done to ``progress`` (as is without one)."""
     if progress is None:
         return items
-    return _tracked(items, progress)
+    return _tracked(items, ShardCount(len(items) if isinstance(items, Sized) else None, progress))
 
 
-def _tracked(items: Iterable[T], progress: ToolProgressFn) -> Iterator[T]:
-    total = len(items) if isinstance(items, Sized) else None
-    started = time.monotonic()
-    for done, item in enumerate(items, 1):
+def _tracked(items: Iterable[T], count: ShardCount) -> Iterator[T]:
+    for item in items:
         yield item  # resumed when the next one is asked for: this one is done
-        progress(ToolProgress(done, total, time.monotonic() - started))
+        count.done()

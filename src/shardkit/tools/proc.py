@@ -46,7 +46,7 @@ from ..handlers import OnError, check_on_error
 from ..units import Size
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
-from ._progress import ToolProgressFn, track
+from ._progress import ShardCount, ToolProgressFn, track
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -275,7 +275,7 @@ def proc(
             names=names,
             timeout=timeout,
         )
-        cluster = _Cluster(engine, address, storage_options, hash, on_shard)
+        cluster = _Cluster(engine, address, storage_options, hash, on_shard, progress)
         return _on_cluster(inputs, transform, output, cluster)
     refs = as_refs(inputs, storage_options=storage_options)
     counts = [0, 0, 0]
@@ -312,6 +312,7 @@ class _Cluster:
     storage_options: dict[str, Any] | None
     hash: HashName
     on_shard: Callable[[ShardInfo], None] | None
+    progress: ToolProgressFn | None
 
 
 def _on_cluster(
@@ -322,12 +323,15 @@ def _on_cluster(
 ) -> ProcResult:
     """``proc`` on a Ray or Dask cluster: one :func:`~shardkit.mapshards.map_shard_streams`
     task per input shard, ``output`` a pattern (one output shard per input). Counts only
-    the shards processed this run."""
+    the shards processed this run; ``progress`` hears of each as its task's result arrives,
+    and of the outputs an earlier run left (resumed) at the end."""
+    from .. import storage
     from ..mapshards import map_shard_streams
 
     urls = [inputs] if isinstance(inputs, str) else list(cast(Iterable[Any], inputs))
     if not all(isinstance(url, str) and url != "-" for url in urls):
         raise ConfigError("with a cluster engine the inputs are shard URLs (not '-' or streams)")
+    count = ShardCount(len(storage.expand_urls(urls)), cluster.progress)
     results = map_shard_streams(
         transform,
         urls,
@@ -336,7 +340,10 @@ def _on_cluster(
         address=cluster.address,
         storage_options=cluster.storage_options,
         hash=cluster.hash,
+        progress=lambda result: count.done(),
     )
+    if count.shards < len(results):  # outputs that existed: done too
+        count.done(len(results) - count.shards)
     done = [r for r in results if not r.resumed]
     if cluster.on_shard is not None:
         for i, r in enumerate(done):

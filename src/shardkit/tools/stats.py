@@ -65,6 +65,13 @@ def field_kind(ext: str, value: Any = b"") -> str:
 
 @dataclass
 class ShardStats:
+    """What :func:`stats` measured of one shard, filled in as it is scanned: its samples
+    and their ``bytes`` as stored in the archive (tar headers and padding, or TFRecord
+    framing; uncompressed; the end-of-archive blocks left out), the sum of its entries in
+    :attr:`Stats.sizes`. Not the shard record
+    (:class:`~shardkit.formats.record.ShardRecord`), whose ``bytes`` are the file's size
+    (gzip included) and which has a digest: the same names would mean two sizes."""
+
     url: str
     samples: int = 0
     bytes: int = 0
