@@ -39,7 +39,7 @@ def _noise_mp4(frames: int, width: int = 320, height: int = 240) -> bytes:
     return buffer.getvalue()
 
 
-def _stereo_wav(seconds: int = 10, rate: int = 48000) -> bytes:
+def _stereo_wav(seconds: int = 60, rate: int = 48000) -> bytes:
     rng = np.random.default_rng(1)
     samples = rng.uniform(-0.5, 0.5, (seconds * rate, 2)).astype(np.float32)
     buffer = io.BytesIO()

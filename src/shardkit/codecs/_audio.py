@@ -27,8 +27,9 @@ AUDIO_EXTENSIONS = frozenset({"wav", "flac", "mp3", "ogg", "oga", "opus"})
 # How many frames at the end of a file are read back to see that the stream is there.
 _TAIL_FRAMES = 1024
 
-# Frames decode_audio() decodes at a time.
-_BLOCK_FRAMES = 1 << 14
+# Frames decode_audio() decodes at a time (of several channels): a clip of a few seconds
+# in one read, at most 2 MB of stereo float32 beside the result of a long one.
+_BLOCK_FRAMES = 1 << 18
 
 
 class Audio(NamedTuple):
@@ -179,9 +180,9 @@ def _xing_frames(frame: bytes) -> int | None:
 def decode_audio(data: Field, *, mono: bool = False, to_torch: bool = False) -> Audio:
     """``data`` decoded to float32 ``[channels, frames]`` (``[1, frames]`` if ``mono``).
 
-    Blocks of :data:`_BLOCK_FRAMES` go straight into the result, so decoding holds the
-    result and one block, not the field copied or the samples twice (libsndfile's
-    ``[frames, channels]`` and its transpose)."""
+    One channel is read straight into the result; more go in by blocks of
+    :data:`_BLOCK_FRAMES`, so decoding holds the result and one block, not the field
+    copied or the samples twice (libsndfile's ``[frames, channels]`` and its transpose)."""
     import numpy as np
 
     sf = _soundfile()
@@ -190,6 +191,8 @@ def decode_audio(data: Field, *, mono: bool = False, to_torch: bool = False) -> 
             rate = f.samplerate
             out = np.empty((1 if mono else f.channels, f.frames), np.float32)
             done = 0
+            if f.channels == 1:  # [frames, 1] is [1, frames]: libsndfile writes the result
+                done = len(f.read(out.shape[1], dtype="float32", always_2d=True, out=out.T))
             while done < out.shape[1]:
                 want = min(_BLOCK_FRAMES, out.shape[1] - done)
                 block = f.read(want, dtype="float32", always_2d=True)

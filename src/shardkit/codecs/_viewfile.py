@@ -37,10 +37,14 @@ class ViewFile(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}
-        if whence not in base:
+        if whence == io.SEEK_SET:
+            position = offset
+        elif whence == io.SEEK_CUR:
+            position = self._pos + offset
+        elif whence == io.SEEK_END:
+            position = len(self._view) + offset
+        else:
             raise ValueError(f"invalid whence ({whence})")
-        position = base[whence] + offset
         if position < 0:
             raise ValueError(f"negative seek position {position}")
         self._pos = position
@@ -53,11 +57,14 @@ class ViewFile(io.RawIOBase):
         return chunk
 
     def readinto(self, buffer: Any) -> int:
-        target = memoryview(buffer).cast("B")
-        chunk = self._view[self._pos : self._pos + len(target)]
-        target[: len(chunk)] = chunk
-        self._pos += len(chunk)
-        return len(chunk)
+        """Fill ``buffer`` (bytes-like, one byte per item: what soundfile and
+        ``io.BufferedReader`` pass) from the current position."""
+        position = self._pos
+        chunk = self._view[position : position + len(buffer)]
+        size = len(chunk)
+        buffer[:size] = chunk
+        self._pos = position + size
+        return size
 
     def close(self) -> None:
         self._view.release()  # the mapping behind a copy=False field may close after it
