@@ -146,6 +146,8 @@ def test_a_view_file_reads_seeks_and_tells_as_a_bytes_file(tmp_path: Path) -> No
         assert ours.readable() and ours.seekable() and not ours.writable()
         ours.close()
         view.release()  # the view file let go of the mapping: it can close
+    with pytest.raises(TypeError):
+        ViewFile("not a buffer")  # type: ignore[arg-type]
 
 
 def test_handlers_that_do_not_read_views_still_get_bytes() -> None:

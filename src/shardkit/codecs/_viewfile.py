@@ -67,5 +67,7 @@ class ViewFile(io.RawIOBase):
         return size
 
     def close(self) -> None:
-        self._view.release()  # the mapping behind a copy=False field may close after it
+        view = getattr(self, "_view", None)  # None: __init__ was given no buffer
+        if view is not None:
+            view.release()  # the mapping behind a copy=False field may close after it
         super().close()
