@@ -89,13 +89,14 @@ def test_a_clip_has_its_frames_timestamps_and_pixels(long_mp4: bytes) -> None:
 
 
 def test_a_clip_from_the_middle_seeks_instead_of_decoding_from_the_start(long_mp4: bytes) -> None:
-    whole = read_clip(long_mp4, 16, start=0.0, fraction=0.0)
-    middle = read_clip(long_mp4, 16, start=5.0, fraction=0.0)  # frame 150 of 300
-    assert whole.decoded == 16  # a clip at the start decodes just itself
-    # From the keyframe at or before frame 150: at most a GOP before the clip, where
-    # decoding from the start would take 150 + 16.
-    assert 16 <= middle.decoded <= 16 + GOP
-    assert middle.decoded < 150
+    # Keyframes every GOP frames: a clip starting at frame f decodes the f % GOP frames
+    # since the keyframe at or before it, then its own 16; decoding from the start
+    # would take f + 16.
+    for start in (0.0, 5.0, 5.5, 5.9, 9.0):  # frames 0, 150 (a keyframe), 165, 177, 270
+        first = round(start * FPS)
+        result = read_clip(long_mp4, 16, start=start, fraction=0.0)
+        assert result.decoded == 16 + first % GOP, (start, result.decoded)
+        np.testing.assert_allclose(result.clip.times, (first + np.arange(16)) / FPS)
 
 
 def test_clip_positions_follow_seed_epoch_rank_and_worker(long_mp4: bytes) -> None:

@@ -10,14 +10,14 @@ of any file read back (a cut FLAC fails there).
 
 from __future__ import annotations
 
-import io
 import struct
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from .._optional import require
 from ..errors import DataError, DecodeError
 from ._images import last_component
+from ._viewfile import Field, ViewFile
 
 __all__ = ["AUDIO_EXTENSIONS", "Audio", "AudioSpec", "check_audio", "decode_audio"]
 
@@ -26,6 +26,10 @@ AUDIO_EXTENSIONS = frozenset({"wav", "flac", "mp3", "ogg", "oga", "opus"})
 
 # How many frames at the end of a file are read back to see that the stream is there.
 _TAIL_FRAMES = 1024
+
+# Frames decode_audio() decodes at a time (of several channels): a clip of a few seconds
+# in one read, at most 2 MB of stereo float32 beside the result of a long one.
+_BLOCK_FRAMES = 1 << 18
 
 
 class Audio(NamedTuple):
@@ -52,7 +56,7 @@ def check_audio(data: bytes, ext: str) -> None:
     _check_structure(data)
     sf = _soundfile()
     try:
-        with sf.SoundFile(io.BytesIO(data)) as f:
+        with sf.SoundFile(ViewFile(data)) as f:
             frames = f.frames
             if frames <= 0:
                 raise DataError(f"no audio frames ({f.format} header)")
@@ -173,18 +177,34 @@ def _xing_frames(frame: bytes) -> int | None:
     return None
 
 
-def decode_audio(data: bytes, *, mono: bool = False, to_torch: bool = False) -> Audio:
-    """``data`` decoded to float32 ``[channels, frames]`` (``[1, frames]`` if ``mono``)."""
+def decode_audio(data: Field, *, mono: bool = False, to_torch: bool = False) -> Audio:
+    """``data`` decoded to float32 ``[channels, frames]`` (``[1, frames]`` if ``mono``).
+
+    One channel is read straight into the result; more go in by blocks of
+    :data:`_BLOCK_FRAMES`, so decoding holds the result and one block, not the field
+    copied or the samples twice (libsndfile's ``[frames, channels]`` and its transpose)."""
     import numpy as np
 
     sf = _soundfile()
     try:
-        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        with sf.SoundFile(ViewFile(data)) as f:
+            rate = f.samplerate
+            out = np.empty((1 if mono else f.channels, f.frames), np.float32)
+            done = 0
+            if f.channels == 1:  # [frames, 1] is [1, frames]: libsndfile writes the result
+                done = len(f.read(out.shape[1], dtype="float32", always_2d=True, out=out.T))
+            while done < out.shape[1]:
+                want = min(_BLOCK_FRAMES, out.shape[1] - done)
+                block = f.read(want, dtype="float32", always_2d=True)
+                if not len(block):
+                    break
+                part = block.mean(axis=1, dtype=np.float32) if mono else block.T
+                out[:, done : done + len(block)] = part
+                done += len(block)
     except _failures(sf) as exc:
         raise DecodeError(f"{type(exc).__name__}: {exc}") from exc
-    if mono:
-        samples = samples.mean(axis=1, keepdims=True, dtype=np.float32)
-    out = np.ascontiguousarray(samples.T)
+    if done < out.shape[1]:  # the header declared more frames than the stream holds
+        out = np.ascontiguousarray(out[:, :done])
     if not to_torch:
         return Audio(out, int(rate))
     require("torch", "audio(torch=True)")
@@ -199,10 +219,12 @@ class AudioSpec:
     :class:`Audio` ``(samples, rate)``; other fields pass on to the next decoder.
     Made by :func:`shardkit.audio`."""
 
+    reads_views: ClassVar[bool] = True  # a Decoder hands it copy=False fields uncopied
+
     mono: bool = False
     torch: bool = False
 
-    def __call__(self, ext: str, data: bytes) -> Audio | None:
+    def __call__(self, ext: str, data: Field) -> Audio | None:
         if last_component(ext) not in AUDIO_EXTENSIONS:
             return None
         return decode_audio(data, mono=self.mono, to_torch=self.torch)

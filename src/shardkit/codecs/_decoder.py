@@ -7,7 +7,7 @@ import io
 import re
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError, DataError, DecodeError, ShardkitError, UnsafeDataError
 from ._builtin import MAX_EXPANDED_SIZE
@@ -15,6 +15,7 @@ from ._failures import DECODE_FAILURES, GUNZIP_FAILURES, image_failures
 from ._images import image_extension
 from ._imagespecs import check_spec, decode_image
 from ._registry import Codecs, Refused, default_codecs
+from ._viewfile import Field
 
 __all__ = ["Decoder", "Handler", "decode_sample"]
 
@@ -25,6 +26,8 @@ _NONZERO = re.compile(rb"[^\x00]")
 
 #: A custom decoder: ``handler(ext, data)`` returns the decoded value, or None to pass.
 Handler = Callable[[str, bytes], Any]
+# A handler with ``reads_views = True`` (shardkit.audio(), shardkit.video()).
+_ViewHandler = Callable[[str, Field], Any]
 
 
 def _parse_only(only: str | Sequence[str] | None) -> tuple[tuple[str, ...], ...] | None:
@@ -44,7 +47,9 @@ class Decoder:
 
     1. the custom ``handlers`` (callables ``handler(ext, data)``), in order; ``ext`` is
        the field's full extension as in the sample (``seg.png``) and a handler returns
-       None for fields it does not handle;
+       None for fields it does not handle. ``data`` is ``bytes``, except for handlers
+       with ``reads_views = True`` (:func:`shardkit.audio`, :func:`shardkit.video`): a
+       field read with ``copy=False`` reaches them as the memoryview it is, uncopied;
     2. the image spec, if one is given (a name from :data:`IMAGE_SPECS`), for fields
        whose last extension is an image extension;
     3. the registry's decoder for the last extension; fields with none stay bytes
@@ -138,9 +143,7 @@ class Decoder:
             if field.startswith("__") or not self._selected(field):
                 result[field] = value
                 continue
-            if isinstance(value, (bytearray, memoryview)):
-                value = bytes(value)
-            if not isinstance(value, bytes):
+            if not isinstance(value, (bytes, bytearray, memoryview)):
                 if not self.partial:
                     raise TypeError(
                         f"field {field!r} of sample {key!r} is {type(value).__name__}, not "
@@ -156,17 +159,25 @@ class Decoder:
                 raise
         return result
 
-    def _decode_field(self, field: str, data: bytes) -> Any:
+    def _decode_field(self, field: str, field_data: Field) -> Any:
         # Only the decoding libraries' own errors are bad data (see _failures); a
         # custom handler runs unguarded: its NameError is a bug, not a corrupt sample.
         ext = field
         while ext.lower().endswith(".gz"):
-            data = _guarded(field, GUNZIP_FAILURES, gunzip, data, self.max_gunzip_size)
+            field_data = _guarded(field, GUNZIP_FAILURES, gunzip, field_data, self.max_gunzip_size)
             ext = ext[:-3]
+        # A view (copy=False) reaches the handlers that read views as it is; the others,
+        # and the decoders after them, get bytes (copied once, when first needed).
+        data = field_data if isinstance(field_data, bytes) else None
         for handler in self.handlers:
-            value = handler(ext, data)
+            if getattr(handler, "reads_views", False) is True:
+                value = cast(_ViewHandler, handler)(ext, field_data)
+            else:
+                data = bytes(field_data) if data is None else data
+                value = handler(ext, data)
             if value is not None:
                 return value
+        data = bytes(field_data) if data is None else data
         if self.spec is not None and image_extension(ext):
             return _guarded(field, image_failures(), decode_image, data, self.spec, ext)
         codecs = default_codecs if self.codecs is None else self.codecs
@@ -218,7 +229,7 @@ def decode_sample(
     return decoder(sample)
 
 
-def gunzip(data: bytes, limit: int) -> bytes:
+def gunzip(data: Field, limit: int) -> bytes:
     """Decompress gzip data (every member, as ``gzip.decompress``) to at most ``limit`` bytes.
 
     Raises ValueError once the output would pass ``limit``, having held at most

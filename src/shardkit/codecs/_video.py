@@ -11,15 +11,15 @@ its first frame instead of everything before it.
 from __future__ import annotations
 
 import hashlib
-import io
 import random
 import struct
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from .._optional import require
 from ..errors import ConfigError, DataError, DecodeError
 from ._images import last_component
+from ._viewfile import Field, ViewFile
 
 __all__ = ["VIDEO_EXTENSIONS", "Clip", "VideoSpec", "check_video", "read_clip"]
 
@@ -57,7 +57,7 @@ def check_video(data: bytes, ext: str) -> None:
         _check_mp4(data)
     av = _av()
     try:
-        with av.open(io.BytesIO(data), mode="r") as container:
+        with av.open(ViewFile(data), mode="r") as container:
             if not container.streams.video:
                 raise DataError(f"no video stream in {ext.upper()} file")
     except DataError:
@@ -124,7 +124,7 @@ def _check_ebml(data: bytes) -> None:
     raise DataError("truncated Matroska/WebM (no segment)")
 
 
-def _start_fraction(key: tuple[int, int, int, int], data: bytes) -> float:
+def _start_fraction(key: tuple[int, int, int, int], data: Field) -> float:
     """Where in [0, 1) of the clip's possible starts this field's clip begins, from the
     stream's (seed, epoch, rank, worker) and the field's bytes (its length and first
     64 KiB: a digest that does not read all of a large video)."""
@@ -141,7 +141,7 @@ class _Read(NamedTuple):
     decoded: int  # frames decoded, the clip's and those before it since the seek
 
 
-def read_clip(data: bytes, frames: int, *, start: float | None, fraction: float) -> _Read:
+def read_clip(data: Field, frames: int, *, start: float | None, fraction: float) -> _Read:
     """``frames`` consecutive frames from ``start`` seconds into the stream (None: at
     ``fraction`` of the starts that leave room for the clip), seeking to the keyframe at or
     before it."""
@@ -149,7 +149,7 @@ def read_clip(data: bytes, frames: int, *, start: float | None, fraction: float)
 
     av = _av()
     try:
-        with av.open(io.BytesIO(data), mode="r") as container:
+        with av.open(ViewFile(data), mode="r") as container:
             if not container.streams.video:
                 raise DecodeError("no video stream")
             stream = container.streams.video[0]
@@ -193,6 +193,8 @@ class VideoSpec:
     :class:`Clip` ``(frames, times)``; other fields pass on to the next decoder.
     Made by :func:`shardkit.video`."""
 
+    reads_views: ClassVar[bool] = True  # a Decoder hands it copy=False fields uncopied
+
     frames: int = 16
     start: float | None = None
     seed: int = 0
@@ -212,7 +214,7 @@ class VideoSpec:
         """This spec choosing clips from ``ctx``'s (seed, epoch, rank, worker)."""
         return replace(self, stream=(ctx.seed, ctx.epoch, ctx.rank, ctx.worker))
 
-    def __call__(self, ext: str, data: bytes) -> Clip | None:
+    def __call__(self, ext: str, data: Field) -> Clip | None:
         if last_component(ext) not in VIDEO_EXTENSIONS:
             return None
         key = self.stream if self.stream is not None else (self.seed, 0, 0, 0)
