@@ -260,6 +260,28 @@ def test_the_reading_door_bounds_the_size_before_reading(tmp_path: Any) -> None:
     assert storage.read_document(str(path), limit=1000) == b"x" * 1000
 
 
+def test_a_small_document_is_read_without_reserving_the_whole_limit(tmp_path: Any) -> None:
+    """Reading a 20-byte index under the 512 MiB limit allocates about 20 bytes, not the
+    limit: ``read(limit + 1)`` reserved it whole (a failure where memory is not overcommitted)."""
+    import tracemalloc
+
+    path = tmp_path / "x.idx"
+    path.write_bytes(b"a" * 20)
+    step = 1 << 20
+    path2 = tmp_path / "y.idx"
+    path2.write_bytes(b"b" * (3 * step + 5))  # several steps, and not a multiple of one
+    tracemalloc.start()
+    try:
+        assert storage.read_document(str(path)) == b"a" * 20
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * step, peak
+    assert storage.read_document(str(path2)) == b"b" * (3 * step + 5)
+    with pytest.raises(StorageError, match="larger than the 3145728-byte limit"):
+        storage.read_document(str(path2), limit=3 * step)
+
+
 def test_deep_json_is_one_format_error_everywhere() -> None:
     from shardkit.errors import FormatError, ManifestError
     from shardkit.formats.index import ShardIndex

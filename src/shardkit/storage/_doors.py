@@ -29,6 +29,9 @@ from ._urls import is_local, local_path
 
 __all__ = ["folder_entries", "open_regular", "open_regular_fd", "read_document"]
 
+#: The most bytes one read of a document asks for (its whole is read in such steps).
+_READ_STEP = 1 << 20
+
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -88,12 +91,12 @@ def read_document(
             with open_regular(local_path(url), url=url) as f:
                 size = os.fstat(f.fileno()).st_size
                 _check_size(size, limit, url, what)
-                data = f.read(limit + 1)
+                data = _read_bounded(f, limit)
         else:
             fs, path = _fs(url, storage_options)
             remote = _ResumableReader(fs, path, url, retries=READ_RETRIES)
-            with io.BufferedReader(remote) as stream:  # read(n) returns n bytes or up to the end
-                data = stream.read(limit + 1)
+            with io.BufferedReader(remote) as stream:
+                data = _read_bounded(stream, limit)
     except StorageError:
         raise
     except FileNotFoundError as exc:
@@ -102,6 +105,20 @@ def read_document(
         raise StorageError(f"cannot read the {what}: {exc.strerror or exc}", url=url) from exc
     _check_size(len(data), limit, url, what)  # grew while read, or remote
     return data
+
+
+def _read_bounded(stream: Any, limit: int) -> bytes:
+    """What ``stream`` holds, up to ``limit + 1`` bytes (one more tells it is over), read
+    in steps: ``read(limit + 1)`` would allocate the whole limit for a file of a few bytes."""
+    chunks: list[bytes] = []
+    left = limit + 1
+    while left > 0:
+        chunk = stream.read(min(left, _READ_STEP))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def _check_size(size: int, limit: int, url: str, what: str) -> None:
