@@ -27,10 +27,11 @@ from ..errors import DataError
 from ..formats.cut import Cut
 from ..formats.record import ShardRecord
 from ..formats.tar import tar_chunks
+from .inputs import check_listed_size
 from .options import BuildOptions
 from .partwriter import PartWriter
 from .plan import Task
-from .sources import Item, SampleFileError, SampleFiles, Source, check_listed_size
+from .sources import Item, SampleFileError, SampleFiles, Source
 from .store import Store
 from .validate import Blame, check_fields, check_image
 
@@ -298,14 +299,11 @@ def sample_record(
     meta = context.source.json_text(item, context.classes)
     if meta and not any(name == "json" for name, _ in fields):
         fields.append(("json", meta.encode("utf-8", "surrogateescape")))
-    if context.options.format == "tfrecord":
-        from ..codecs import encode_sample
-        from ..formats.example import encode_other_values
-
+    if context.options.format == "tfrecord":  # the same bytes, as features (none encoded)
         sample: dict[str, Any] = {"__key__": item.key, **dict(fields)}
         if item.label >= 0:
             sample["cls"] = item.label  # an int64 feature, as a sample from Python's
-        record = _record(encode_other_values(sample, encode_sample))
+        record = _record(sample)
         return [record], len(record), item.label
     chunks, total = tar_chunks(item.key, fields)
     return chunks, total, item.label
