@@ -37,10 +37,10 @@ from .. import storage
 from .._optional import require
 from ..errors import BuildError, ConfigError, MissingDependencyError
 from ..formats.jsondoc import load_json
+from .inputs import FileSource
 from .keys import key_base, path_key, relative_path, spilled_keys
 from .options import BuildOptions
 from .sources import (
-    FileSource,
     Item,
     Listing,
     SpilledItems,
