@@ -97,6 +97,8 @@ def test_one_check_for_the_fields_of_a_sample_names_a_file_or_a_field() -> None:
     assert folder.value.url == "a/0001.seg.png"
     with pytest.raises(DataError, match=r"^field 'flac': empty file$"):
         check_fields([("jpg", jpg, Blame(field="jpg")), ("flac", b"", Blame(field="flac"))])
-    with pytest.raises(DataError, match=r"two fields are stored as 'png' \(an image by"):
+    with pytest.raises(DataError, match=r"two fields are stored as 'png' \(an image by[^:]*$"):
         check_fields([("jpg", png, Blame(file="a.jpg")), ("png", png, Blame(file="a.png"))])
+    with pytest.raises(DataError, match=r"'jpg' \(an image by its content\): name them with --"):
+        check_fields([("", jpg, Blame(field="image")), ("", jpg, Blame(field="mask"))])
     assert check_fields([("txt", b"\xff", Blame(field="txt"))], "none") == [("txt", b"\xff")]

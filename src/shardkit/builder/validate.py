@@ -119,15 +119,18 @@ def check_fields(
     :class:`~shardkit.errors.DataError`; a missing extra (``audio``, ``video``) raises
     :class:`~shardkit.errors.MissingDependencyError`."""
     out: list[tuple[str, bytes]] = []
+    named = False  # a list's fields: the user names them
     for name, data, blame in fields:
         try:
             out.append(check_one(name, data, mode, transform))
         except DataError as exc:
             raise blame.error(exc) from exc
+        named = named or not blame.file
     names = [name for name, _ in out]
     if len(set(names)) < len(names):
         twice = next(name for name in names if names.count(name) > 1)
-        raise DataError(f"two fields are stored as {twice!r} (an image by its content)")
+        hint = ": name them with --field" if named else ""
+        raise DataError(f"two fields are stored as {twice!r} (an image by its content){hint}")
     return out
 
 
