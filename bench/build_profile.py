@@ -45,9 +45,9 @@ def _cpu() -> float:
 def profile(src: str, hash_name: str, rounds: int) -> dict[str, float]:
     """CPU us per image of each stage, for the shardkit on ``sys.path``."""
     from shardkit.builder import worker
+    from shardkit.builder.folders import list_image_folder
     from shardkit.builder.options import BuildOptions
     from shardkit.builder.plan import cut_tasks, estimator, order_items
-    from shardkit.builder.sources import list_image_folder
     from shardkit.builder.store import LocalStore
     from shardkit.builder.validate import check_image
     from shardkit.errors import DataError

@@ -91,3 +91,25 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=timeout,
     )
+
+
+def resume_after(source: Any, out: str, options: Any, shards: int = 1) -> Any:
+    """Build ``source`` into ``out``, stopped (KeyboardInterrupt) once ``shards`` shards
+    are committed and before its manifest, then run again to the end; returns the
+    resumed build's result."""
+    import shardkit
+
+    def stop(progress: shardkit.BuildProgress) -> None:
+        if progress.shards >= shards:
+            raise KeyboardInterrupt
+
+    try:
+        shardkit.build(source, out, options=options, progress=stop)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the build ended before it was stopped")
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    result = shardkit.build(source, out, options=options)
+    assert result.resumed_tasks >= 1
+    return result

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shardkit.builder import sources
+from shardkit.builder import folders, inputs
 from shardkit.errors import DataError
 
 
@@ -30,7 +30,7 @@ def test_reading_a_source_file_leaves_its_access_time_alone(tmp_path: Path) -> N
         f.read()
     assert _atime_ns(path) != 0, "this filesystem must record reads for the test to mean much"
     os.utime(path, ns=(0, mtime))
-    assert sources.read_file(str(path), 100) == b"x" * 100
+    assert inputs.read_file(str(path), 100) == b"x" * 100
     assert _atime_ns(path) == 0
 
 
@@ -55,13 +55,13 @@ def test_a_file_of_another_owner_is_read_without_noatime(
             raise PermissionError(errno.EPERM, "Operation not permitted")
         return real_open(name, flags, *args, **kwargs)
 
-    monkeypatch.setattr(sources, "_no_atime", noatime)
+    monkeypatch.setattr(inputs, "_no_atime", noatime)
     monkeypatch.setattr(os, "open", fake_open)
     with pytest.raises(DataError, match="cannot read: Permission denied"):
-        sources.read_file(str(unreadable), 3)
-    assert sources._no_atime == noatime
-    assert sources.read_file(str(path), 3) == b"abc"
-    assert sources.read_file(str(path), 3) == b"abc"
+        inputs.read_file(str(unreadable), 3)
+    assert inputs._no_atime == noatime
+    assert inputs.read_file(str(path), 3) == b"abc"
+    assert inputs.read_file(str(path), 3) == b"abc"
     assert [bool(f & noatime) for f in flags_seen] == [True, True, False, False]
 
 
@@ -72,7 +72,7 @@ def test_a_worker_does_not_import_what_its_build_does_not_read() -> None:
         "import sys\n"
         "from shardkit.builder import worker\n"
         "from shardkit.builder.options import BuildOptions\n"
-        "from shardkit.builder.sources import FileSource\n"
+        "from shardkit.builder.inputs import FileSource\n"
         "from shardkit.builder.store import LocalStore\n"
         "context = worker.WorkerContext(LocalStore('.'), BuildOptions(), FileSource('.'), ())\n"
         "worker.init_worker(context, None).close()\n"
@@ -94,7 +94,7 @@ def test_the_listing_keeps_a_few_hundred_bytes_per_file_at_its_peak(tmp_path: Pa
             (folder / f"img_{i:06d}.jpg").touch()
     tracemalloc.start()
     try:
-        listing = sources.list_image_folder(str(tmp_path))
+        listing = folders.list_image_folder(str(tmp_path))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

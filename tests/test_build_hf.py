@@ -145,7 +145,7 @@ def _run_blocks(blocks: list[tuple[str, str]], folder: Path) -> None:
 
 def test_the_fields_examples_of_docs_build_run(tmp_path: Path) -> None:
     blocks = _doc_blocks("Fields (`--field EXT=COLUMN`)")
-    assert [language for language, _ in blocks] == ["sh", "python"]
+    assert [language for language, _ in blocks] == ["sh", "python", "sh"]
     with open(tmp_path / "captions.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["url", "caption"])
@@ -159,6 +159,14 @@ def test_the_fields_examples_of_docs_build_run(tmp_path: Path) -> None:
             (f"img/{i}", f"caption {i}".encode()) for i in range(3)
         ]
         assert all(s["jpg"] == make_corpus_jpeg(int(s["__key__"][-1])) for s in samples)
+    from shardkit.codecs import image_size
+
+    resized = read_samples(str(tmp_path / "clip-64"))
+    assert sorted(min(image_size(s["jpg"])) for s in resized) == [64] * 3
+    records = shardkit.Dataset(str(tmp_path / "clip-tfrecord"))
+    assert sorted((s["__key__"], s["txt"], s["jpg"]) for s in records) == [
+        (f"img/{i}", f"caption {i}".encode(), make_corpus_jpeg(i)) for i in range(3)
+    ]
 
 
 def test_the_hugging_face_example_of_docs_build_runs(offline: Any, tmp_path: Path) -> None:

@@ -142,7 +142,7 @@ def test_workers_use_the_drivers_s3_endpoint(
     # read from the server the driver listed.
     import pickle
 
-    from shardkit.builder.sources import list_remote_folder
+    from shardkit.builder.folders import list_remote_folder
 
     _upload(corpus, f"s3://{s3_bucket}/endpoint")
     listing = list_remote_folder(f"s3://{s3_bucket}/endpoint")
@@ -197,7 +197,7 @@ def _classes_bucket(url: str, classes: int, per_class: int, *, nested: bool = Fa
 
 
 def _listed(url: str) -> tuple[list[Any], list[str], list[tuple[str, str]], str]:
-    from shardkit.builder.sources import list_remote_folder
+    from shardkit.builder.folders import list_remote_folder
 
     listing = list_remote_folder(url)
     return list(listing.items or []), listing.classes, listing.skipped, listing.fingerprint

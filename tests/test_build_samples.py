@@ -22,7 +22,15 @@ import shardkit
 from shardkit import BuildOptions
 from shardkit.builder import spill as spill_module
 from shardkit.errors import ConfigError, DataError, MissingDependencyError
-from tests.conftest_build import make_corpus_jpeg, make_png, read_samples, run_cli, snapshot, write
+from tests.conftest_build import (
+    make_corpus_jpeg,
+    make_png,
+    read_samples,
+    resume_after,
+    run_cli,
+    snapshot,
+    write,
+)
 
 RATE = 16000
 
@@ -179,16 +187,7 @@ def test_the_same_bytes_with_two_workers_and_after_a_resume(
     assert snapshot(two) == snapshot(one)
 
     resumed = str(tmp_path / "resumed")
-
-    def stop(progress: shardkit.BuildProgress) -> None:
-        if progress.shards >= 1:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        shardkit.build(src, resumed, options=options, progress=stop)
-    assert not os.path.exists(os.path.join(resumed, "manifest.json"))
-    result = shardkit.build(src, resumed, options=options)
-    assert result.resumed_tasks >= 1
+    resume_after(src, resumed, options)
     assert snapshot(resumed) == snapshot(one)
 
 

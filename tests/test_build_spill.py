@@ -23,10 +23,10 @@ from conftest_build import make_corpus, read_samples, snapshot, write
 import shardkit
 from shardkit import BuildOptions
 from shardkit.builder import spill as spill_module
+from shardkit.builder.folders import list_image_folder
 from shardkit.builder.options import BuildOptions as _Options
 from shardkit.builder.plan import chunk_stream, order_items
 from shardkit.builder.pysources import list_python
-from shardkit.builder.sources import list_image_folder
 from shardkit.builder.spill import Spill, remove_stale
 from shardkit.errors import BuildError
 

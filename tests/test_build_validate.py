@@ -71,3 +71,34 @@ def test_tar_output_is_exactly_what_tarwriter_writes(tmp_path: Path) -> None:
                 del sample["__url__"], sample["__offset__"]
                 writer.write(sample)
         assert buffer.getvalue() == data
+
+
+def test_one_check_for_the_fields_of_a_sample_names_a_file_or_a_field() -> None:
+    from conftest_build import make_corpus_jpeg, make_png
+
+    from shardkit.builder.sources import SampleFileError
+    from shardkit.builder.validate import Blame, check_fields
+    from shardkit.errors import DataError
+
+    jpg, png = make_corpus_jpeg(1), make_png(2)
+    calls = []
+
+    def transform(data: bytes, ext: str) -> tuple[bytes, str]:
+        calls.append(ext)
+        return b"x" + data, f"{ext}2"
+
+    fields = [("jpg", png, Blame(field="jpg")), ("txt", b"hi", Blame(field="txt"))]
+    fields.append(("", jpg, Blame(field="image")))  # a parquet cell: its bytes tell its kind
+    checked = check_fields(fields, transform=transform)
+    assert checked == [("png2", b"x" + png), ("txt", b"hi"), ("jpg2", b"x" + jpg)]
+    assert calls == ["png", "jpg"]  # images only, under the format their bytes show
+    with pytest.raises(SampleFileError, match="; its sample is skipped") as folder:
+        check_fields([("seg.png", jpg[:100], Blame(file="a/0001.seg.png"))])
+    assert folder.value.url == "a/0001.seg.png"
+    with pytest.raises(DataError, match=r"^field 'flac': empty file$"):
+        check_fields([("jpg", jpg, Blame(field="jpg")), ("flac", b"", Blame(field="flac"))])
+    with pytest.raises(DataError, match=r"two fields are stored as 'png' \(an image by[^:]*$"):
+        check_fields([("jpg", png, Blame(file="a.jpg")), ("png", png, Blame(file="a.png"))])
+    with pytest.raises(DataError, match=r"'jpg' \(an image by its content\): name them with --"):
+        check_fields([("", jpg, Blame(field="image")), ("", jpg, Blame(field="mask"))])
+    assert check_fields([("txt", b"\xff", Blame(field="txt"))], "none") == [("txt", b"\xff")]

@@ -8,11 +8,12 @@ from typing import Any
 from ..errors import BuildError, ConfigError, StorageError
 from ..formats.names import is_shard_name
 from ..pipeline.urls import find_shards, is_manifest
+from .folders import list_image_folder
 from .kinds import is_table
 from .options import BuildOptions
 from .results import BuildResult, ProgressFn
 from .run import run_build
-from .sources import Listing, list_image_folder
+from .sources import Listing
 from .spill import Spill
 from .store import LocalStore, ObjectStore
 
@@ -134,7 +135,7 @@ def _shards_or_images(path: str, out: str, options: BuildOptions, spill: Spill |
         part = None  # unlisted: the image-folder listing reports it
     if part is None:
         if folder:  # an image folder under an object-store prefix
-            from .sources import list_remote_folder
+            from .folders import list_remote_folder
 
             return list_remote_folder(path, spill, options.layout)
         return list_image_folder(path, spill, options.layout)

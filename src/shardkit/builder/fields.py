@@ -11,22 +11,23 @@ An item (:class:`~.sources.Item`) of such a list carries its fields in member or
   what the source loads, a mapping column -> bytes;
 * ``"text"``: the cell itself (``value``), stored as UTF-8.
 
-A media field (image, audio, video: :func:`is_media`) is checked as its kind is (images by
-:func:`~.validate.check_image`, the others by :func:`shardkit.codecs.check_field`); an
-extension of ``""`` is learnt from the bytes (:func:`sniff_media`). A bad field is a
-:class:`~shardkit.errors.DataError` naming it: the row is skipped with the reason.
+:func:`sample_fields` reads them; :func:`~.validate.check_fields` checks them as it checks a
+folder's sample of several files (images by :func:`~.validate.check_image`, re-encoded as
+the options say; the others by :func:`shardkit.codecs.check_field`; an extension of ``""``
+learnt from the bytes). A bad field is a :class:`~shardkit.errors.DataError` naming it
+(``field 'flac': ...``): the row is skipped with the reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..codecs import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, check_field
+from ..codecs import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from ..errors import DataError
-from .validate import check_image, sniff
+from .validate import Blame
 
-__all__ = ["MEDIA_EXTENSIONS", "check_media", "encode_fields", "is_media", "sniff_media"]
+__all__ = ["MEDIA_EXTENSIONS", "is_media", "sample_fields"]
 
 #: Extensions whose column names a file or URL (or holds the bytes, in parquet).
 MEDIA_EXTENSIONS = frozenset(
@@ -41,62 +42,23 @@ def is_media(ext: str) -> bool:
     return ext.rpartition(".")[2].lower() in MEDIA_EXTENSIONS
 
 
-def sniff_media(data: bytes) -> str | None:
-    """The media format ``data`` starts with, as an extension, or None."""
-    head = data[:64]
-    if image := sniff(head):
-        return image
-    if head.startswith(b"fLaC"):
-        return "flac"
-    if head.startswith(b"RIFF") and head[8:12] == b"WAVE":
-        return "wav"
-    if head.startswith(b"OggS"):
-        return "opus" if b"OpusHead" in head else "ogg"
-    if head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
-        return "mp3"
-    if head[4:8] == b"ftyp":
-        return "mp4"
-    if head.startswith(b"\x1a\x45\xdf\xa3"):
-        return "webm" if b"webm" in head else "mkv"
-    return None
-
-
-def check_media(data: bytes, ext: str, validate: str) -> str:
-    """Check a media field (``ext`` '': any kind its bytes show); returns the extension to
-    store it under (an image's, by its content: :func:`~.validate.check_image`)."""
-    if not ext:
-        ext = sniff_media(data) or ""
-    head, dot, last = ext.rpartition(".")
-    if not ext or last.lower() in IMAGE_EXTENSIONS | {"jpeg", "tif"}:
-        return head + dot + check_image(data, last.lower(), validate)
-    if validate != "none":
-        if not data:
-            raise DataError("empty file")
-        check_field(data, ext)
-    return ext
-
-
-def encode_fields(
-    source: Any, item: Any, loaded: bytes | Mapping[str, bytes], validate: str
-) -> list[tuple[str, bytes]]:
-    """The (ext, bytes) of each field of ``item``, checked; ``loaded``: what ``source``
-    loaded for it (the main file's bytes, or a parquet row's bytes cells)."""
-    out: list[tuple[str, bytes]] = []
+def sample_fields(
+    source: Any, item: Any, loaded: bytes | Mapping[str, bytes]
+) -> Iterator[tuple[str, bytes, Blame]]:
+    """The (ext, bytes, blame) of each field of ``item``, unchecked, for
+    :func:`~.validate.check_fields`; ``loaded``: what ``source`` loaded for it (the main
+    file's bytes, or a parquet row's bytes cells). A field that cannot be read raises
+    :class:`~shardkit.errors.DataError` naming it."""
     for ext, kind, value, size in item.fields:
+        blame = Blame(field=ext or value)
+        if kind == "text":
+            yield ext, value.encode("utf-8", "surrogateescape"), blame
+            continue
         try:
-            if kind == "text":
-                data = value.encode("utf-8", "surrogateescape")
-                if validate != "none":
-                    check_field(data, ext)
-            else:
-                data = _bytes(source, item, loaded, kind, value, size)
-                ext = check_media(data, ext, validate)
+            data = _bytes(source, item, loaded, kind, value, size)
         except DataError as exc:
-            raise DataError(f"field {ext or value!r}: {exc.message}") from exc
-        if any(ext == seen for seen, _ in out):
-            raise DataError(f"two fields are {ext!r} files: name them with --field")
-        out.append((ext, data))
-    return out
+            raise blame.error(exc) from exc
+        yield ext, data, blame
 
 
 def _bytes(

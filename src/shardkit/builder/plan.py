@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 from ..formats import tar
 from . import spill as _spill
+from .inputs import folder_json
 from .options import BuildOptions
-from .sources import Item, Items, folder_json
+from .sources import Item, Items
 from .spill import Spill, bucket_count, bucketed
 
 __all__ = ["CHUNK", "Task", "chunk_stream", "cut_tasks", "estimator", "order_items"]

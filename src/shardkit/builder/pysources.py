@@ -175,7 +175,8 @@ def hf_sample(row: Mapping[str, Any], media: tuple[str, ...], label: str | None)
     """The sample of a row of a Hugging Face dataset whose ``media`` columns are undecoded
     (``{"bytes": ..., "path": ...}``) and whose ``label`` column is a class number."""
     from ..errors import DataError
-    from .fields import check_media, is_media
+    from .fields import is_media
+    from .validate import check_one
 
     sample: dict[str, Any] = {}
     meta = {}
@@ -185,7 +186,7 @@ def hf_sample(row: Mapping[str, Any], media: tuple[str, ...], label: str | None)
             if not data:
                 raise DataError(f"column {name!r}: no bytes in the cell")
             ext = path.rpartition(".")[2].lower() if "." in path else ""
-            ext = check_media(data, ext if is_media(ext) else "", "header")
+            ext = check_one(ext if is_media(ext) else "", data)[0]
             sample[f"{name}.{ext}" if ext in sample else ext] = data
         elif name == label:
             if value is not None and value >= 0:  # -1: no label

@@ -37,10 +37,10 @@ from .. import storage
 from .._optional import require
 from ..errors import BuildError, ConfigError, MissingDependencyError
 from ..formats.jsondoc import load_json
+from .inputs import FileSource
 from .keys import key_base, path_key, relative_path, spilled_keys
 from .options import BuildOptions
 from .sources import (
-    FileSource,
     Item,
     Listing,
     SpilledItems,
@@ -150,7 +150,9 @@ class _Columns:
             self.label_column = dict(options.fields).get("cls")
         if self.fields:
             self._main(options)
-        self.typed = options.format == "tfrecord"
+        # A TFRecord build of an image list types its other columns as features (checked
+        # against the schema); a sample of several fields keeps them in its json.
+        self.typed = options.format == "tfrecord" and not self.fields
         self.names: list[Any] | None = None  # the first row's columns
         self.texts: set[str] = set()  # label values, as text
         self.ints = True  # every label is an int
@@ -179,11 +181,6 @@ class _Columns:
     def _main(self, options: BuildOptions) -> None:
         from .fields import is_media
 
-        if options.format == "tfrecord" or options.transforms:
-            raise ConfigError(
-                "a list of several fields (--field, or a parquet's bytes columns) builds tar "
-                "shards with the files as they are (no tfrecord, resize or encode)"
-            )
         media = [(e, c) for e, c in self.fields if is_media(e) or c in self.cells]
         if not media:
             raise ConfigError(

@@ -12,8 +12,9 @@ file). ``none`` checks nothing.
 the content agrees with it, else the one the content shows (a PNG named ``.jpg`` is
 stored as ``png``, so decoders that trust the extension are not misled).
 
-:func:`check_fields` checks each file of a folder's sample of several files: images here,
-other kinds through :func:`shardkit.codecs.check_field` (audio, video, text, json, npy).
+:func:`check_fields` checks the fields of a sample of several fields, a folder's sample of
+several files and a list's fields alike: images here, other kinds through
+:func:`shardkit.codecs.check_field` (audio, video, text, json, npy).
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ import io
 import re
 import struct
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from .._optional import require
-from ..codecs import check_field, image_failures
+from ..codecs import IMAGE_EXTENSIONS, check_field, image_failures
 from ..errors import DataError
-from .samples import FOLDER_EXTENSIONS
 from .sources import SampleFileError
 
-__all__ = ["check_fields", "check_image", "sniff"]
+__all__ = ["Blame", "check_fields", "check_image", "check_one", "sniff", "sniff_media"]
 
 #: Re-encodes an image field: (bytes, extension) -> (bytes, extension).
 Transform = Callable[[bytes, str], tuple[bytes, str]]
@@ -42,6 +43,8 @@ _PNM_EXT = {b"1": "pbm", b"2": "pgm", b"3": "ppm", b"4": "pbm", b"5": "pgm", b"6
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _IEND = b"IEND\xaeB`\x82"
 _PNM_TOKEN = re.compile(rb"(?:\s|#[^\n\r]*[\n\r])*(\d+)")
+#: Field extensions checked as images (a folder's image extensions are among them).
+_IMAGE_NAMES = IMAGE_EXTENSIONS | {"jpeg", "tif"}
 
 
 def sniff(data: bytes) -> str | None:
@@ -86,39 +89,90 @@ def check_image(data: bytes, ext: str, mode: str = "header") -> str:
     return ext if _FAMILY.get(ext) == _FAMILY[kind] else kind
 
 
+class Blame(NamedTuple):
+    """What a bad field's error names: ``file``, the folder's file it came from (a
+    :class:`~.sources.SampleFileError` naming it: its whole sample is skipped), else
+    ``field``, a list's field (``field 'x': ...``)."""
+
+    file: str = ""
+    field: str = ""
+
+    def error(self, exc: DataError) -> DataError:
+        """``exc`` (a bad field's reason) as the error of its sample."""
+        if self.file:
+            return SampleFileError(f"{exc.message}; its sample is skipped", url=self.file)
+        return DataError(f"field {self.field!r}: {exc.message}")
+
+
 def check_fields(
-    files: Sequence[tuple[str, str, int]],
-    loaded: Mapping[str, bytes],
+    fields: Iterable[tuple[str, bytes, Blame]],
     mode: str = "header",
     transform: Transform | None = None,
 ) -> list[tuple[str, bytes]]:
-    """The fields of a sample of several ``files`` (path, field, size), ``loaded`` by
-    field, each checked (``mode`` as :func:`check_image`'s: ``none`` checks nothing) and
-    its image fields passed through ``transform``.
+    """The (name, bytes) of a sample's ``fields`` (name, bytes, what a bad one names), in
+    order, each checked by :func:`check_one` (images re-encoded by ``transform``).
 
-    A bad file raises :class:`~.sources.SampleFileError` naming it (the whole sample is
-    skipped); a missing extra (``audio``, ``video``) raises
+    Every sample of several fields goes through here: a folder's sample of several files
+    and a list's fields (``--field``, a parquet's bytes columns). A bad field raises what
+    its :class:`Blame` makes (the whole sample is skipped); two fields stored under one
+    name (an image is stored under the format its bytes show) raise
+    :class:`~shardkit.errors.DataError`; a missing extra (``audio``, ``video``) raises
     :class:`~shardkit.errors.MissingDependencyError`."""
-    fields = []
-    for path, name, _ in files:
-        data = loaded[name]
-        head, dot, last = name.rpartition(".")
+    out: list[tuple[str, bytes]] = []
+    named = False  # a list's fields: the user names them
+    for name, data, blame in fields:
         try:
-            if last in FOLDER_EXTENSIONS:
-                last = check_image(data, last, mode)
-                if transform is not None:
-                    data, last = transform(data, last)
-                name = f"{head}.{last}" if dot else last
-            elif mode != "none":
-                check_field(data, name)
+            out.append(check_one(name, data, mode, transform))
         except DataError as exc:
-            raise SampleFileError(f"{exc.message}; its sample is skipped", url=path) from exc
-        fields.append((name, data))
-    names = [name for name, _ in fields]
-    if len(set(names)) < len(names):  # an image stored under the format its bytes show
+            raise blame.error(exc) from exc
+        named = named or not blame.file
+    names = [name for name, _ in out]
+    if len(set(names)) < len(names):
         twice = next(name for name in names if names.count(name) > 1)
-        raise DataError(f"two files give the field {twice!r} (by their content)")
-    return fields
+        hint = ": name them with --field" if named else ""
+        raise DataError(f"two fields are stored as {twice!r} (an image by its content){hint}")
+    return out
+
+
+def check_one(
+    name: str, data: bytes, mode: str = "header", transform: Transform | None = None
+) -> tuple[str, bytes]:
+    """One field named ``name`` (``*.ext``; '' when only its bytes tell its kind), checked
+    by its kind (``mode`` as :func:`check_image`'s: ``none`` checks nothing): an image by
+    :func:`check_image`, stored under the extension its content shows and passed through
+    ``transform``; any other kind by :func:`shardkit.codecs.check_field`. Returns the
+    (name, bytes) to store."""
+    if not name:
+        name = sniff_media(data) or ""
+    head, dot, last = name.rpartition(".")
+    if name and last.lower() not in _IMAGE_NAMES:
+        if mode != "none":
+            check_field(data, name)
+        return name, data
+    last = check_image(data, last.lower(), mode)
+    if transform is not None:
+        data, last = transform(data, last)
+    return head + dot + last, data
+
+
+def sniff_media(data: bytes) -> str | None:
+    """The media format ``data`` starts with, as an extension, or None."""
+    head = data[:64]
+    if image := sniff(head):
+        return image
+    if head.startswith(b"fLaC"):
+        return "flac"
+    if head.startswith(b"RIFF") and head[8:12] == b"WAVE":
+        return "wav"
+    if head.startswith(b"OggS"):
+        return "opus" if b"OpusHead" in head else "ogg"
+    if head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return "mp3"
+    if head[4:8] == b"ftyp":
+        return "mp4"
+    if head.startswith(b"\x1a\x45\xdf\xa3"):
+        return "webm" if b"webm" in head else "mkv"
+    return None
 
 
 def _end(data: bytes) -> int:

@@ -17,7 +17,7 @@ import functools
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,12 +27,13 @@ from ..errors import DataError
 from ..formats.cut import Cut
 from ..formats.record import ShardRecord
 from ..formats.tar import tar_chunks
+from .inputs import check_listed_size
 from .options import BuildOptions
 from .partwriter import PartWriter
 from .plan import Task
-from .sources import Item, SampleFileError, SampleFiles, Source, check_listed_size
+from .sources import Item, SampleFileError, SampleFiles, Source
 from .store import Store
-from .validate import check_fields, check_image
+from .validate import Blame, check_fields, check_image
 
 if TYPE_CHECKING:
     from .fetch import Download, Downloads
@@ -48,6 +49,7 @@ __all__ = [
     "encode_item",
     "part_name",
     "run_task",
+    "sample_record",
 ]
 
 Reporter = Callable[[int, int, int], None]  # (samples, input bytes, skipped) since last call
@@ -250,13 +252,8 @@ def encode_item(
     if loaded is None:
         loaded = context.source.load(item)
     options = context.options
-    if isinstance(loaded, SampleFiles):  # a folder's sample of several files
-        return _encode_files(context, item, loaded)
-    if item.fields:  # a list's fields (.fields)
-        from .fields import encode_fields
-
-        fields = encode_fields(context.source, item, loaded, options.validate)
-        return _tar_item(context, item, fields)
+    if isinstance(loaded, SampleFiles) or item.fields:  # a sample of several fields
+        return _encode_fields(context, item, loaded)
     if not isinstance(loaded, bytes):  # a sample from Python or from shards
         return _encode_python(context, item, loaded)
     ext = check_image(loaded, item.ext, options.validate)
@@ -266,44 +263,47 @@ def encode_item(
     if options.format == "tfrecord":
         record = _record(_example(context, item, loaded, ext, size))
         return [record], len(record), item.label
-    return _tar_item(context, item, [(ext, loaded)])
+    return sample_record(context, item, [(ext, loaded)])
 
 
-def _tar_item(
+def _encode_fields(
+    context: WorkerContext, item: Item, loaded: bytes | Mapping[str, Any]
+) -> tuple[list[bytes], int, int]:
+    """A sample of several fields, a folder's (its files) or a list's (``--field``, a
+    parquet's bytes columns): read, each checked by :func:`.validate.check_fields` (image
+    fields transformed as the options say), then made into its record."""
+    options = context.options
+    fields: Iterable[tuple[str, bytes, Blame]]
+    if isinstance(loaded, SampleFiles):  # a folder's files: a bad one is named
+        fields = ((name, loaded[name], Blame(file=path)) for path, name, _ in item.ref)
+    else:
+        from .fields import sample_fields
+
+        fields = sample_fields(context.source, item, loaded)
+    transform = functools.partial(_transformed, options) if options.transforms else None
+    return sample_record(context, item, check_fields(fields, options.validate, transform))
+
+
+def sample_record(
     context: WorkerContext, item: Item, fields: list[tuple[str, bytes]]
 ) -> tuple[list[bytes], int, int]:
-    """The tar members of ``item``: ``fields``, then its ``cls`` and ``json``."""
+    """The output record of a sample's checked ``fields`` (a tar sample's members, or a
+    TFRecord Example): the fields in order, then ``cls`` (the item's label, when it has
+    one) and the generated ``json`` (:meth:`Source.json_text`: a list's other columns, the
+    class layout's path, class and label) unless a field is ``json`` already: a sample's
+    own ``json`` is packed as it is, the generated one left out. Returns the record's
+    chunks, its size and the label."""
+    fields = list(fields)
     if item.label >= 0:
         fields.append(("cls", str(item.label).encode()))
     meta = context.source.json_text(item, context.classes)
-    if meta and not any(ext == "json" for ext, _ in fields):  # not when a field is json
+    if meta and not any(name == "json" for name, _ in fields):
         fields.append(("json", meta.encode("utf-8", "surrogateescape")))
-    chunks, total = tar_chunks(item.key, fields)
-    return chunks, total, item.label
-
-
-def _encode_files(
-    context: WorkerContext, item: Item, files: SampleFiles
-) -> tuple[list[bytes], int, int]:
-    """A sample of several files: each checked (:func:`.validate.check_fields`), images
-    transformed as options say, then ``cls`` and the class layout's ``json`` added."""
-    options = context.options
-    transform = functools.partial(_transformed, options) if options.transforms else None
-    fields = check_fields(item.ref, files, options.validate, transform)
-    names = {name for name, _ in fields}
-    if item.label >= 0:
-        fields.append(("cls", str(item.label).encode()))
-        meta = context.source.json_text(item, context.classes)
-        if meta and "json" not in names:  # a sample's own json file wins
-            fields.append(("json", meta.encode("utf-8", "surrogateescape")))
-    if context.options.format == "tfrecord":
-        from ..codecs import encode_sample
-        from ..formats.example import encode_other_values
-
+    if context.options.format == "tfrecord":  # the same bytes, as features (none encoded)
         sample: dict[str, Any] = {"__key__": item.key, **dict(fields)}
         if item.label >= 0:
             sample["cls"] = item.label  # an int64 feature, as a sample from Python's
-        record = _record(encode_other_values(sample, encode_sample))
+        record = _record(sample)
         return [record], len(record), item.label
     chunks, total = tar_chunks(item.key, fields)
     return chunks, total, item.label

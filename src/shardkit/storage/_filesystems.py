@@ -21,7 +21,7 @@ __all__ = ["REQUESTS_IN_FLIGHT", "detach_loop_at_fork", "filesystem", "protocol"
 REQUESTS_IN_FLIGHT = 16
 """How many independent requests one process keeps in flight to an object store at once,
 where it has many to make: the build driver's commits (``builder.commit``) and the
-folders of an image folder it lists (``builder.sources``)."""
+folders of an image folder it lists (``builder.folders``)."""
 
 
 def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:

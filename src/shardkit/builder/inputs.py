@@ -1,0 +1,167 @@
+"""Reading a source's input files: a local file (:func:`read_file`, never blocking, its
+access time left alone), a URL, a folder's sample of several files; :class:`FileSource`,
+the source of folders and lists, and the ``json`` field of a folder's sample."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import config
+from ..errors import DataError
+from .sources import Item, SampleFileError, SampleFiles
+from .store import endpoint_options
+from .walk import file_kind
+
+__all__ = ["FileSource", "check_listed_size", "folder_json", "read_file", "sample_path"]
+
+
+def read_file(path: str, size: int) -> bytes:
+    """The bytes of a local file that was listed with ``size`` bytes (one read call).
+
+    Anything but a regular file is a :class:`DataError`, and never blocks: a FIFO or
+    device is refused from its ``stat`` before it is opened, and the file is opened
+    non-blocking and checked again with ``fstat``, in case it was swapped since. Where
+    permitted (the file's owner), the read leaves its access time alone (``O_NOATIME``):
+    packing a dataset is no reason to write to every inode on the source disk."""
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISREG(mode):
+            fd = _open_regular(path)
+    except OSError as exc:
+        raise DataError(f"cannot read: {exc.strerror or exc}", url=path) from exc
+    if not stat.S_ISREG(mode):
+        raise DataError(f"not a regular file ({file_kind(mode)})", url=path)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise DataError(f"not a regular file ({file_kind(mode)})", url=path)
+        data = os.read(fd, size + 1) if size < 0x7FFFF000 else _read_all(fd)
+    except OSError as exc:
+        raise DataError(f"cannot read: {exc.strerror or exc}", url=path) from exc
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise DataError(f"file changed during the build ({size} -> {len(data)} bytes)", url=path)
+    return data
+
+
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
+# O_NOATIME (Linux) is refused with EPERM unless this process owns the file: dropped for
+# the rest of the process at the first refusal (a dataset mostly has one owner).
+_no_atime = getattr(os, "O_NOATIME", 0)
+
+
+def _open_regular(path: str) -> int:
+    global _no_atime
+    if _no_atime:
+        try:
+            return os.open(path, _READ_FLAGS | _no_atime)
+        except PermissionError as exc:
+            if exc.errno != errno.EPERM:  # EACCES: unreadable, whatever the flags
+                raise
+            _no_atime = 0
+    return os.open(path, _READ_FLAGS)
+
+
+def _read_url(url: str, size: int, options: dict[str, Any]) -> bytes:
+    from .. import storage
+
+    try:
+        with storage.open_read(url, storage_options=options) as stream:
+            data = stream.read()
+    except OSError as exc:
+        raise DataError(f"cannot read: {exc}", url=url) from exc
+    check_listed_size(data, size, url)
+    return data
+
+
+def check_listed_size(data: bytes, size: int, url: str) -> None:
+    """Raise a :class:`DataError` when a URL listed with ``size`` bytes (0: unknown) has
+    another size now."""
+    if size and len(data) != size:
+        raise DataError(f"file changed during the build ({size} -> {len(data)} bytes)", url=url)
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    while chunk := os.read(fd, 1 << 26):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """Loads files by path: relative to ``root``, absolute, or any URL storage opens.
+
+    ``s3_endpoint`` is the driver's S3 endpoint (see :func:`.store.endpoint_options`).
+    """
+
+    root: str
+    kind: str = "image_folder"
+    s3_endpoint: str | None = field(default_factory=config.s3_endpoint)
+
+    def _ref(self, item: Item) -> str:
+        ref = str(item.ref)
+        if "://" in self.root and "://" not in ref:
+            ref = f"{self.root}/{ref}"  # relative to a remote folder or list
+        return ref
+
+    def http_url(self, item: Item) -> str:
+        """The item's http(s) URL, which the worker downloads itself (:mod:`.fetch`), or ''."""
+        ref = self._ref(item)
+        return ref if ref[:8].lower().startswith(("http://", "https://")) else ""
+
+    def load(self, item: Item) -> bytes | SampleFiles:
+        if not isinstance(item.ref, tuple):
+            return self._load(self._ref(item), item.size)
+        files = SampleFiles()  # a sample of several files
+        for rel, name, size in item.ref:
+            try:
+                files[name] = self._load(self._ref(item._replace(ref=rel)), size)
+            except DataError as exc:
+                raise SampleFileError(exc.message, url=rel) from exc
+        return files
+
+    def _load(self, ref: str, size: int) -> bytes:
+        if "://" in ref:
+            return _read_url(ref, size, endpoint_options(ref, self.s3_endpoint))
+        return read_file(os.path.join(self.root, ref), size)
+
+    def describe(self, item: Item) -> str:
+        """The item's path; a sample of several files: its path without extensions."""
+        return sample_path(item.ref)
+
+    def json_text(self, item: Item, classes: tuple[str, ...]) -> str:
+        """The ``json`` field: listed metadata, or path, class name and label (the path of
+        a sample of several files: its first file's)."""
+        if item.meta or item.label < 0:
+            return item.meta
+        path = item.ref[0][0] if isinstance(item.ref, tuple) else str(item.ref)
+        return folder_json(path, classes[item.label], item.label)
+
+
+def folder_json(path: str, name: str, label: int) -> str:
+    """The ``json`` field of an image-folder sample (exactly what json.dumps writes)."""
+    if _plain(path) and _plain(name):  # the common case, without json.dumps's overhead
+        return f'{{"path": "{path}", "class": "{name}", "label": {label}}}'
+    return json.dumps({"path": path, "class": name, "label": label})
+
+
+def _plain(text: str) -> bool:
+    """Whether JSON writes ``text`` as it is between quotes."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+def sample_path(ref: Any) -> str:
+    """The path a folder item's key comes from: a sample of several files has its path
+    without extensions (``a/0001``)."""
+    if isinstance(ref, tuple):
+        head, _, name = str(ref[0][0]).rpartition("/")
+        stem = name.partition(".")[0]
+        return f"{head}/{stem}" if head else stem
+    return str(ref)
