@@ -204,6 +204,8 @@ class SizedImageSpec:
     else Pillow's ``draft``: 1/2, 1/4, 1/8; the pixels differ slightly between the two),
     so a 2000 px photo for a 224 px crop decodes a fraction of its pixels; the resize is
     OpenCV's (bilinear; area averaging past 2x down), which the ``images`` extra installs.
+    The output's shape and the crop box come from the image's own size, whatever scale it
+    decoded at (``keep-ratio`` of 1024x683 at 224 is 224x149: 683 x 224/1024 rounded).
     ``spec`` is the output, as the image specs (:data:`IMAGE_SPECS`) name it: ``"rgb8"``
     numpy HxWx3 uint8, ``"torchrgb"`` CxHxW float32, ``"pil"`` ...
     """
