@@ -810,7 +810,15 @@ def report(results: dict[str, list[tuple[str, dict[str, Any]]]], out: Results) -
         out.section(
             group,
             "samples/s",
-            [{"name": n, "rate": round(r["rate"]), "peak_mb": round(r["rss_mb"])} for n, r in rows],
+            [
+                {
+                    "name": n,
+                    "rate": round(r["rate"]),
+                    "peak_mb": round(r["rss_mb"]),
+                    "cpu_us": round(r["cpu_us"]),  # per sample: the steadier figure
+                }
+                for n, r in rows
+            ],
         )
         for label, r in rows:
             ratio = ours / r["rate"]
@@ -876,7 +884,9 @@ def main() -> None:
                 python = args.peers if fn.__name__ in PEERS else None
                 runs[label].append(run_child(fn.__name__, root, samples, limit, python))
         results[group] = [(label, best_of(runs[label])) for label, _ in contenders]
-    out = Results("read")
+    # Named after its file: bench/results/read.json is "read"; a run of some groups kept
+    # beside it (read-image.json) is drawn as its own chart by bench/charts.py.
+    out = Results(os.path.splitext(os.path.basename(args.json))[0])
     report(results, out)
     out.write(args.json)
 
