@@ -2,9 +2,9 @@
 
 Run: ``.venv/bin/python bench/read.py [--quick] [--repeat R] [--data DIR]``
 
-The data (~20,000 samples of ~60 KB 384x384 JPEGs plus a ``cls`` field; ``--quick``: 3,000) is
-generated once into ``/dev/shm/shardkit-bench-read`` as tar shards and as TFRecord shards,
-both written by shardkit, and reused by later runs. Every contender runs in a fresh
+The data (~20,000 samples of ~60 KB 384x384 JPEGs plus a ``cls`` field; ``--quick``:
+3,000) is generated once into ``/dev/shm/shardkit-bench-read`` as tar shards and as
+TFRecord shards, both written by shardkit, and reused by later runs. Every contender runs in a fresh
 subprocess (best of R; imports, and the peers' dataset objects, happen before the clock
 starts), so its peak RSS is its own (VmHWM; DataLoader workers' from ``RUSAGE_CHILDREN``)
 and the page cache is warm for all.
@@ -64,6 +64,10 @@ the pinned CPU torch (``operator torchvision::nms does not exist``); those child
 ``bench/standins`` (shared with ``bench/build.py``) on ``PYTHONPATH``, a stand-in
 ``torchvision`` with only the names ``streaming`` imports, none of which the benchmark
 uses. Without ``--peers`` those rows are left out.
+
+The results are written as JSON (``--json``, ``bench/results/read.json`` by default),
+named after their file: ``--only "center crop" --json bench/results/read-image.json``
+keeps the image(size) groups beside the full run, and ``bench/charts.py`` draws each.
 """
 
 from __future__ import annotations

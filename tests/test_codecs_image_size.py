@@ -205,3 +205,30 @@ def test_the_shape_is_the_images_not_the_decoded_scales() -> None:
     assert shardkit.image(224, "keep-ratio")("jpg", data).shape == (149, 224, 3)
     padded = shardkit.image(224, "pad")("jpg", data)
     assert not padded[:37].any() and not padded[186:].any() and padded[37:186].any()
+
+
+@pytest.mark.parametrize("width, height", [(1, 1), (9, 3), (3, 17), (30, 20), (640, 1)])
+def test_tiny_and_thin_images_have_the_same_shapes_through_every_decoder(
+    width: int, height: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pixels = np.random.default_rng(0).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    jpeg, png = io.BytesIO(), io.BytesIO()
+    PIL.Image.fromarray(pixels).save(jpeg, "JPEG")
+    PIL.Image.fromarray(pixels).save(png, "PNG")
+
+    def shapes(ext: str, data: bytes) -> list[tuple[int, ...]]:
+        return [
+            shardkit.image(size, mode)(ext, data).shape
+            for size in (1, 8, 224)
+            for mode in ("center-crop", "keep-ratio", "pad")
+        ]
+
+    expected = []
+    for size in (1, 8, 224):
+        ratio = size / max(width, height)
+        kept = (max(1, round(height * ratio)), max(1, round(width * ratio)), 3)
+        expected += [(size, size, 3), kept, (size, size, 3)]
+    assert shapes("jpg", jpeg.getvalue()) == expected
+    assert shapes("png", png.getvalue()) == expected
+    monkeypatch.setattr(_imagespecs, "_simplejpeg", lambda: None)
+    assert shapes("jpg", jpeg.getvalue()) == expected
