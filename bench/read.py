@@ -2,9 +2,9 @@
 
 Run: ``.venv/bin/python bench/read.py [--quick] [--repeat R] [--data DIR]``
 
-The data (~20,000 samples of ~60 KB JPEGs plus a ``cls`` field; ``--quick``: 3,000) is
-generated once into ``/dev/shm/shardkit-bench-read`` as tar shards and as TFRecord shards,
-both written by shardkit, and reused by later runs. Every contender runs in a fresh
+The data (~20,000 samples of ~60 KB 384x384 JPEGs plus a ``cls`` field; ``--quick``:
+3,000) is generated once into ``/dev/shm/shardkit-bench-read`` as tar shards and as
+TFRecord shards, both written by shardkit, and reused by later runs. Every contender runs in a fresh
 subprocess (best of R; imports, and the peers' dataset objects, happen before the clock
 starts), so its peak RSS is its own (VmHWM; DataLoader workers' from ``RUSAGE_CHILDREN``)
 and the page cache is warm for all.
@@ -31,10 +31,13 @@ Groups, side by side:
   ``torchrgb8`` (CxHxW uint8 tensor) and ``torchrgb`` (CxHxW float32), what putting the
   channels first and converting to float add;
 * ``shardkit.image(224)`` and ``image(112)``, center crop: shardkit's reader decoding
-  with it (one thread, and its default threads) vs the same reader with Pillow's full
-  decode then the same resize, one thread, vs litdata iterated with that Pillow
-  decode-then-resize (``--peers``). The JPEGs are 384x384: no reduced DCT scale covers a
-  224 crop, so that group measures the resize alone; at 112 they decode at 1/2 scale;
+  with it (one thread, and at 224 its default threads) vs the same reader with Pillow's
+  full decode then the same crop and resize (bilinear), one thread, vs litdata iterated
+  with that Pillow decode-then-resize (``--peers``), the same output size. Twice: on the
+  384x384 JPEGs of every group (image(224) decodes them at 5/8 scale, 240 px; image(112) at
+  3/8, 144 px) and on 500x375 JPEGs of the same kind (ImageNet's usual size; 5/8 and 3/8
+  again), written once beside them (``jpeg-500x375/`` in the data folder). On a busy
+  machine the ``CPU us/sample`` column is the figure to compare;
 * TFRecord read + parse: shardkit vs ``tf.data.TFRecordDataset`` + ``tf.io.parse_single_example``
   in eager Python iteration;
 * ``DataLoader(num_workers=2, batch_size=32)`` over ``decode("rgb8").to_tuple("jpg", "cls")``;
@@ -61,6 +64,10 @@ the pinned CPU torch (``operator torchvision::nms does not exist``); those child
 ``bench/standins`` (shared with ``bench/build.py``) on ``PYTHONPATH``, a stand-in
 ``torchvision`` with only the names ``streaming`` imports, none of which the benchmark
 uses. Without ``--peers`` those rows are left out.
+
+The results are written as JSON (``--json``, ``bench/results/read.json`` by default),
+named after their file: ``--only "center crop" --json bench/results/read-image.json``
+keeps the image(size) groups beside the full run, and ``bench/charts.py`` draws each.
 """
 
 from __future__ import annotations
@@ -81,20 +88,25 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 PER_SHARD = 1000
 FULL, QUICK = 20_000, 3_000
+JPEG = "384x384"  # the JPEGs of every group but the image(size) groups that name another
 
 
 # --------------------------------------------------------------------------- data
 
 
-def _jpeg_pool(count: int, seed: int = 0) -> list[bytes]:
-    """Distinct 384x384 JPEGs of ~60 KB: smooth colour fields with grain."""
+def _jpeg_pool(count: int, seed: int = 0, size: tuple[int, int] = (384, 384)) -> list[bytes]:
+    """Distinct JPEGs of ``size`` (width, height), ~60 KB at 384x384: smooth colour fields
+    with grain."""
     import io
 
     import numpy as np
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:384, 0:384].astype(np.float32) / 384
+    width, height = size
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    x /= width
+    y /= height
     out = []
     for _ in range(count):
         a, b, c = rng.uniform(0, 255, 3)
@@ -107,15 +119,28 @@ def _jpeg_pool(count: int, seed: int = 0) -> list[bytes]:
     return out
 
 
-def ensure_data(root: str, samples: int) -> None:
-    """Write ``samples`` samples as tar and TFRecord shards under ``root`` (once)."""
+def jpeg_root(root: str, jpeg: str) -> str:
+    """Where the samples of JPEGs of size ``jpeg`` ("WxH") live: ``root`` for the default
+    size, a folder inside it for another."""
+    return root if jpeg == JPEG else os.path.join(root, f"jpeg-{jpeg}")
+
+
+def _jpeg_size(jpeg: str) -> tuple[int, int]:
+    width, _, height = jpeg.partition("x")
+    return int(width), int(height)
+
+
+def ensure_data(root: str, samples: int, jpeg: str = JPEG) -> None:
+    """Write ``samples`` samples of ``jpeg``-sized JPEGs as tar shards, and TFRecord shards
+    for the default size, under ``jpeg_root(root, jpeg)`` (once)."""
+    root = jpeg_root(root, jpeg)
     stamp = os.path.join(root, f"done-{samples}")
     if os.path.exists(stamp):
         return
     from shardkit import ShardWriter
 
-    pool = _jpeg_pool(400)
-    for fmt in ("tar", "tfrecord"):
+    pool = _jpeg_pool(400, size=_jpeg_size(jpeg))
+    for fmt in ("tar", "tfrecord") if jpeg == JPEG else ("tar",):
         folder = os.path.join(root, str(samples), fmt)
         os.makedirs(folder, exist_ok=True)
         pattern = os.path.join(folder, f"shard-%06d.{fmt}")
@@ -644,15 +669,26 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
         ("torchrgb8", spec_torchrgb8),
         ("torchrgb", spec_torchrgb),
     ],
-    # The bench JPEGs are 384x384: at 224 no DCT scale (1/2 is 192) covers the crop, so
-    # the 224 rows compare resizing alone; at 112 the JPEGs decode at 1/2 scale.
-    "image(224) center crop": [
+    # 384x384 JPEGs: image(224) decodes them at 5/8 scale (240 px), image(112) at 3/8
+    # (144 px); 500x375 (ImageNet's usual size): at 5/8 (313x235) and 3/8 (188x141).
+    "image(224) center crop, 384x384": [
         ("shardkit 1 thr", sized224_1thread),
         ("shardkit", sized224),
         ("Pillow 1 thr", pillow224),
         ("litdata Pillow", litdata_pillow224),
     ],
-    "image(112) center crop": [
+    "image(112) center crop, 384x384": [
+        ("shardkit 1 thr", sized112_1thread),
+        ("Pillow 1 thr", pillow112),
+        ("litdata Pillow", litdata_pillow112),
+    ],
+    "image(224) center crop, 500x375": [
+        ("shardkit 1 thr", sized224_1thread),
+        ("shardkit", sized224),
+        ("Pillow 1 thr", pillow224),
+        ("litdata Pillow", litdata_pillow224),
+    ],
+    "image(112) center crop, 500x375": [
         ("shardkit 1 thr", sized112_1thread),
         ("Pillow 1 thr", pillow112),
         ("litdata Pillow", litdata_pillow112),
@@ -679,6 +715,8 @@ GROUPS: dict[str, list[tuple[str, Callable[[str, int, int], Work]]]] = {
     ],
 }
 CONTENDERS = {fn.__name__: fn for group in GROUPS.values() for _, fn in group}
+# The groups whose JPEGs are not 384x384 (their samples live in jpeg_root(DATA, size)).
+GROUP_JPEG = {group: group.rpartition(", ")[2] for group in GROUPS if group.endswith("500x375")}
 PEERS = {name for name in CONTENDERS if name.startswith(("mds_", "litdata_"))}  # --peers venv
 
 
@@ -767,7 +805,7 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def report(results: dict[str, list[tuple[str, dict[str, Any]]]], out: Results) -> None:
     print(
-        f"{'group':<28} {'contender':<14} {'samples':>8} {'samples/s':>10} {'ratio':>7} "
+        f"{'group':<32} {'contender':<14} {'samples':>8} {'samples/s':>10} {'ratio':>7} "
         f"{'CPU us/sample':>14} {'cores':>6} {'peak RSS MB':>12} {'worker RSS MB':>14} "
         f"{'torch':>6} {'JPEG':>10}"
     )
@@ -776,14 +814,22 @@ def report(results: dict[str, list[tuple[str, dict[str, Any]]]], out: Results) -
         out.section(
             group,
             "samples/s",
-            [{"name": n, "rate": round(r["rate"]), "peak_mb": round(r["rss_mb"])} for n, r in rows],
+            [
+                {
+                    "name": n,
+                    "rate": round(r["rate"]),
+                    "peak_mb": round(r["rss_mb"]),
+                    "cpu_us": round(r["cpu_us"]),  # per sample: the steadier figure
+                }
+                for n, r in rows
+            ],
         )
         for label, r in rows:
             ratio = ours / r["rate"]
             workers = f"{r['worker_rss_mb']:.0f}" if "DataLoader" in group else "-"
             jpeg = r["jpeg"] if group.startswith("decode") else "-"
             print(
-                f"{group:<28} {label:<14} {r['samples']:>8} {r['rate']:>10.0f} "
+                f"{group:<32} {label:<14} {r['samples']:>8} {r['rate']:>10.0f} "
                 f"{ratio:>6.2f}x {r['cpu_us']:>14.0f} {r['cores']:>6.2f} {r['rss_mb']:>12.0f} "
                 f"{workers:>14} {r['torch']!s:>6} {jpeg:>10}"
             )
@@ -820,24 +866,31 @@ def main() -> None:
     if args.child:
         child(args.child, args.data, samples, limit)
         return
-    ensure_data(args.data, samples)
+    groups = [group for group in GROUPS if not args.only or args.only in group]
+    jpegs = dict.fromkeys([JPEG, *(GROUP_JPEG.get(group, JPEG) for group in groups)])
+    for jpeg in jpegs:
+        ensure_data(args.data, samples, jpeg)
     ensure_indexes(args.data, samples)
     if args.peers:
-        command = [args.peers, __file__, "--child", "prepare-peers", "--data", args.data]
-        subprocess.run([*command, "--samples", str(samples)], check=True, env=peer_env())
-    print(f"{samples} samples of ~60 KB JPEGs in {args.data}; decode/DataLoader/random on ~{limit}")
+        for jpeg in jpegs:
+            command = [args.peers, __file__, "--child", "prepare-peers"]
+            command += ["--data", jpeg_root(args.data, jpeg), "--samples", str(samples)]
+            subprocess.run(command, check=True, env=peer_env())
+    print(f"{samples} samples of JPEGs ({', '.join(jpegs)}; ~60 KB at {JPEG}) in {args.data}")
+    print(f"decode/DataLoader/random on ~{limit}")
     results = {}
-    for group, all_contenders in GROUPS.items():
-        if args.only and args.only not in group:
-            continue
-        contenders = [c for c in all_contenders if args.peers or c[1].__name__ not in PEERS]
+    for group in groups:
+        root = jpeg_root(args.data, GROUP_JPEG.get(group, JPEG))
+        contenders = [c for c in GROUPS[group] if args.peers or c[1].__name__ not in PEERS]
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in contenders}
         for _ in range(args.repeat):  # interleaved, so a busy moment hits every contender
             for label, fn in contenders:
                 python = args.peers if fn.__name__ in PEERS else None
-                runs[label].append(run_child(fn.__name__, args.data, samples, limit, python))
+                runs[label].append(run_child(fn.__name__, root, samples, limit, python))
         results[group] = [(label, best_of(runs[label])) for label, _ in contenders]
-    out = Results("read")
+    # Named after its file: bench/results/read.json is "read"; a run of some groups kept
+    # beside it (read-image.json) is drawn as its own chart by bench/charts.py.
+    out = Results(os.path.splitext(os.path.basename(args.json))[0])
     report(results, out)
     out.write(args.json)
 

@@ -204,6 +204,8 @@ class SizedImageSpec:
     else Pillow's ``draft``: 1/2, 1/4, 1/8; the pixels differ slightly between the two),
     so a 2000 px photo for a 224 px crop decodes a fraction of its pixels; the resize is
     OpenCV's (bilinear; area averaging past 2x down), which the ``images`` extra installs.
+    The output's shape and the crop box come from the image's own size, whatever scale it
+    decoded at (``keep-ratio`` of 1024x683 at 224 is 224x149: 683 x 224/1024 rounded).
     ``spec`` is the output, as the image specs (:data:`IMAGE_SPECS`) name it: ``"rgb8"``
     numpy HxWx3 uint8, ``"torchrgb"`` CxHxW float32, ``"pil"`` ...
     """
@@ -235,49 +237,80 @@ class SizedImageSpec:
 
     def _decode(self, data: bytes, ext: str) -> Any:
         kind, to_float, mode = _SPECS[self.spec]
-        arr = None
+        decoded = None
         if mode != "L" and _is_jpeg(data, ext):
-            arr = _decode_jpeg_scaled(data, mode, self.size, self.mode == "center-crop")
-        if arr is None:
-            arr = self._decode_pil(data, mode)
-        out = self._fit(arr)
+            decoded = _decode_jpeg_scaled(data, mode, self.size, self.mode == "center-crop")
+        if decoded is None:
+            decoded = self._decode_pil(data, mode)
+        out = self._fit(*decoded)
         if kind == "pil":
             import PIL.Image
 
             return PIL.Image.fromarray(out)
         return _finish(out, to_float, kind)
 
-    def _decode_pil(self, data: bytes, mode: _Mode) -> Any:
-        """Pillow's decode; for a JPEG, at the smallest DCT scale that covers the target."""
+    def _decode_pil(self, data: bytes, mode: _Mode) -> tuple[Any, int, int, float]:
+        """Pillow's decode; for a JPEG, at the smallest DCT scale that covers the target.
+        The pixels, the image's own width and height, and the scale decoded at."""
+        import numpy as np
         import PIL.Image
 
         with PIL.Image.open(io.BytesIO(data), formats=_pil_formats()) as img:
             width, height = img.size
-            fit = min if self.mode == "center-crop" else max
-            scale = self.size / fit(width, height)
-            img.draft(mode, (math.ceil(width * scale), math.ceil(height * scale)))
+            m = _eighths(width, height, self.size, self.mode == "center-crop")
+            img.draft(mode, (math.ceil(width * m / 8), math.ceil(height * m / 8)))
             img.load()
-            return _writable(img.convert(mode))
+            # asarray: read-only, and no copy; every mode makes its output anew.
+            arr = np.asarray(img.convert(mode))
+        return arr, width, height, _scale_of(arr, width, height, (1, 1 / 2, 1 / 4, 1 / 8))
 
-    def _fit(self, arr: Any) -> Any:
-        """``arr`` (HxW[xC]) resized and cropped or padded as the mode says."""
-        import cv2
+    def _fit(self, arr: Any, width: int, height: int, scale: float) -> Any:
+        """``arr`` (HxW[xC]: a ``width`` x ``height`` image decoded at ``scale``) resized and
+        cropped or padded as the mode says. The geometry is the image's own, whatever the
+        scale: the output's shape and the crop box are computed on ``width`` x ``height``
+        and then mapped onto ``arr`` (rounded to its pixels)."""
         import numpy as np
 
-        height, width = arr.shape[:2]
         size = self.size
         if self.mode == "center-crop":
             side = min(width, height)
-            top, left = (height - side) // 2, (width - side) // 2
-            return _resize(cv2, arr[top : top + side, left : left + side], size, size)
-        scale = size / max(width, height)
-        fitted = _resize(cv2, arr, max(1, round(width * scale)), max(1, round(height * scale)))
+            box = ((width - side) / 2, (height - side) / 2, side, side)
+            return _resize_box(arr, box, scale, size, size)
+        ratio = size / max(width, height)
+        out_w, out_h = max(1, round(width * ratio)), max(1, round(height * ratio))
+        fitted = _resize_box(arr, (0, 0, width, height), scale, out_w, out_h)
         if self.mode == "keep-ratio":
             return fitted
         canvas = np.zeros((size, size, *arr.shape[2:]), arr.dtype)
-        top, left = (size - fitted.shape[0]) // 2, (size - fitted.shape[1]) // 2
-        canvas[top : top + fitted.shape[0], left : left + fitted.shape[1]] = fitted
+        top, left = (size - out_h) // 2, (size - out_w) // 2
+        canvas[top : top + out_h, left : left + out_w] = fitted
         return canvas
+
+
+def _eighths(width: int, height: int, size: int, cover_short: bool) -> int:
+    """The least M (1..8) for which M/8 of a ``width`` x ``height`` image keeps its short
+    side (``cover_short``) or its long side at least ``size``."""
+    scale = size / (min if cover_short else max)(width, height)
+    return min(8, max(1, math.ceil(scale * 8 - 1e-9)))
+
+
+def _scale_of(arr: Any, width: int, height: int, scales: tuple[float, ...]) -> float:
+    """Which of ``scales`` a decoder used to give ``arr`` (it rounds up), else the ratio."""
+    for scale in scales:
+        if arr.shape[:2] == (math.ceil(height * scale), math.ceil(width * scale)):
+            return scale
+    return float(arr.shape[1] / width)
+
+
+def _resize_box(arr: Any, box: tuple[float, ...], scale: float, width: int, height: int) -> Any:
+    """The part of ``arr`` that ``box`` (left, top, width, height, in the image's own pixels;
+    ``arr`` is the image at ``scale``) covers, resized to ``width`` x ``height``."""
+    import cv2
+
+    left, top = round(box[0] * scale), round(box[1] * scale)
+    right = min(arr.shape[1], max(left + 1, round((box[0] + box[2]) * scale)))
+    bottom = min(arr.shape[0], max(top + 1, round((box[1] + box[3]) * scale)))
+    return _resize(cv2, arr[top:bottom, left:right], width, height)
 
 
 def _resize(cv2: Any, arr: Any, width: int, height: int) -> Any:
@@ -290,9 +323,12 @@ def _resize(cv2: Any, arr: Any, width: int, height: int) -> Any:
     return cv2.resize(arr, (width, height), interpolation=method)
 
 
-def _decode_jpeg_scaled(data: bytes, mode: _Mode, size: int, cover_short: bool) -> Any:
+def _decode_jpeg_scaled(
+    data: bytes, mode: _Mode, size: int, cover_short: bool
+) -> tuple[Any, int, int, float] | None:
     """A JPEG decoded by simplejpeg at the smallest libjpeg-turbo scale (an M/8) that keeps
-    the short side (``cover_short``) or the long side at least ``size``; None to use Pillow."""
+    the short side (``cover_short``) or the long side at least ``size``: the pixels, the
+    image's width and height, and M/8; None to use Pillow."""
     sj = _simplejpeg()
     if sj is None:
         return None
@@ -305,15 +341,16 @@ def _decode_jpeg_scaled(data: bytes, mode: _Mode, size: int, cover_short: bool) 
     limit = PIL.Image.MAX_IMAGE_PIXELS
     if colorspace not in ("YCbCr", "Gray") or (limit is not None and height * width > limit):
         return None
-    scale = size / (min if cover_short else max)(width, height)
+    m = _eighths(width, height, size, cover_short)
     try:
-        return sj.decode_jpeg(
+        arr = sj.decode_jpeg(
             data,
             colorspace=mode,
             fastdct=False,
             fastupsample=False,
-            min_height=min(height, math.ceil(height * scale)),
-            min_width=min(width, math.ceil(width * scale)),
+            min_height=math.ceil(height * m / 8),
+            min_width=math.ceil(width * m / 8),
         )
     except ValueError:
         return None
+    return arr, width, height, _scale_of(arr, width, height, (m / 8,))
