@@ -31,6 +31,36 @@ def make_png(seed: int = 0, size: tuple[int, int] = (40, 30)) -> bytes:
     return out.getvalue()
 
 
+def make_flac(seconds: float = 0.25, seed: int = 0, rate: int = 16000) -> bytes:
+    """A stereo FLAC tone of ``seconds`` (16-bit, ``rate`` Hz); ``seed`` sets its pitch."""
+    import numpy as np
+    import soundfile as sf
+
+    t = np.arange(int(rate * seconds), dtype=np.float32) / rate
+    tone = 0.3 * np.sin(2 * np.pi * (220 + 20 * seed) * t)
+    buffer = io.BytesIO()
+    sf.write(buffer, np.stack([tone, tone / 2], 1), rate, format="FLAC", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def make_mp4(frames: int = 12) -> bytes:
+    """An MPEG-4 video of ``frames`` 32x24 frames at 30 fps, frame i all of value 8 * i."""
+    import av
+    import numpy as np
+
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
+        for i in range(frames):
+            image = np.full((24, 32, 3), 8 * i, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buffer.getvalue()
+
+
 def make_corpus_jpeg(seed: int = 0) -> bytes:
     return make_jpeg(random.Random(seed), 0)
 

@@ -5,17 +5,14 @@ class and samples layouts; the mixed jpg/txt/json/flac/mp4 folder of "Done when"
 from __future__ import annotations
 
 import gc
-import io
 import json
 import os
 import sys
 import warnings
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
-import soundfile as sf
 import webdataset as wds
 
 import shardkit
@@ -24,6 +21,8 @@ from shardkit.builder import spill as spill_module
 from shardkit.errors import ConfigError, DataError, MissingDependencyError
 from tests.conftest_build import (
     make_corpus_jpeg,
+    make_flac,
+    make_mp4,
     make_png,
     read_samples,
     resume_after,
@@ -33,28 +32,6 @@ from tests.conftest_build import (
 )
 
 RATE = 16000
-
-
-def _flac(seconds: float = 0.25, seed: int = 0) -> bytes:
-    t = np.arange(int(RATE * seconds), dtype=np.float32) / RATE
-    tone = 0.3 * np.sin(2 * np.pi * (220 + 20 * seed) * t)
-    buffer = io.BytesIO()
-    sf.write(buffer, np.stack([tone, tone / 2], 1), RATE, format="FLAC", subtype="PCM_16")
-    return buffer.getvalue()
-
-
-def _mp4(frames: int = 12) -> bytes:
-    buffer = io.BytesIO()
-    with av.open(buffer, mode="w", format="mp4") as out:
-        stream = out.add_stream("mpeg4", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
-        for i in range(frames):
-            image = np.full((24, 32, 3), 8 * i, np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return buffer.getvalue()
 
 
 # The bad files of the mixed folder: (path, what its reason says).
@@ -82,7 +59,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, dict
     samples; the files of ``BAD`` corrupt. Returns the folder and the good samples' files
     by key and field."""
     src = str(tmp_path_factory.mktemp("mixed") / "src")
-    flac, mp4 = _flac(), _mp4()
+    flac, mp4 = make_flac(), make_mp4()
     good: dict[str, dict[str, bytes]] = {}
     for i in range(16):
         key = f"{i // 10:05d}/{i:09d}"
@@ -92,7 +69,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, dict
             "json": json.dumps({"url": f"http://x/{i}.jpg", "caption": f"c{i}"}).encode(),
         }
         if i % 2 == 0:
-            fields["flac"] = _flac(seed=i)
+            fields["flac"] = make_flac(seed=i)
         if i % 3 == 0:
             fields["mp4"] = mp4
         for ext in ("flac", "mp4"):  # the bad ones are added where a sample had none
@@ -203,7 +180,7 @@ def test_the_class_layout_groups_too_with_cls_from_the_folder(tmp_path: Path) ->
     write(src, "dog/0003.json", b'{"own": true}')  # a sample's own json wins
     write(src, "dog/a.jpg", jpg)  # images alone: one sample each, as before
     write(src, "dog/a.png", png)
-    write(src, "dog/0004.flac", _flac())
+    write(src, "dog/0004.flac", make_flac())
     out = str(tmp_path / "out")
     result = shardkit.build(src, out, options=BuildOptions(workers=1, shuffle=False))
     assert result.skipped == [("cat/0002.cls", "the class folder gives cls in the class layout")]
@@ -223,7 +200,7 @@ def test_the_class_layout_groups_too_with_cls_from_the_folder(tmp_path: Path) ->
     third = samples["dog/0003"]
     assert _fields(third) == {"jpg", "seg.png", "json", "cls"}
     assert third["json"] == b'{"own": true}' and third["cls"] == b"1"
-    assert samples["dog/0004"]["flac"] == _flac()
+    assert samples["dog/0004"]["flac"] == make_flac()
     assert samples["dog/a_png"]["png"] == png
 
 
@@ -278,7 +255,7 @@ def test_a_missing_extra_is_loud_not_a_skip(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = str(tmp_path / "src")
-    write(src, "x.flac", _flac())
+    write(src, "x.flac", make_flac())
     write(src, "x.txt", b"hello")
     monkeypatch.setitem(sys.modules, "soundfile", None)
     with pytest.raises(MissingDependencyError, match=r"shardkit\[audio\]"):

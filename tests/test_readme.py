@@ -22,7 +22,9 @@ The folder holds ``images/`` (an ImageFolder of 64x64 JPEGs in three classes: on
 since the reading example batches decoded images as they are), ``list.csv``
 (path,label), ``urls.parquet`` (the same rows, its path column named url),
 ``old/shard-000000.tar`` .. ``old/shard-000099.tar``, ``data/`` (a ``shardkit build`` of
-``images/``) and ``a.tar`` / ``b.tar`` (two of its shards).
+``images/``), ``a.tar`` / ``b.tar`` (two of its shards), ``pairs/`` (samples of a JPEG, a
+caption and a FLAC clip), ``captions.csv`` (url,caption), and ``speech/`` / ``videos/``
+(shards of FLAC + txt and of MP4 + txt samples).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import pytest
 
 import shardkit
 from shardkit.demo import make_image_folder, make_jpeg
+from tests.conftest_build import make_flac, make_mp4
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -123,6 +126,27 @@ def _make_folder(root: Path) -> None:
     result = shardkit.build(str(images), str(root / "data"), options=options)
     shutil.copy(root / "data" / result.shards[0].name, root / "a.tar")
     shutil.copy(root / "data" / result.shards[1].name, root / "b.tar")
+    _make_media(root, rows)
+
+
+def _make_media(root: Path, rows: list[dict[str, Any]]) -> None:
+    """The modality examples' inputs: pairs/, captions.csv, speech/ and videos/."""
+    pairs = root / "pairs"
+    pairs.mkdir()
+    with open(root / "captions.csv", "w") as f:
+        f.write("url,caption\n")
+        for i, row in enumerate(rows[:12]):
+            f.write(f"{row['url']},a picture number {i}\n")
+            shutil.copy(root / row["url"], pairs / f"{i:04d}.jpg")
+            (pairs / f"{i:04d}.txt").write_text(f"a picture number {i}")
+            (pairs / f"{i:04d}.flac").write_bytes(make_flac(0.1, seed=i))
+    with shardkit.ShardWriter(str(root / "speech/shard-%06d.tar"), max_count=8) as sink:
+        for i in range(12):
+            sink.write({"__key__": f"s{i:04d}", "flac": make_flac(0.1, seed=i), "txt": f"{i}"})
+    video = make_mp4(20)
+    with shardkit.ShardWriter(str(root / "videos/shard-%06d.tar"), max_count=8) as sink:
+        for i in range(4):
+            sink.write({"__key__": f"v{i:04d}", "mp4": video, "txt": f"clip {i}"})
 
 
 def _bin_folder(root: Path) -> str:
