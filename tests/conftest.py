@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import os
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -42,3 +43,15 @@ def image_folder(tmp_path: os.PathLike[str]) -> Iterator[str]:
     folder = os.path.join(str(tmp_path), "images")
     make_image_folder(folder, count=30)
     yield folder
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]) -> types.ModuleType:
+    """``datasets`` with no network and its caches under ``tmp_path``."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", os.path.join(tmp_path, "hf"))
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    return datasets

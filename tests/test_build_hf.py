@@ -16,24 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import pytest
 from conftest_build import make_corpus_jpeg, make_png, read_samples, write
 from PIL import Image as PILImage
 
 import shardkit
 from shardkit import BuildOptions
-
-
-@pytest.fixture
-def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
-    """``datasets`` with no network and its caches under ``tmp_path``."""
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    import datasets
-
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
-    return datasets
 
 
 def _dataset(datasets: Any) -> tuple[Any, list[bytes]]:

@@ -30,18 +30,6 @@ from shardkit import BuildOptions
 RATE = 16000
 
 
-@pytest.fixture
-def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    """``datasets`` with no network and its caches under ``tmp_path``."""
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    import datasets
-
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
-    return datasets
-
-
 def _sound(i: int, fmt: str) -> bytes:
     """Half a second of a tone (stereo for WAV, mono for FLAC), 16-bit."""
     t = np.arange(RATE // 2) / RATE
