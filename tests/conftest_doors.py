@@ -706,27 +706,32 @@ def serve_kinds() -> None:
 
 
 class Zygote:
-    """A fresh interpreter running :func:`serve_kinds`; :meth:`run` is :func:`run_kind`
-    in a child of it."""
+    """A fresh interpreter running :func:`serve_kinds`, started on first use; :meth:`run`
+    is :func:`run_kind` in a child of it. A run cut short (pytest-timeout, Ctrl-C) kills
+    the child and the zygote: the next run starts a new one, never reading old answers."""
 
     def __init__(self) -> None:
-        here = os.path.dirname(os.path.abspath(__file__))
-        code = (
-            f"import sys; sys.path.insert(0, {here!r})\n"
-            "from conftest_doors import serve_kinds\n"
-            "serve_kinds()\n"
-        )
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        self._proc: subprocess.Popen[bytes] | None = None
         self._pending = b""
 
-    def _answer(self, timeout: float | None = None) -> dict[str, Any] | None:
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            here = os.path.dirname(os.path.abspath(__file__))
+            code = (
+                f"import sys; sys.path.insert(0, {here!r})\n"
+                "from conftest_doors import serve_kinds\n"
+                "serve_kinds()\n"
+            )
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            self._pending = b""
+        return self._proc
+
+    def _answer(self, proc: subprocess.Popen[bytes], timeout: float | None = None) -> Any:
         """The zygote's next answer line, or None after ``timeout`` seconds without one."""
-        assert self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -734,32 +739,45 @@ class Zygote:
                 return None
             chunk = os.read(fd, 65536)
             if not chunk:
-                raise AssertionError(f"the zygote died ({self._proc.wait()})")
+                raise AssertionError(f"the zygote died ({proc.wait()})")
             self._pending += chunk
         line, self._pending = self._pending.split(b"\n", 1)
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+        return json.loads(line)
 
     def run(self, kind_name: str, root: str, timeout: float) -> tuple[str, str, int]:
         """The child's stdout, stderr and exit status (-9 when killed at ``timeout``)."""
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(json.dumps({"kind": kind_name, "root": root}).encode() + b"\n")
-        self._proc.stdin.flush()
-        started = self._answer()
-        assert started is not None
-        answer = self._answer(timeout)
-        if answer is None:
-            os.kill(started["pid"], signal.SIGKILL)
-            answer = self._answer()
-            assert answer is not None
+        proc = self._start()
+        assert proc.stdin is not None
+        child = None
+        try:
+            proc.stdin.write(json.dumps({"kind": kind_name, "root": root}).encode() + b"\n")
+            proc.stdin.flush()
+            child = self._answer(proc)["pid"]
+            answer = self._answer(proc, timeout)
+            if answer is None:
+                os.kill(child, signal.SIGKILL)
+                answer = self._answer(proc)
+        except BaseException:
+            if child is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            self.close(signal.SIGKILL)
+            raise
         with open(root + ".stdout") as out, open(root + ".stderr") as err:
             return out.read(), err.read(), int(answer["status"])
 
-    def close(self) -> None:
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.close()
-        self._proc.wait(30)
-        self._proc.stdout.close()
+    def close(self, sig: int | None = None) -> None:
+        """End the zygote: by closing its requests, or by ``sig``."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None and proc.stdout is not None
+        if sig is not None:
+            proc.send_signal(sig)
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        proc.wait(30)
+        proc.stdout.close()
 
 
 def run_child(zygote: Zygote, kind_name: str, root: str, *, timeout: float) -> list[dict[str, Any]]:
