@@ -4,10 +4,11 @@ every entry point it concerns.
 
 An entry point declares what it touches (``TOUCHES``: a source folder, its shards, their
 ``.idx`` files, a manifest, ``json`` fields, a list, an output folder); a kind declares what
-it attacks and whether it must make the entry fail. The test runs each kind in a fresh
-interpreter, every concerned entry point in a fresh copy of a small dataset, under a time
-bound (a FIFO must not hang it), a memory cap (``/dev/zero`` must not fill it) and, for the
-full disk, a file-size limit; and it checks a file outside every folder is never touched.
+it attacks and whether it must make the entry fail. The test runs each kind in a process of
+its own (a fork of an idle interpreter that imported shardkit and torch once), every
+concerned entry point in a fresh copy of a small dataset, under a time bound (a FIFO must not
+hang it), a memory cap (``/dev/zero`` must not fill it) and, for the full disk, a file-size
+limit; and it checks a file outside every folder is never touched.
 A new entry point registers here once and inherits every kind.
 """
 
@@ -18,6 +19,7 @@ import io
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -648,23 +650,142 @@ def run_kind(kind_name: str, root: str, only: str | None = None) -> None:
         shutil.rmtree(case.root, ignore_errors=True)
 
 
-def run_child(kind_name: str, root: str, *, timeout: float) -> list[dict[str, Any]]:
-    """Run :func:`run_kind` in a fresh interpreter; its results (a child killed at
-    ``timeout`` reports the entry it was in as a hang)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = (
-        f"import sys; sys.path.insert(0, {here!r})\n"
-        "from conftest_doors import run_kind\n"
-        f"run_kind({kind_name!r}, {root!r})\n"
-    )
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
-        )
-        stdout, stderr, status = done.stdout, done.stderr, done.returncode
-    except subprocess.TimeoutExpired as exc:
-        stdout = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        stderr, status = "killed at the time bound", -9
+# Imported once by the zygote, before it forks a child per kind: what the entry points
+# import on first use (torch alone costs ~2.5 s of CPU per fresh interpreter).
+PRELOAD = (
+    "PIL.Image",
+    "numpy",
+    "torch",
+    "torch.utils.data",
+    "shardkit",
+    "shardkit.cli",
+    "shardkit.demo",
+    "shardkit.tools",
+    "shardkit.tools.view",
+    "shardkit.writer",
+)
+
+
+def serve_kinds() -> None:
+    """The zygote: import :data:`PRELOAD`, then for each request on stdin (a JSON line:
+    kind, root) fork a child that runs :func:`run_kind` with its stdout and stderr in
+    files beside ``root``. Each kind thus still runs in a process of its own (its own
+    limits, signal handlers, module state: a fork of this idle interpreter, which runs
+    nothing itself); only the imports are shared. Answers ``{"pid": N}`` once forked,
+    then ``{"status": exit code}``."""
+    import importlib
+    import traceback
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    for line in sys.stdin:
+        request = json.loads(line)
+        root = request["root"]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                for fd, suffix in ((1, ".stdout"), (2, ".stderr")):
+                    out = os.open(root + suffix, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    os.dup2(out, fd)
+                run_kind(request["kind"], root)
+                status = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        print(json.dumps({"pid": pid}), flush=True)
+        _, waited = os.waitpid(pid, 0)
+        print(json.dumps({"status": os.waitstatus_to_exitcode(waited)}), flush=True)
+
+
+class Zygote:
+    """A fresh interpreter running :func:`serve_kinds`, started on first use; :meth:`run`
+    is :func:`run_kind` in a child of it. A run cut short (pytest-timeout, Ctrl-C) kills
+    the child and the zygote: the next run starts a new one, never reading old answers."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pending = b""
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            here = os.path.dirname(os.path.abspath(__file__))
+            code = (
+                f"import sys; sys.path.insert(0, {here!r})\n"
+                "from conftest_doors import serve_kinds\n"
+                "serve_kinds()\n"
+            )
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            self._pending = b""
+        return self._proc
+
+    def _answer(self, proc: subprocess.Popen[bytes], timeout: float | None = None) -> Any:
+        """The zygote's next answer line, or None after ``timeout`` seconds without one."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"the zygote died ({proc.wait()})")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, kind_name: str, root: str, timeout: float) -> tuple[str, str, int]:
+        """The child's stdout, stderr and exit status (-9 when killed at ``timeout``)."""
+        proc = self._start()
+        assert proc.stdin is not None
+        child = None
+        try:
+            proc.stdin.write(json.dumps({"kind": kind_name, "root": root}).encode() + b"\n")
+            proc.stdin.flush()
+            child = self._answer(proc)["pid"]
+            answer = self._answer(proc, timeout)
+            if answer is None:
+                os.kill(child, signal.SIGKILL)
+                answer = self._answer(proc)
+        except BaseException:
+            if child is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            self.close(signal.SIGKILL)
+            raise
+        with open(root + ".stdout") as out, open(root + ".stderr") as err:
+            return out.read(), err.read(), int(answer["status"])
+
+    def close(self, sig: int | None = None) -> None:
+        """End the zygote: by closing its requests, or by ``sig``."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None and proc.stdout is not None
+        if sig is not None:
+            proc.send_signal(sig)
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        proc.wait(30)
+        proc.stdout.close()
+
+
+def run_child(zygote: Zygote, kind_name: str, root: str, *, timeout: float) -> list[dict[str, Any]]:
+    """Run :func:`run_kind` in a fresh process (a child of ``zygote``); its results (a
+    child killed at ``timeout`` reports the entry it was in as a hang)."""
+    stdout, stderr, status = zygote.run(kind_name, root, timeout)
+    if status == -signal.SIGKILL:
+        stderr = "killed at the time bound"
     results: list[dict[str, Any]] = []
     for line in stdout.splitlines():
         record = json.loads(line)

@@ -10,6 +10,8 @@ byte-identical to an uninterrupted build (manifest compared without ``timing``).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import random
 import re
@@ -22,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_build import run_cli, snapshot
+from conftest_build import snapshot
 from conftest_procs import descendants, still_alive
 
+from shardkit.cli import main
 from shardkit.demo import make_image_folder
 
 FINAL = re.compile(r"shard-\d{6}\.tar")
@@ -137,6 +140,15 @@ def _events(corpus: str, out: str, args: list[str], env: dict[str, str]) -> list
     return [line for line in done.stderr.splitlines() if line.startswith("@@ ")]
 
 
+def _rerun(corpus: str, out: str, args: list[str]) -> tuple[int, str]:
+    """``shardkit build`` again, in this process (a process other than the killed one, as
+    a user's rerun is; its pool's forkserver, already started here, is reused)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(["build", corpus, out, *args])
+    return status, err.getvalue()
+
+
 @pytest.mark.parametrize(
     ("extra", "seed"), [([], 1), (["--resize", "32"], 2)], ids=["renamed", "assembled"]
 )
@@ -171,8 +183,8 @@ def test_kill_9_at_ten_seeded_moments_then_rerun_is_identical(
             kids = _kill_at_event(cmd, when, hooked_env)
         assert not still_alive(kids), f"workers outlived the killed build ({what})"
         finished += _check_after_kill(out, expected, what)
-        rerun = run_cli(corpus, out, *args)
-        assert rerun.returncode == 0, f"{what}: {rerun.stderr}"
+        status, stderr = _rerun(corpus, out, args)
+        assert status == 0, f"{what}: {stderr}"
         assert snapshot(out) == expected, f"resumed output differs ({what})"
         timings.append(f"{kind}:{time.perf_counter() - begun:.2f}")
     print(f"build {duration:.2f} s; {finished} of 10 kills came after the manifest", *timings)

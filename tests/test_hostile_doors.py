@@ -13,18 +13,31 @@ is never touched.
 from __future__ import annotations
 
 import inspect
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest_doors import KINDS, NOT_IO, TIME_BOUND, entry_names, run_child
+from conftest_doors import KINDS, NOT_IO, TIME_BOUND, Zygote, entry_names, run_child
 
 import shardkit
 import shardkit.tools
 
 
+@pytest.fixture(scope="session")
+def zygote() -> Iterator[Zygote]:
+    """One idle interpreter per xdist worker that has imported shardkit and torch; each
+    kind runs in a fork of it (a process of its own, without paying the imports again)."""
+    forks = Zygote()
+    yield forks
+    forks.close()
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_every_entry_point_meets_every_hostile_kind(kind: str, tmp_path: Any) -> None:
-    results = run_child(kind, str(tmp_path), timeout=600)
+def test_every_entry_point_meets_every_hostile_kind(
+    kind: str, tmp_path: Any, zygote: Zygote
+) -> None:
+    results = run_child(zygote, kind, os.path.join(str(tmp_path), "run"), timeout=600)
     assert results, "no entry point concerned"
     bad = []
     for result in results:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -285,8 +286,14 @@ def test_a_single_stream_state_in_a_loader_with_workers_names_the_way(shard_fold
     again = Dataset(shard_folder, seed=5).shuffle(6).to_tuple("__key__")
     again.load_state_dict(state)
     loader = StatefulDataLoader(again, batch_size=3, num_workers=2, multiprocessing_context="fork")
+    before = set(multiprocessing.active_children())
     with pytest.raises(ConfigError, match="StatefulDataLoader"):
         list(loader)
+    # torchdata leaves the workers of an iterator whose startup failed waiting for work: its
+    # shutdown (when the traceback holding it is collected) would join each for 5 s
+    for worker in set(multiprocessing.active_children()) - before:
+        worker.terminate()
+        worker.join(5)
 
 
 def test_stage_counts_are_part_of_the_state(shard_folder: str) -> None:

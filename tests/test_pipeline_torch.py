@@ -90,10 +90,11 @@ def _read_each_way(rank: int, world: int, folder: str) -> dict[str, Any]:
             ds.set_epoch(epoch)
             out[f"{name} epoch {epoch}"] = [key for batch in loader for (key,) in batch]
     batches = shardkit.Loader(ds.map(_first).batched(5, collate=None), num_workers=2)
-    out["Loader"] = [key for batch in batches for key in batch]
-    head = shardkit.Loader(ds.map(_first).batched(5, collate=None), num_workers=2)
-    next(iter(head))
-    out["Loader state"] = head.state_dict()["streams"]
+    out["Loader"] = []
+    for batch in batches:  # the state after the first batch, from the same two workers
+        if not out["Loader"]:
+            out["Loader state"] = batches.state_dict()["streams"]
+        out["Loader"] += batch
     return out
 
 
