@@ -193,3 +193,26 @@ def test_a_dataset_without_files_is_one_line(offline: Any, tmp_path: Path) -> No
     with pytest.raises(ConfigError, match=r"no Image, Audio, Video or binary column \(columns"):
         shardkit.build(dataset, tmp_path / "out")
     assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_a_classlabel_of_another_name_labels_and_its_minus_one_is_no_label(
+    offline: Any, tmp_path: Path
+) -> None:
+    images = [make_corpus_jpeg(i) for i in range(4)]
+    features = offline.Features(
+        {"image": offline.Image(), "fine": offline.ClassLabel(names=["a", "b"])}
+    )
+    rows = {"image": [{"bytes": b, "path": None} for b in images], "fine": [1, -1, 0, 1]}
+    dataset = offline.Dataset.from_dict(rows, features=features).select([3, 2, 1, 0])
+    path = str(tmp_path / "fine.parquet")
+    dataset.to_parquet(path)  # the selection's rows, in its order
+    for source, out in ((dataset, "d"), (path, "p")):
+        result = shardkit.build(source, tmp_path / out, options=BuildOptions())
+        samples = {s["__key__"]: s for s in read_samples(str(tmp_path / out))}
+        assert result.samples == 4 and not result.skipped
+        assert [samples[f"{i:08d}"]["jpg"] for i in range(4)] == images[::-1]
+        assert "cls" not in samples["00000002"]  # -1: no label
+        assert json.loads(samples["00000002"]["json"]) == {}
+        assert samples["00000000"]["cls"] == b"1"
+        assert json.loads(samples["00000000"]["json"]) == {"class": "b", "label": 1}
+    assert _shards(tmp_path / "d") == _shards(tmp_path / "p")
