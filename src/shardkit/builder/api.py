@@ -46,9 +46,10 @@ def build(
         listing = list_source(source, out_path, options, to_sample, spill=spill)
         if options.transforms and listing.kind not in ("image_folder", "table"):
             raise ConfigError(
-                "resize, max_side and encode apply to image files (a folder or a CSV/JSONL "
-                f"list); a {listing.kind} source packs its samples as they are: transform "
-                "them in to_sample, or with shardkit proc / map_shards"
+                "resize, max_side and encode apply to image files (a folder, a CSV/JSONL/"
+                f"parquet list or a Hugging Face dataset); a {listing.kind} source packs its "
+                "samples as they are: transform them in to_sample, or with shardkit proc / "
+                "map_shards"
             )
         store: LocalStore | ObjectStore
         if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
@@ -78,10 +79,12 @@ def list_source(
 
     With a ``spill``, a large listing stays on disk there (:mod:`.spill`)."""
     if not isinstance(source, (str, os.PathLike)):
-        from .pysources import list_python
+        from .pysources import is_hf_dataset, list_hf, list_python
 
         if options.layout != "classes":
             raise ConfigError(_LAYOUT_FOLDER)
+        if to_sample is None and is_hf_dataset(source):  # a list of its rows
+            return list_hf(source, options, spill)
         return list_python(source, to_sample)
     path = os.fspath(source)
     if to_sample is not None:

@@ -24,14 +24,24 @@ from __future__ import annotations
 
 import bisect
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .. import storage
 from .._optional import require
 from ..errors import BuildError, StorageError
 
-__all__ = ["MAX_BYTES_CELL", "ParquetCells", "bytes_columns", "parquet_rows"]
+__all__ = [
+    "MAX_BYTES_CELL",
+    "ParquetCells",
+    "arrow_rows",
+    "bytes_columns",
+    "cell_bytes",
+    "check_schema",
+    "hf_classes",
+    "layout",
+    "parquet_rows",
+]
 
 #: rows turned into Python objects at a time
 BATCH_ROWS = 8192
@@ -56,39 +66,72 @@ def parquet_rows(path: str) -> Iterator[dict[str, Any]]:
         with _open(path) as f:
             first = pq.ParquetFile(f)
             schema = first.schema_arrow
-            cells = _bytes_columns(schema)
-            _check_types(schema, path, cells)
+            cells = bytes_columns(schema)
+            check_schema(schema, path, cells)
             # Text columns stay dictionary-encoded as read: a repeated value is held once.
             texts = [f.name for f in schema if _is_text(f.type) and f.name not in cells]
             parquet = pq.ParquetFile(f, metadata=first.metadata, read_dictionary=texts)
-            done = 0
-            for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
-                batch, files = _cells(batch, cells, done, path)
-                for piece in _pieces(batch, done, path):
-                    for row in piece.to_pylist():
-                        row.update((name, next(cell)) for name, cell in files.items())
-                        yield row
-                done += batch.num_rows
+            yield from arrow_rows(parquet.iter_batches(batch_size=BATCH_ROWS), cells, path)
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"cannot read the list: {exc}", url=path) from exc
 
 
-def bytes_columns(path: str) -> frozenset[str]:
-    """The bytes columns of the parquet file at ``path`` (none for another list)."""
+def arrow_rows(
+    batches: Iterable[Any], cells: frozenset[str], path: str
+) -> Iterator[dict[str, Any]]:
+    """Each row of arrow ``batches`` (a parquet file's, a ``datasets.Dataset``'s) as a
+    dict, its ``cells`` (bytes columns) as ``[size, path]``; ``path`` names the list."""
+    done = 0
+    for batch in batches:
+        batch, files = _cells(batch, cells, done, path)
+        for piece in _pieces(batch, done, path):
+            for row in piece.to_pylist():
+                row.update((name, next(cell)) for name, cell in files.items())
+                yield row
+        done += batch.num_rows
+
+
+def hf_classes(schema: Any) -> dict[str, list[str]]:
+    """The names of each ``ClassLabel`` column of an arrow ``schema``, from the features
+    ``datasets`` keeps in its metadata (a ``Dataset.to_parquet`` file's, a Dataset's own)."""
+    from ..formats.jsondoc import load_json
+
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if raw is None:
+        return {}
+    try:
+        features = load_json(raw, what="the huggingface metadata")["info"]["features"]
+    except (TypeError, ValueError, KeyError):  # not the layout datasets writes
+        return {}
+    if not isinstance(features, dict):
+        return {}
+    return {
+        str(name): [str(n) for n in feature["names"]]
+        for name, feature in features.items()
+        if isinstance(feature, dict)
+        and feature.get("_type") == "ClassLabel"
+        and isinstance(feature.get("names"), list)
+    }
+
+
+def layout(path: str) -> tuple[frozenset[str], dict[str, list[str]]]:
+    """The bytes columns and the ``ClassLabel`` columns' names of the parquet file at
+    ``path`` (none for another list)."""
     if not path.lower().endswith(".parquet"):
-        return frozenset()
+        return frozenset(), {}
     require("pyarrow.parquet", "a parquet list")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         with _open(path) as f:
-            return _bytes_columns(pq.ParquetFile(f).schema_arrow)
+            schema = pq.ParquetFile(f).schema_arrow
+            return bytes_columns(schema), hf_classes(schema)
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"cannot read the list: {exc}", url=path) from exc
 
 
-def _bytes_columns(schema: Any) -> frozenset[str]:
+def bytes_columns(schema: Any) -> frozenset[str]:
     return frozenset(f.name for f in schema if _bytes_kind(f.type))
 
 
@@ -163,7 +206,7 @@ class ParquetCells:
                 self._held["table"] = self._group(group)
                 self._held["group"] = group
             row = self._held["table"].slice(item.ref - starts[group], 1).to_pylist()[0]
-        return {name: _cell_bytes(row[name], name) for name in self.columns}
+        return {name: cell_bytes(row[name], name) for name in self.columns}
 
     def _starts(self) -> list[int]:
         """The first row of each row group, then the number of rows (the file opened)."""
@@ -197,7 +240,8 @@ class ParquetCells:
             stream.close()
 
 
-def _cell_bytes(value: Any, name: str) -> bytes:
+def cell_bytes(value: Any, name: str) -> bytes:
+    """The bytes of a bytes column's cell (``name``: the column); raises for none."""
     if isinstance(value, dict):
         value = value.get("bytes")
     if not value:
@@ -278,7 +322,8 @@ def _open(path: str) -> Any:
         raise StorageError("no such file", url=path) from exc
 
 
-def _check_types(schema: Any, path: str, cells: frozenset[str]) -> None:
+def check_schema(schema: Any, path: str, cells: frozenset[str]) -> None:
+    """Raise for a column (not one of ``cells``) that a sample's json cannot hold."""
     for field in schema:
         if field.name not in cells and not _has_json_form(field.type):
             raise BuildError(

@@ -7,29 +7,46 @@ lambda, a class defined inside a function) the build runs in this process instea
 the same output. An iterable without ``__getitem__`` (a generator) can only be read once,
 in order: it is packed in this process, tasks of ``max_count`` items, not shuffled.
 
-A Hugging Face ``datasets.Dataset`` (without ``to_sample``) keeps its files' encoded bytes:
-its ``Image``, ``Audio`` and ``Video`` columns are read with ``decode=False`` (never decoded
-and re-encoded), each becomes a field named by its file's extension (from the cell's path,
-else from the bytes) and is checked as that kind is; a ``ClassLabel`` column becomes ``cls``
-(its names the classes), every other column goes into the sample's ``json``.
+A Hugging Face ``datasets.Dataset`` (without ``to_sample``) is a list, the same as the
+parquet file ``Dataset.to_parquet`` writes (:func:`list_hf`): its ``Image``, ``Audio`` and
+``Video`` columns are read with ``decode=False`` (never decoded and re-encoded), and its
+rows, read from its arrow table a batch at a time, go through :mod:`.tables` as a parquet
+list's do: each bytes column a field named by its file's extension (from the cell's path,
+else from the bytes), a ``ClassLabel`` column ``cls`` (its names the classes), every other
+column the generated ``json``; ``fields`` names them as ``--field`` does. The workers read
+a task's bytes cells from the dataset (:class:`DatasetCells`) and pack them as any sample
+of several fields (:func:`.validate.check_fields` with ``validate``, ``resize``,
+``max_side`` and ``encode``; :func:`.worker.sample_record`): the same rows give the same
+shards, byte for byte, as a Dataset or as its parquet file.
 
 Keys are the item's position, zero-padded (``00000042``), unless ``to_sample`` returns a
-``__key__``. Resuming trusts that the dataset yields the same items as before: there is no
-way to fingerprint arbitrary Python objects cheaply (the type and length are recorded).
+``__key__``. Resuming a Dataset's build checks its listing as a list's (and the Dataset's
+own fingerprint); any other dataset is trusted to yield the same items as before: there
+is no way to fingerprint arbitrary Python objects cheaply (the type and length are
+recorded).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from .options import BuildOptions
 from .sources import Item, Listing
+from .spill import Spill
 
-__all__ = ["DatasetSource", "IterableSource", "default_to_sample", "hf_sample", "list_python"]
+__all__ = [
+    "DatasetCells",
+    "DatasetSource",
+    "IterableSource",
+    "default_to_sample",
+    "is_hf_dataset",
+    "list_hf",
+    "list_python",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +112,6 @@ def list_python(source: Any, to_sample: ToSample | None) -> Listing:
     if to_sample is not None and not callable(to_sample):
         raise ConfigError(f"to_sample must be callable, not {type(to_sample).__name__}")
     convert = to_sample or default_to_sample
-    if to_sample is None and _is_hf_dataset(source):
-        source, convert = _hf_dataset(source)
     if isinstance(source, (bytes, Mapping)):
         raise ConfigError(f"a {type(source).__name__} is not a dataset: pass a list or a dataset")
     name = f"{type(source).__module__}.{type(source).__qualname__}"
@@ -111,7 +126,7 @@ def list_python(source: Any, to_sample: ToSample | None) -> Listing:
             DatasetSource(source, convert),
             _Indices(count),
             classes,
-            fingerprint=f"{name}:{count}" + _hf_fingerprint(source),
+            fingerprint=f"{name}:{count}",
             sizes_known=False,
         )
     if not isinstance(source, Iterable):
@@ -149,66 +164,106 @@ def _stream(source: Iterable[Any]) -> Iterator[Item]:
         yield Item(raw, f"{i:010d}", -1, "", 0, "")
 
 
-def _is_hf_dataset(source: Any) -> bool:
+def is_hf_dataset(source: Any) -> bool:
     """Whether ``source`` is a Hugging Face ``datasets.Dataset`` (told without importing it)."""
     return type(source).__module__.startswith("datasets.") and hasattr(source, "cast_column")
 
 
-def _hf_dataset(source: Any) -> tuple[Any, ToSample]:
-    """``source`` with its media columns undecoded, and the function that makes its rows
-    samples (the module docstring says how)."""
+def list_hf(source: Any, options: BuildOptions, spill: Spill | None = None) -> Listing:
+    """List a Hugging Face ``datasets.Dataset`` as the parquet list of its rows (the module
+    docstring says how)."""
+    from .parquet import BATCH_ROWS, arrow_rows, bytes_columns, check_schema, hf_classes
+    from .tables import TableRows, list_table
+
+    name = f"{type(source).__module__}.{type(source).__qualname__}"
+    count = len(source)
+    if count == 0:
+        raise ConfigError("the dataset is empty")
+    dataset = _undecoded(source)
+    table = dataset.with_format("arrow")
+    schema = table[0:1].schema
+    cells = bytes_columns(schema)
+    if not cells and not options.fields:
+        raise ConfigError(
+            f"the dataset has no Image, Audio, Video or binary column (columns: "
+            f"{', '.join(schema.names)}): nothing holds a file; pass to_sample= to make samples"
+        )
+    check_schema(schema, name, cells)
+
+    def read() -> Iterator[dict[str, Any]]:
+        starts = range(0, count, BATCH_ROWS)
+        return arrow_rows((table[i : i + BATCH_ROWS] for i in starts), cells, name)
+
+    def cell_source(columns: tuple[str, ...], files: Any) -> DatasetCells:
+        return DatasetCells(dataset.select_columns(list(columns)), columns, files)
+
+    listing = list_table(
+        name, options, spill, TableRows(read, cells, hf_classes(schema), cell_source)
+    )
+    listing.fingerprint += f":{name}:{count}" + _hf_fingerprint(source)
+    return listing
+
+
+def _undecoded(source: Any) -> Any:
+    """``source`` with its ``Image``, ``Audio`` and ``Video`` columns read undecoded
+    (``{"bytes": ..., "path": ...}``)."""
     import dataclasses
 
-    media, label = [], None
     for name, feature in source.features.items():
-        kind = type(feature).__name__
-        if kind in ("Image", "Audio", "Video"):
-            media.append(name)
-            if getattr(feature, "decode", False):
-                source = source.cast_column(name, dataclasses.replace(feature, decode=False))
-        elif kind == "ClassLabel" and label is None:
-            label = name
-    return source, functools.partial(hf_sample, media=tuple(media), label=label)
+        if type(feature).__name__ in ("Image", "Audio", "Video") and feature.decode:
+            source = source.cast_column(name, dataclasses.replace(feature, decode=False))
+    return source
 
 
-def hf_sample(row: Mapping[str, Any], media: tuple[str, ...], label: str | None) -> dict[str, Any]:
-    """The sample of a row of a Hugging Face dataset whose ``media`` columns are undecoded
-    (``{"bytes": ..., "path": ...}``) and whose ``label`` column is a class number."""
-    from ..errors import DataError
-    from .fields import is_media
-    from .validate import check_one
+class DatasetCells:
+    """Loads a row's bytes cells (column -> bytes) from a ``datasets.Dataset`` holding
+    only those ``columns``, undecoded; ``item.ref`` is the row's number. A task's rows are
+    read at once (:meth:`prefetch`); ``files`` reads the row's other files (``fields``)."""
 
-    sample: dict[str, Any] = {}
-    meta = {}
-    for name, value in row.items():
-        if name in media:
-            data, path = (value or {}).get("bytes"), str((value or {}).get("path") or "")
-            if not data:
-                raise DataError(f"column {name!r}: no bytes in the cell")
-            ext = path.rpartition(".")[2].lower() if "." in path else ""
-            ext = check_one(ext if is_media(ext) else "", data)[0]
-            sample[f"{name}.{ext}" if ext in sample else ext] = data
-        elif name == label:
-            if value is not None and value >= 0:  # -1: no label
-                sample["cls"] = value
-        else:
-            meta[name] = value
-    if meta:
-        sample["json"] = meta
-    return sample
+    kind = "table"
+
+    def __init__(self, dataset: Any, columns: tuple[str, ...], files: Any) -> None:
+        self.dataset = dataset
+        self.columns = columns
+        self.files = files
+        self._held: dict[int, dict[str, Any]] = {}
+
+    def __reduce__(self) -> Any:  # what a worker gets: never the rows held here
+        return DatasetCells, (self.dataset, self.columns, self.files)
+
+    def prefetch(self, items: list[Item]) -> None:
+        """Read the cells of a task's ``items`` in one selection."""
+        refs = [item.ref for item in items]
+        batch = self.dataset[refs] if refs else {}
+        self._held = {
+            ref: {name: batch[name][i] for name in self.columns} for i, ref in enumerate(refs)
+        }
+
+    def load(self, item: Item) -> dict[str, bytes]:
+        from .parquet import cell_bytes
+
+        row = self._held.pop(item.ref, None)
+        if row is None:
+            row = self.dataset[item.ref]
+        return {name: cell_bytes(row[name], name) for name in self.columns}
+
+    def describe(self, item: Item) -> str:
+        return f"row {item.ref + 1}"
+
+    def json_text(self, item: Item, classes: tuple[str, ...]) -> str:
+        return item.meta
+
+    def close(self) -> None:
+        self._held = {}
 
 
 def _hf_fingerprint(source: Any) -> str:
     """A Hugging Face dataset's own fingerprint (of its data and transforms), or ''."""
-    fingerprint = getattr(source, "_fingerprint", None) if _is_hf_dataset(source) else None
+    fingerprint = getattr(source, "_fingerprint", None)
     return f":{fingerprint}" if isinstance(fingerprint, str) else ""
 
 
 def _classes(source: Any) -> list[str]:
-    if _is_hf_dataset(source):
-        for feature in source.features.values():
-            if type(feature).__name__ == "ClassLabel":
-                return [str(name) for name in feature.names]
     classes = getattr(source, "classes", None)
     if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes):
         return list(classes)

@@ -29,7 +29,8 @@ import posixpath
 import re
 import stat
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -51,7 +52,7 @@ from .sources import (
 from .spill import Spill, bucket_count, bucketed, held
 from .walk import file_kind
 
-__all__ = ["DEFAULT_LABEL_COLUMN", "MAX_LABEL", "list_table"]
+__all__ = ["DEFAULT_LABEL_COLUMN", "MAX_LABEL", "TableRows", "list_table"]
 
 #: The label column a list may lack (it is then unlabeled); any other named column must exist.
 DEFAULT_LABEL_COLUMN = "label"
@@ -63,19 +64,21 @@ MAX_LABEL = 1_000_000
 Found = tuple[dict[str, Any], str, str, int, int, tuple[Any, ...]]
 
 
-def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> Listing:
-    """List the rows of a .csv, .tsv, .jsonl, .ndjson or .parquet file.
+def list_table(
+    path: str, options: BuildOptions, spill: Spill | None = None, given: TableRows | None = None
+) -> Listing:
+    """List the rows of a .csv, .tsv, .jsonl, .ndjson or .parquet file (or ``given``
+    rows, a ``datasets.Dataset``'s, with ``path`` naming them).
 
     The list is read once. Its rows and items are held in memory up to
     :data:`~.spill.ORDER_BUDGET`, beyond it in ``spill`` files: the same listing either
     way, and memory that does not grow with the rows (only with the classes)."""
     if spill is None:
         with Spill() as own:  # everything is held in the end anyway
-            return list_table(path, options, own)._held()
-    from .parquet import bytes_columns
-
-    columns = _Columns(path, options, bytes_columns(path))
-    rows = held(map(columns.add, _rows(path)), spill)
+            return list_table(path, options, own, given)._held()
+    given = given or _file_rows(path)
+    columns = _Columns(path, options, given.cells, given.classes)
+    rows = held(map(columns.add, given.read()), spill)
     if not rows:
         raise BuildError("the list has no rows", url=path)
     remote = "://" in path and not path.startswith("file:")
@@ -111,9 +114,8 @@ def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> 
     files = FileSource(root, kind="table")
     source: Any = files
     if columns.cells:
-        from .parquet import ParquetCells
-
-        source = ParquetCells(path, tuple(sorted(columns.cells)), files)
+        assert given.cell_source is not None  # a list with bytes columns has their loader
+        source = given.cell_source(tuple(sorted(columns.cells)), files)
     return Listing(
         kind="table",
         path=path,
@@ -128,14 +130,49 @@ def list_table(path: str, options: BuildOptions, spill: Spill | None = None) -> 
     )
 
 
+@dataclass(frozen=True)
+class TableRows:
+    """Where a list's rows come from: ``read`` gives them (dicts in list order), ``cells``
+    are its bytes columns (a row's cell ``[size, path]``), ``classes`` the names of its
+    ``ClassLabel`` columns (Hugging Face), and ``cell_source(columns, files)`` loads a
+    row's bytes cells in the workers."""
+
+    read: Callable[[], Iterator[dict[str, Any]]]
+    cells: frozenset[str] = frozenset()
+    classes: Mapping[str, list[str]] = field(default_factory=dict)
+    cell_source: Callable[[tuple[str, ...], FileSource], Any] | None = None
+
+
+def _file_rows(path: str) -> TableRows:
+    """The rows of the list file at ``path`` (a parquet's bytes columns read in place)."""
+    from .parquet import ParquetCells, layout
+
+    cells, classes = layout(path)
+    return TableRows(
+        lambda: _rows(path),
+        cells,
+        classes,
+        lambda columns, files: ParquetCells(path, columns, files),
+    )
+
+
 class _Columns:
     """What one pass over the rows learns of the columns: the label column's classes and,
     for a TFRecord build, which text columns hold only integers (or numbers)."""
 
-    def __init__(self, path: str, options: BuildOptions, cells: frozenset[str]) -> None:
+    def __init__(
+        self,
+        path: str,
+        options: BuildOptions,
+        cells: frozenset[str],
+        class_names: Mapping[str, list[str]],
+    ) -> None:
         self.path = path
         self.column: Any = options.path_column
         self.label_column = options.label_column
+        self.class_names = class_names  # a ClassLabel column's names are its classes
+        # without a named label column, a ClassLabel column is the labels
+        self.find_label = not options.fields and options.label_column == DEFAULT_LABEL_COLUMN
         # fields (.fields): given, or each bytes column of a parquet list (its ext '': the
         # cell's path or bytes tell it); the first media field is the main file
         self.fields = [(e, c) for e, c in options.fields if e != "cls"] or [
@@ -237,6 +274,10 @@ class _Columns:
                 "name the path column with --path-column",
                 url=self.path,
             )
+        if self.find_label and self.label_column not in row:
+            named = {c for _, c in self.fields}
+            found = (n for n in row if n in self.class_names and n not in named)
+            self.label_column = next(found, self.label_column)
         if self.label_column is not None and self.label_column not in row:
             if self.label_column != DEFAULT_LABEL_COLUMN:  # named, so meant to be there
                 raise BuildError(
@@ -276,6 +317,9 @@ class _Columns:
         """Set :attr:`classes`; returns the label of a label cell (ints kept as they are)."""
         if self.label_column is None:
             return lambda value: -1
+        names = self.class_names.get(self.label_column)
+        if names is not None:
+            return self._class_label(names)
         if self.ints:
             if self.lowest < 0:
                 raise BuildError("labels must not be negative", url=self.path)
@@ -291,6 +335,18 @@ class _Columns:
         self.classes = sorted(self.texts)
         index = {name: i for i, name in enumerate(self.classes)}
         return lambda value: index[str(value).strip()]
+
+    def _class_label(self, names: list[str]) -> Callable[[Any], int]:
+        """A ``ClassLabel`` column's labels: class numbers into its ``names``, -1 (its
+        "no label") giving none."""
+        if not self.ints or self.lowest < -1 or self.highest >= len(names):
+            raise BuildError(
+                f"the {self.label_column!r} column is a ClassLabel of {len(names)} classes: "
+                f"its cells must be class numbers 0..{len(names) - 1} (or -1, no label)",
+                url=self.path,
+            )
+        self.classes = list(names)
+        return lambda value: int(str(value).strip())
 
     def entries(
         self, found: Iterable[Found], digest: Any
