@@ -18,7 +18,6 @@ import shardkit
 from shardkit import BuildOptions
 from shardkit.builder.validate import check_image
 from shardkit.codecs import image_size
-from shardkit.errors import ConfigError
 
 
 def _corrupt_inside(png: bytes) -> bytes:
@@ -188,11 +187,29 @@ def test_a_dataset_build_resumes_and_reruns_to_the_same_bytes(offline: Any, tmp_
     assert _shards(tmp_path / "again") == whole == _shards(tmp_path / "resumed")
 
 
-def test_a_dataset_without_files_is_one_line(offline: Any, tmp_path: Path) -> None:
-    dataset = offline.Dataset.from_dict({"text": ["a", "b"], "n": [1, 2]})
-    with pytest.raises(ConfigError, match=r"no Image, Audio, Video or binary column \(columns"):
-        shardkit.build(dataset, tmp_path / "out")
-    assert not (tmp_path / "out").exists()  # refused before anything is written
+def test_a_dataset_of_text_and_numbers_packs_each_row_as_json(offline: Any, tmp_path: Path) -> None:
+    """No file in the rows: each row is a json sample with its cls (as shardkit packed such
+    a Dataset before it became a list), never a refusal."""
+    features = offline.Features(
+        {
+            "text": offline.Value("string"),
+            "n": offline.Value("int64"),
+            "label": offline.ClassLabel(names=["neg", "pos"]),
+        }
+    )
+    rows = {"text": ["good", "bad", "none"], "n": [1, 2, 3], "label": [1, 0, -1]}
+    dataset = offline.Dataset.from_dict(rows, features=features)
+    result = shardkit.build(dataset, tmp_path / "out", options=BuildOptions(workers=1))
+    assert result.samples == 3 and not result.skipped
+    samples = sorted(shardkit.Dataset(str(tmp_path / "out")), key=lambda s: s["__key__"])
+    assert [json.loads(s["json"]) for s in samples] == [
+        {"text": "good", "n": 1},
+        {"text": "bad", "n": 2},
+        {"text": "none", "n": 3},
+    ]
+    assert [s.get("cls") for s in samples] == [b"1", b"0", None]
+    with open(tmp_path / "out" / "manifest.json") as f:
+        assert json.load(f)["class_to_idx"] == {"neg": 0, "pos": 1}
 
 
 def test_a_classlabel_of_another_name_labels_and_its_minus_one_is_no_label(

@@ -17,7 +17,8 @@ column the generated ``json``; ``fields`` names them as ``--field`` does. The wo
 a task's bytes cells from the dataset (:class:`DatasetCells`) and pack them as any sample
 of several fields (:func:`.validate.check_fields` with ``validate``, ``resize``,
 ``max_side`` and ``encode``; :func:`.worker.sample_record`): the same rows give the same
-shards, byte for byte, as a Dataset or as its parquet file.
+shards, byte for byte, as a Dataset or as its parquet file. A Dataset with no file in its
+rows (text and numbers only) packs each row as a ``json`` sample, with its ``cls``.
 
 Keys are the item's position, zero-padded (``00000042``), unless ``to_sample`` returns a
 ``__key__``. Resuming a Dataset's build checks its listing as a list's (and the Dataset's
@@ -28,6 +29,7 @@ recorded).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ __all__ = [
     "is_hf_dataset",
     "list_hf",
     "list_python",
+    "value_sample",
 ]
 
 logger = logging.getLogger(__name__)
@@ -183,11 +186,8 @@ def list_hf(source: Any, options: BuildOptions, spill: Spill | None = None) -> L
     table = dataset.with_format("arrow")
     schema = table[0:1].schema
     cells = bytes_columns(schema)
-    if not cells and not options.fields:
-        raise ConfigError(
-            f"the dataset has no Image, Audio, Video or binary column (columns: "
-            f"{', '.join(schema.names)}): nothing holds a file; pass to_sample= to make samples"
-        )
+    if not cells and not options.fields:  # text and numbers only: no file to pack
+        return _value_rows(source, hf_classes(schema), _hf_fingerprint(source))
     check_schema(schema, name, cells)
 
     def read() -> Iterator[dict[str, Any]]:
@@ -202,6 +202,27 @@ def list_hf(source: Any, options: BuildOptions, spill: Spill | None = None) -> L
     )
     listing.fingerprint += f":{name}:{count}" + _hf_fingerprint(source)
     return listing
+
+
+def _value_rows(source: Any, classes: dict[str, list[str]], fingerprint: str) -> Listing:
+    """A Dataset with no file in its rows (text, numbers): each row a sample of its
+    ``json`` (every column but the label) and its ``cls`` (the label column, as a list's:
+    ``label``, else its first ``ClassLabel``; -1 or none: no ``cls``), read by the workers
+    as any map-style dataset's items are."""
+    label = "label" if "label" in classes else next(iter(classes), None)
+    listing = list_python(source, functools.partial(value_sample, label=label))
+    listing.classes = classes.get(label, []) if label is not None else []
+    listing.fingerprint += fingerprint
+    return listing
+
+
+def value_sample(row: Mapping[str, Any], label: str | None) -> dict[str, Any]:
+    """The sample of a row with no file: its ``json`` and its ``cls``."""
+    sample: dict[str, Any] = {"json": {k: v for k, v in row.items() if k != label}}
+    value = row.get(label) if label is not None else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        sample["cls"] = value
+    return sample
 
 
 def _undecoded(source: Any) -> Any:
