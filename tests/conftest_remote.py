@@ -176,16 +176,24 @@ class Held:
 
 @contextmanager
 def slow_proxy(
-    upstream: str, delay: float, jitter: float = 0.0, seed: int = 0, held: Held | None = None
+    upstream: str,
+    delay: float,
+    jitter: float = 0.0,
+    seed: int = 0,
+    held: Held | None = None,
+    only: str = "",
 ) -> Iterator[str]:
     """A loopback TCP proxy to ``upstream`` that holds every request ``delay`` seconds
     before passing it on, plus up to ``jitter`` more (random, from ``seed``): a distant
     server, one added round trip per request (connections wait independently, so
-    requests sent at once overlap as they would over a long link). What it held is
-    counted in ``held``. Used by bench/listing.py too."""
+    requests sent at once overlap as they would over a long link). With ``only``, just the
+    requests whose first line holds it are held. What it held is counted in ``held``.
+    Used by bench/listing.py too."""
     wait, held = random.Random(seed), Held() if held is None else held
 
-    def hold() -> None:
+    def hold(request: str) -> None:
+        if only not in request.partition("\r\n")[0]:
+            return
         with held.lock:
             held.now += 1
             held.peak = max(held.peak, held.now)
@@ -204,14 +212,14 @@ def cutting_proxy(
     cut_after: list[int],
     requests: list[str],
     swallow: list[str] | None = None,
-    hold: Callable[[], None] | None = None,
+    hold: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
     """A loopback TCP proxy to ``upstream`` (``http://host:port``) that closes the
     connection of the first GETs after ``cut_after[i]`` response bytes; every request
     line and Range header seen is appended to ``requests``. The first request whose
     request line starts with ``swallow[i]`` is never forwarded and never answered: its
     connection stays open and silent (a server that lost it). With ``hold``, what a
-    client sends is passed on once ``hold()`` returns."""
+    client sends is passed on once ``hold(what it sent)`` returns."""
     swallow = [] if swallow is None else swallow
     host, port = upstream.removeprefix("http://").split(":")
     listener = socket.create_server(("127.0.0.1", 0))
@@ -263,7 +271,7 @@ def cutting_proxy(
                 stop.wait(120)  # silent until the proxy stops
                 break
             if hold is not None:
-                hold()
+                hold(text)
             try:
                 server.sendall(data)
             except OSError:
