@@ -233,3 +233,30 @@ def test_a_classlabel_of_another_name_labels_and_its_minus_one_is_no_label(
         assert samples["00000000"]["cls"] == b"1"
         assert json.loads(samples["00000000"]["json"]) == {"class": "b", "label": 1}
     assert _shards(tmp_path / "d") == _shards(tmp_path / "p")
+
+
+def test_an_imagefolder_dataset_packs_the_files_its_cells_name(
+    offline: Any, tmp_path: Path
+) -> None:
+    """``load_dataset("imagefolder")`` keeps a path and no bytes in each Image cell: the
+    file it names is the field (it was skipped as an empty cell), checked as a list's file;
+    a path to a missing file skips its row with the reason."""
+    from shardkit.demo import make_image_folder
+
+    folder = tmp_path / "imgs"
+    make_image_folder(str(folder), count=9, classes=["a", "b"])
+    dataset = offline.load_dataset("imagefolder", data_dir=str(folder), split="train")
+    paths = [
+        row["path"] for row in dataset.cast_column("image", offline.Image(decode=False))["image"]
+    ]
+    os.remove(paths[4])
+    result = shardkit.build(dataset, tmp_path / "out", options=BuildOptions(workers=1))
+    assert result.samples == 8
+    ((where, reason),) = result.skipped
+    assert where == "row 5" and reason.startswith(f"cannot read {paths[4]!r}"), reason
+    samples = sorted(shardkit.Dataset(str(tmp_path / "out")), key=lambda s: s["__key__"])
+    kept = [p for i, p in enumerate(paths) if i != 4]
+    assert [s["jpg"] for s in samples] == [Path(p).read_bytes() for p in kept]
+    assert [s["cls"] for s in samples] == [
+        str("ab".index(Path(p).parent.name)).encode() for p in kept
+    ]

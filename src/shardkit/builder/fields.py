@@ -67,6 +67,8 @@ def _bytes(
     if kind == "main" and isinstance(loaded, bytes):
         return loaded
     if kind == "cell" and isinstance(loaded, Mapping):
+        if value not in loaded:
+            raise DataError(f"column {value!r}: no bytes in the cell")
         return loaded[value]
     files = getattr(source, "files", source)  # a parquet source reads files through its own
     data: bytes = files.load(item._replace(ref=value, size=size))

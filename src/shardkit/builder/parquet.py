@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .. import storage
@@ -206,7 +206,7 @@ class ParquetCells:
                 self._held["table"] = self._group(group)
                 self._held["group"] = group
             row = self._held["table"].slice(item.ref - starts[group], 1).to_pylist()[0]
-        return {name: cell_bytes(row[name], name) for name in self.columns}
+        return cell_bytes(row, self.columns)
 
     def _starts(self) -> list[int]:
         """The first row of each row group, then the number of rows (the file opened)."""
@@ -240,15 +240,17 @@ class ParquetCells:
             stream.close()
 
 
-def cell_bytes(value: Any, name: str) -> bytes:
-    """The bytes of a bytes column's cell (``name``: the column); raises for none."""
-    if isinstance(value, dict):
-        value = value.get("bytes")
-    if not value:
-        from ..errors import DataError
-
-        raise DataError(f"column {name!r}: no bytes in the cell")
-    return bytes(value)
+def cell_bytes(row: Mapping[str, Any], columns: Iterable[str]) -> dict[str, bytes]:
+    """The bytes of each of a row's bytes ``columns`` that holds some: a cell holding only
+    a path is a field of the file it names (:meth:`.tables._Columns.extras`)."""
+    out = {}
+    for name in columns:
+        value = row[name]
+        if isinstance(value, dict):
+            value = value.get("bytes")
+        if value:
+            out[name] = bytes(value)
+    return out
 
 
 def _pieces(batch: Any, done: int, path: str) -> Iterator[Any]:

@@ -266,7 +266,7 @@ class DatasetCells:
         row = self._held.pop(item.ref, None)
         if row is None:
             row = self.dataset[item.ref]
-        return {name: cell_bytes(row[name], name) for name in self.columns}
+        return cell_bytes(row, self.columns)
 
     def describe(self, item: Item) -> str:
         return f"row {item.ref + 1}"

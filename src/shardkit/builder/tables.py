@@ -235,9 +235,16 @@ class _Columns:
         for ext, column in self.fields:
             cell = row.get(column)
             if column in self.cells:
+                where = str(cell[1] or "") if cell is not None else ""
+                name = image_extension(where) or _media_ext(where)
+                if cell is not None and not cell[0] and where:  # no bytes: the file it names
+                    file, problem = _extra_file(where, column, root)
+                    if problem:
+                        return (), problem
+                    out.append((ext or name, "file", *file))
+                    continue
                 if cell is None or not cell[0]:
                     return (), f"empty {column!r} cell"
-                name = image_extension(str(cell[1] or "")) or _media_ext(str(cell[1] or ""))
                 out.append((ext or name, "cell", column, cell[0]))
             elif column == self.column:
                 out.append((ext, "main", "", 0))
