@@ -43,17 +43,17 @@ def make_flac(seconds: float = 0.25, seed: int = 0, rate: int = 16000) -> bytes:
     return buffer.getvalue()
 
 
-def make_mp4(frames: int = 12) -> bytes:
-    """An MPEG-4 video of ``frames`` 32x24 frames at 30 fps, frame i all of value 8 * i."""
+def make_mp4(frames: int = 12, width: int = 32, height: int = 24) -> bytes:
+    """An MPEG-4 video of ``frames`` frames at 30 fps, frame i all of value 8 * i."""
     import av
     import numpy as np
 
     buffer = io.BytesIO()
     with av.open(buffer, mode="w", format="mp4") as out:
         stream = out.add_stream("mpeg4", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for i in range(frames):
-            image = np.full((24, 32, 3), 8 * i, np.uint8)
+            image = np.full((height, width, 3), 8 * i % 256, np.uint8)
             for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
                 out.mux(packet)
         for packet in stream.encode():
