@@ -35,6 +35,7 @@ a string from outside safe to print; the CLI and the tools print through them.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 __all__ = [
@@ -93,6 +94,17 @@ def shorten(text: str, limit: int = NAME_LIMIT) -> str:
     return f"{text[:head]}\u2026{text[len(text) - (keep - head) :]}"
 
 
+#: An object's address in a library's message (``<_io.BytesIO object at 0x7f...>``).
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+def _without_addresses(text: str) -> str:
+    """``text`` without the memory addresses a library's message may quote (``<... object
+    at 0x7f...>`` becomes ``<... object>``): a reason recorded in a manifest's skipped list
+    is the same in every run and every process."""
+    return _ADDRESS.sub(">", text) if " at 0x" in text else text
+
+
 class ShardkitError(Exception):
     """Base class of every error shardkit raises on purpose."""
 
@@ -104,7 +116,7 @@ class ShardkitError(Exception):
         offset: int | None = None,
         key: str | None = None,
     ) -> None:
-        self.message = shorten(str(message), MESSAGE_LIMIT)
+        self.message = shorten(_without_addresses(str(message)), MESSAGE_LIMIT)
         self.url = url
         self.offset = offset
         self.key = key

@@ -66,7 +66,8 @@ def check_audio(data: bytes, ext: str) -> None:
     except DataError:
         raise
     except _failures(sf) as exc:
-        raise DataError(f"unreadable or truncated {ext.upper()} audio: {exc}") from exc
+        reason = getattr(exc, "error_string", None) or exc  # not soundfile's "Error opening <file>"
+        raise DataError(f"unreadable or truncated {ext.upper()} audio: {reason}") from exc
     if got < tail:
         raise DataError(f"truncated audio (the last {tail} of {frames} frames read {got})")
 
