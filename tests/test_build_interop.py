@@ -57,6 +57,38 @@ def test_tensorflow_reads_the_tfrecord_output(corpus: str, tmp_path: Path) -> No
     assert len(seen) == len(set(seen)) == 30
 
 
+def test_tensorflow_reads_a_tfrecord_of_samples_of_several_fields(tmp_path: Path) -> None:
+    """A --field list built to TFRecord (issue 22: images resized, a caption, a FLAC clip):
+    tf.data parses each field as a bytes feature holding what the tar build holds, and
+    decodes the resized JPEG at the size asked."""
+    import tensorflow as tf
+    from conftest_build import make_corpus_jpeg, make_flac
+
+    with open(tmp_path / "list.csv", "w") as f:
+        f.write("path,caption,audio\n")
+        for i in range(6):
+            (tmp_path / f"{i}.jpg").write_bytes(make_corpus_jpeg(i))
+            (tmp_path / f"{i}.flac").write_bytes(make_flac(0.05, seed=i))
+            f.write(f"{i}.jpg,caption {i},{i}.flac\n")
+    fields = (("jpg", "path"), ("txt", "caption"), ("flac", "audio"))
+    common = {"fields": fields, "resize": 24, "resize_mode": "center-crop", "workers": 1}
+    built = {}
+    for fmt in ("tar", "tfrecord"):
+        out = str(tmp_path / fmt)
+        shardkit.build(str(tmp_path / "list.csv"), out, options=BuildOptions(format=fmt, **common))
+        built[fmt] = {s["__key__"]: s for s in shardkit.Dataset(out)}
+    spec = {name: tf.io.FixedLenFeature([], tf.string) for name in ("jpg", "txt", "flac")}
+    files = sorted(str(p) for p in (tmp_path / "tfrecord").glob("*.tfrecord"))
+    seen = []
+    for record in tf.data.TFRecordDataset(files):
+        ex = {k: v.numpy() for k, v in tf.io.parse_single_example(record, spec).items()}
+        tar = next(s for s in built["tar"].values() if s["txt"] == ex["txt"])
+        assert (ex["jpg"], ex["flac"]) == (tar["jpg"], tar["flac"])
+        assert tuple(tf.io.decode_jpeg(ex["jpg"]).shape) == (24, 24, 3)
+        seen.append(ex["txt"].decode())
+    assert sorted(seen) == [f"caption {i}" for i in range(6)]
+
+
 # webdataset 1.0.2 leaves its shard files for the garbage collector to close.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
