@@ -31,6 +31,7 @@ from .. import config, storage
 from ..errors import BuildError, DataError
 from ..formats import tfschema
 from ..formats.index import ShardIndex, check_key, indexed_sample
+from ..formats.names import Format
 from ..formats.tar import BLOCK
 from ..pipeline.idxfiles import load_indexes
 from ..ranges import RangeReader
@@ -164,8 +165,9 @@ class ShardSource:
         index, offset, span = item.ref
         url, version = self.urls[index], self.versions[index]
         stream = self._streams.get(url, version, self.s3_endpoint)
+        fmt = detect_format(url)[0]
         try:
-            sample = self._read(stream, item, url, offset, span)
+            sample = self._read(stream, item, url, fmt, offset, span)
         except Exception:  # a read that fails on a shard that changed says so
             with contextlib.suppress(OSError):  # the check's own failure hides nothing
                 _check_version(url, version, stream, self.s3_endpoint)
@@ -174,7 +176,6 @@ class ShardSource:
             _check_version(url, version, stream, self.s3_endpoint)
         sample.pop("__url__", None)
         sample.pop("__offset__", None)
-        fmt = detect_format(url)[0]
         sample["__key__"] = item.key
         if fmt == "tar" and self.output_format == "tfrecord":
             return tfschema.to_example_fields(sample)
@@ -183,10 +184,9 @@ class ShardSource:
         return sample
 
     def _read(
-        self, stream: BinaryIO, item: Item, url: str, offset: int, span: int
+        self, stream: BinaryIO, item: Item, url: str, fmt: Format, offset: int, span: int
     ) -> dict[str, Any]:
         stream.seek(offset)
-        fmt = detect_format(url)[0]
         listed = item.key.split("/", 1)[1] if self.prefixed else item.key
         if span:  # a span holding anything else is bad data
             return indexed_sample(

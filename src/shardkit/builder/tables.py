@@ -30,7 +30,7 @@ import re
 import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -114,7 +114,6 @@ def list_table(
     files = FileSource(root, kind="table")
     source: Any = files
     if columns.cells:
-        assert given.cell_source is not None  # a list with bytes columns has their loader
         source = given.cell_source(tuple(sorted(columns.cells)), files)
     return Listing(
         kind="table",
@@ -138,9 +137,9 @@ class TableRows:
     row's bytes cells in the workers."""
 
     read: Callable[[], Iterator[dict[str, Any]]]
-    cells: frozenset[str] = frozenset()
-    classes: Mapping[str, list[str]] = field(default_factory=dict)
-    cell_source: Callable[[tuple[str, ...], FileSource], Any] | None = None
+    cells: frozenset[str]
+    classes: Mapping[str, list[str]]
+    cell_source: Callable[[tuple[str, ...], FileSource], Any]
 
 
 def _file_rows(path: str) -> TableRows:
