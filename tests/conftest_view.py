@@ -130,7 +130,9 @@ def memory(pid: int) -> dict[str, int]:
 @contextlib.contextmanager
 def served(folder: str, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """``shardkit view FOLDER --port 0 ARGS`` in a subprocess: (its URL, the process).
-    Its stderr is the process's ``stderr`` (a pipe, read when it has stopped)."""
+    Its stderr is the process's ``stderr`` (a pipe, read when it has stopped). SIGINT
+    is a terminal's Ctrl-C, its default action (a test process may ignore SIGINT, e.g.
+    after Ray set up its handlers, and a child inherits an ignored signal)."""
     command = [sys.executable, "-m", "shardkit", "view", folder, "--port", "0", *args]
     with subprocess.Popen(
         command,
