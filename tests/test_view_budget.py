@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import signal
 import socket
 import struct
 import threading
@@ -158,3 +159,14 @@ def test_a_cancelled_request_is_no_traceback(tmp_path: Path) -> None:
         process.kill()
         _, err = process.communicate(timeout=60)
     assert "Traceback" not in err and "Error" not in err, err[-2000:]
+
+
+def test_a_fatal_bus_error_says_so(tmp_path: Path) -> None:
+    """What a mapped shard cut short under a reader does (SIGBUS): the CLI prints it."""
+    write_shards(str(tmp_path / "d"), [{"__key__": "a", "txt": "x"}])
+    with served(str(tmp_path / "d")) as (url, process):
+        assert get(url, "/")[0] == 200
+        process.send_signal(signal.SIGBUS)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGBUS
+    assert "Fatal Python error: Bus error" in err, err

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import logging
 import sys
@@ -101,5 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. A fatal signal prints Python's traceback of the thread
+    that got it (faulthandler): a shard overwritten in place while a command reads it
+    memory-mapped ends in "Fatal Python error: Bus error" (docs/reading.md), not in
+    silence."""
+    faulthandler.enable(all_threads=False)
     sys.exit(main())

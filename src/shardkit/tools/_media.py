@@ -26,6 +26,7 @@ from .._optional import require
 from ..codecs import (
     AUDIO_EXTENSIONS,
     VIDEO_EXTENSIONS,
+    ViewFile,
     check_field,
     image_extension,
     image_failures,
@@ -47,7 +48,7 @@ __all__ = [
 
 #: ``reserve(nbytes)``: a context that holds ``nbytes`` of a memory budget while it is open.
 Reserve = Callable[[int], AbstractContextManager[object]]
-Buffer = bytes | bytearray | memoryview
+Field = bytes | bytearray | memoryview
 
 _MEDIA_COST = 64 << 20  # what a video frame or a waveform decode is reckoned to hold
 _WAVE_BACKGROUND = (16, 28, 40)
@@ -98,14 +99,17 @@ def decode_cost(image: Any) -> int:
     width, height = image.size
     mode = image.mode
     stored = 1 if mode in ("1", "L", "P") else 2 if mode.startswith("I;16") else 4
-    return int(width * height * (stored + (0 if mode in _SCALED_AS_IS else 4)))
+    return int(width * height * (stored + (0 if _scaled_in_place(image) else 4)))
 
 
-_SCALED_AS_IS = frozenset({"RGB", "L"})  # scaled first, then converted: the same pixels
+def _scaled_in_place(image: Any) -> bool:
+    """Whether ``image`` is scaled before it is converted to RGB (the same pixels as the
+    other way round for RGB and grayscale; a JPEG keeps Pillow's draft-then-convert)."""
+    return image.mode in ("RGB", "L") and image.format != "JPEG"
 
 
 def field_picture(
-    name: str, data: Buffer, box: tuple[int, int], *, reserve: Reserve | None = None
+    name: str, data: Field, box: tuple[int, int], *, reserve: Reserve | None = None
 ) -> Any:
     """The field drawn as a Pillow RGB image fitting ``box`` (width, height).
 
@@ -133,15 +137,15 @@ def _no_budget(nbytes: int) -> AbstractContextManager[object]:
     return nullcontext()
 
 
-def _image(data: Buffer, box: tuple[int, int], hold: Reserve) -> Any:
+def _image(data: Field, box: tuple[int, int], hold: Reserve) -> Any:
     from PIL import Image
 
     try:
-        with Image.open(io.BufferedReader(_BufferFile(data))) as img:
+        with Image.open(io.BufferedReader(ViewFile(data))) as img:
             check_pixels(*img.size)
             img.draft("RGB", (box[0] * 2, box[1] * 2))
             with hold(decode_cost(img)):
-                if img.mode in _SCALED_AS_IS and img.format != "JPEG":
+                if _scaled_in_place(img):
                     img.thumbnail(box)  # in place: the decoded pixels are not copied
                     return img.convert("RGB")
                 picture = img.convert("RGB")
@@ -151,36 +155,6 @@ def _image(data: Buffer, box: tuple[int, int], hold: Reserve) -> Any:
         raise PixelLimitError(f"a picture over the pixel limit: {exc}") from exc
     except image_failures() as exc:
         raise DataError(f"not a readable image ({type(exc).__name__})") from exc
-
-
-class _BufferFile(io.RawIOBase):
-    """A read-only, seekable file over a buffer, without copying it (``io.BytesIO``
-    copies anything but ``bytes``)."""
-
-    def __init__(self, data: Buffer) -> None:
-        self._view = memoryview(data).cast("B")
-        self._at = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        out = memoryview(buffer).cast("B")
-        chunk = self._view[self._at : self._at + len(out)]
-        out[: len(chunk)] = chunk
-        self._at += len(chunk)
-        return len(chunk)
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._view)}[whence]
-        self._at = max(0, base + offset)
-        return self._at
-
-    def tell(self) -> int:
-        return self._at
 
 
 def _first_frame(name: str, data: bytes, box: tuple[int, int]) -> Any:
