@@ -140,7 +140,9 @@ class Catalog:
         try:
             loaded = load_indexes(self.urls, storage_options=self._options, required=True)
             indexes = [index for index in loaded if index is not None]  # required: all there
-            dataset = IndexedDataset(list(self.urls), storage_options=self._options)
+            # copy=False: a local shard's fields are views of its mapping (a grid page
+            # touches the headers and labels, not every sample's bytes).
+            dataset = IndexedDataset(list(self.urls), storage_options=self._options, copy=False)
             len(dataset)  # loads and checks the indexes
         except (ConfigError, FormatError) as exc:
             return None, [], [], f"reading forward from the first shard: {exc}"

@@ -259,7 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
         body, kind = _error(code, message or phrase)
         self._send(code, body, kind, {"Connection": "close"}, head=self.command == "HEAD")
 
-    def _route(self) -> tuple[int, bytes, str, dict[str, str]]:
+    def _route(self) -> tuple[int, bytes | memoryview, str, dict[str, str]]:
         if not self._host_allowed():
             return (421, *_error(421, "unexpected Host header"), {})
         parts = urlsplit(self.path)
@@ -282,7 +282,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(
         self,
         status: int,
-        body: bytes,
+        body: bytes | bytearray | memoryview,
         kind: str,
         extra: dict[str, str] | None = None,
         *,
@@ -316,16 +316,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _field(
         self, index: int, number: int, *, query: dict[str, str]
-    ) -> tuple[int, bytes, str, dict[str, str]]:
+    ) -> tuple[int, bytes | bytearray | memoryview, str, dict[str, str]]:
         entry = self.viewer.catalog.sample(index)
         fields = list(entry.fields.items()) if entry is not None else []
         if not 0 <= number < len(fields):
             return (404, *_error(404, f"no field {number} in sample {index}"), {})
         name, value = fields[number]
-        data = (
-            bytes(value)
-            if isinstance(value, (bytes, bytearray, memoryview))
-            else repr(value).encode()
+        data = (  # a view of a mapped shard is sent as it lies, not copied first
+            value if isinstance(value, (bytes, bytearray, memoryview)) else repr(value).encode()
         )
         kind = content_type(name) if isinstance(value, (bytes, bytearray, memoryview)) else _PLAIN
         extra = {"Content-Security-Policy": CSP + "; sandbox"}
