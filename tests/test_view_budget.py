@@ -4,6 +4,7 @@ disk is an answer (409) rather than a SIGBUS, a cancelled request is no tracebac
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -170,3 +171,81 @@ def test_a_fatal_bus_error_says_so(tmp_path: Path) -> None:
         _, err = process.communicate(timeout=60)
     assert process.returncode == -signal.SIGBUS
     assert "Fatal Python error: Bus error" in err, err
+
+
+def test_the_decode_budget_bounds_decodes_and_bytes_at_once() -> None:
+    from shardkit.tools.view._budget import Busy, DecodeBudget, OverBudget
+
+    budget = DecodeBudget(100, slots=2, wait=0)
+    with budget.reserve(60):
+        with pytest.raises(Busy), budget.reserve(50):  # 60 + 50 bytes is over 100
+            pass
+        with budget.reserve(40), pytest.raises(Busy), budget.reserve(0):  # no third slot
+            pass
+    with pytest.raises(OverBudget, match="over the viewer's decode memory"), budget.reserve(101):
+        pass
+    waiting = DecodeBudget(100, slots=1, wait=30)
+    order: list[str] = []
+    with waiting.reserve(100):
+        thread = threading.Thread(target=lambda: _reserve_and_note(waiting, order))
+        thread.start()
+        time.sleep(0.3)
+        order.append("first done")
+    thread.join(30)
+    assert order == ["first done", "second ran"]  # it waited its turn, then ran
+
+
+def _reserve_and_note(budget: Any, order: list[str]) -> None:
+    with budget.reserve(100):
+        order.append("second ran")
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "P", "RGBA"])
+def test_thumbnails_scaled_in_place_have_the_pixels_of_a_converted_copy(mode: str) -> None:
+    """RGB and grayscale pictures are scaled before they are converted (no full-size
+    copy): the same pixels as converting first."""
+    from PIL import Image
+
+    from shardkit.tools._media import decode_cost, field_picture
+
+    picture = Image.radial_gradient("L").resize((700, 500)).convert(mode)
+    out = io.BytesIO()
+    picture.save(out, format="PNG")
+    data = out.getvalue()
+    expected = Image.open(io.BytesIO(data)).convert("RGB")
+    expected.thumbnail((160, 160))
+    costs: list[int] = []
+
+    def reserve(nbytes: int) -> Any:
+        costs.append(nbytes)
+        return contextlib.nullcontext()
+
+    drawn = field_picture("seg.png", memoryview(data), (160, 160), reserve=reserve)
+    assert drawn.tobytes() == expected.tobytes()
+    with Image.open(io.BytesIO(data)) as img:
+        assert costs == [decode_cost(img)]
+    per_pixel = {"RGB": 4, "L": 1, "P": 5, "RGBA": 8}[mode]
+    assert costs == [700 * 500 * per_pixel]
+
+
+def test_a_local_shard_s_fields_are_views_of_its_mapping(tmp_path: Path) -> None:
+    """The zero-copy path is taken (forward and indexed): a page of big samples costs
+    page cache, not the viewer's memory."""
+    import mmap
+
+    from shardkit.tools.view import Catalog
+
+    os.makedirs(tmp_path / "d")
+    shard = tmp_path / "d" / "shard-000000.tar"
+    sparse_shard(shard, 3, 1_000_000)
+    for indexed in (False, True):
+        if indexed:
+            write_indexes([str(shard)])
+        catalog = Catalog(str(tmp_path / "d"))
+        try:
+            assert catalog.indexed == indexed
+            field = catalog.sample(2).fields["bin"]  # type: ignore[union-attr]
+            assert isinstance(field, memoryview) and isinstance(field.obj, mmap.mmap)
+            assert len(field) == 1_000_000
+        finally:
+            catalog.close()
