@@ -7,12 +7,13 @@ indexes the samples are read forward from the start (a later shard is started di
 once the number of its first sample is known).
 
 What is kept is bounded in bytes, not samples: the samples read last, whole while they
-hold little copied memory (a field of a local tar shard read forward is a view of the
-memory-mapped shard: page cache, not the process's own memory); of a larger sample only
+hold little copied memory (a field of a local tar shard is a view of the memory-mapped
+shard: page cache, not the process's own memory); of a larger sample only
 its key, label, field names and small fields, so a page of big samples costs one sample
-at a time and a sample page reads its sample again.
+at a time and a sample page reads its sample again. A local tar shard is read by index
+with ``copy=False`` too: a grid page touches headers and labels, not every field.
 
-A local shard is memory-mapped while it is read forward: if it is overwritten in place
+A local shard is memory-mapped while it is read: if it is overwritten in place
 (truncated) the process would die of SIGBUS when it touches a page past the new end. Its
 size, modification time and inode are noted when it is first read and checked before
 every request that reads or shows its samples: a shard that changed is a
@@ -42,7 +43,7 @@ from ..tsv import label_text
 
 __all__ = ["Catalog", "Entry", "Page", "ShardChangedError"]
 
-_KEPT = 4096  # samples kept (each whole or as its summary), at most
+_KEPT = 512  # samples kept (each whole or as its summary; a view pins its shard's map)
 CACHE_BYTES = 64 << 20  # copied field bytes kept, at most
 _SMALL = 64 << 10  # a field up to this size stays in a sample's summary
 _FILTERS = 16  # filter scans kept (their matches so far)
