@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib
 import logging
@@ -106,5 +107,6 @@ def run() -> None:
     that got it (faulthandler): a shard overwritten in place while a command reads it
     memory-mapped ends in "Fatal Python error: Bus error" (docs/reading.md), not in
     silence."""
-    faulthandler.enable(all_threads=False)
+    with contextlib.suppress(RuntimeError, ValueError, OSError):  # no usable stderr
+        faulthandler.enable(all_threads=False)
     sys.exit(main())
