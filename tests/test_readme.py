@@ -220,3 +220,39 @@ def test_readme_snippets_run_as_written(folder: Path, monkeypatch: pytest.Monkey
         ran += 1
     assert ran >= 6
     assert used == {old for old, _ in SUBSTITUTE}
+
+
+def _quickstart() -> list[tuple[int, str, str]]:
+    """The blocks of the README's Quickstart section."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("\n## Quickstart\n")
+    end = text.index("\n## ", start + 1)
+    first, last = text.count("\n", 0, start), text.count("\n", 0, end)
+    return [block for block in readme_blocks() if first < block[0] < last]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+def test_quickstart_reads_an_image_folder_of_jpegs_and_pngs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ImageFolder often mixes formats: the quickstart's pipeline takes PNGs too."""
+    from PIL import Image
+
+    rng = random.Random(0)
+    for i in range(12):
+        folder = tmp_path / "images" / f"class{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        if i % 3:
+            (folder / f"{i:03d}.jpg").write_bytes(make_jpeg(rng, i % 3, min_side=64, max_side=64))
+        else:
+            Image.new("RGB", (64, 48), (i * 20, 90, 30)).save(folder / f"{i:03d}.png")
+    blocks = _quickstart()
+    assert [language for _, language, _ in blocks][:2] == ["sh", "python"]  # then `view`
+    path = _bin_folder(tmp_path)
+    for command in _shell_lines(blocks[0][2]):
+        _run_shell(command, tmp_path, path)
+    seen: list[Any] = []
+    code = blocks[1][2].replace("        ...", "        seen.append(labels)")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md:quickstart", "exec"), {**GIVEN, "seen": seen})
+    assert sum(len(labels) for labels in seen) == 12

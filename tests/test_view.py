@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest_tools import samples, write_shards
-from conftest_view import EVIL_CAPTION, EVIL_JSON, EVIL_KEY, evil_sample, get
+from conftest_view import EVIL_CAPTION, EVIL_JSON, EVIL_KEY, evil_sample, get, served
 
 import shardkit
 from shardkit.tools.index import write_indexes
@@ -197,25 +197,11 @@ def test_thumbnails_are_jpegs_and_tfrecord_images_show(tmp_path: Path) -> None:
 
 def test_cli_prints_the_url_and_serves(tmp_path: Path) -> None:
     folder, _ = _indexed_folder(tmp_path)
-    command = [sys.executable, "-m", "shardkit", "view", folder, "--port", "0"]
-    # A terminal's Ctrl-C: SIGINT as the default action (a test process may ignore SIGINT,
-    # e.g. after Ray set up its handlers, and a child inherits an ignored signal).
-    with subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    ) as process:
-        try:
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            match = re.fullmatch(r"shardkit view: (http://127\.0\.0\.1:\d+/)\n", line)
-            assert match, line
-            assert get(match.group(1), "/sample/0")[0] == 200
-            process.send_signal(signal.SIGINT)  # Ctrl-C stops it cleanly
-            assert process.wait(timeout=60) == 0
-        finally:
-            process.kill()
+    with served(folder) as (url, process):
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url), url
+        assert get(url, "/sample/0")[0] == 200
+        process.send_signal(signal.SIGINT)  # Ctrl-C stops it cleanly
+        assert process.wait(timeout=60) == 0
 
 
 def test_cli_bad_source_is_one_error_line(tmp_path: Path) -> None:
@@ -227,3 +213,61 @@ def test_cli_bad_source_is_one_error_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and done.stderr.startswith("Error: ")
     assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "::1"])
+def test_answers_its_own_printed_address_and_refuses_other_hosts(tmp_path: Path, host: str) -> None:
+    write_shards(str(tmp_path / "d"), samples(3))
+    with Viewer(str(tmp_path / "d"), host=host, port=0).start() as viewer:
+        shown = f"[{host}]" if ":" in host else host
+        assert viewer.url == f"http://{shown}:{viewer.port}/"
+        assert get(viewer.url, "/")[0] == 200  # the Host header names the printed address
+        assert get(viewer.url, "/", host=f"localhost:{viewer.port}")[0] == 200
+        assert get(viewer.url, "/", host=f"rebind.example:{viewer.port}")[0] == 421
+        assert get(viewer.url, "/", host=f"{shown}:{viewer.port + 1}")[0] == 421
+        assert get(viewer.url, "/", host=shown)[0] == 421
+
+
+def _raw(viewer: Viewer, request: bytes) -> tuple[int, dict[str, str]]:
+    """Status and headers of a request sent as raw bytes."""
+    import http.client
+    import socket
+
+    with socket.create_connection((viewer.host, viewer.port), timeout=30) as sock:
+        sock.sendall(request)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, {k: v for k, v in response.getheaders()}
+
+
+def test_every_error_answer_has_the_security_headers(tmp_path: Path) -> None:
+    from conftest_view import flat_png
+
+    data = [*samples(3, images=True), {"__key__": "bomb", "png": flat_png(1, 1)}]
+    write_shards(str(tmp_path / "d"), data)
+    with Viewer(str(tmp_path / "d"), port=0, decode_wait=0).start() as viewer:
+        authority = f"127.0.0.1:{viewer.port}"
+        answers = [
+            get(viewer.url, "/nothing")[:2],  # 404
+            get(viewer.url, "/", method="POST")[:2],  # 405
+            get(viewer.url, "/", host="attacker.example")[:2],  # 421
+            _raw(viewer, b"BREW / HTTP/1.1\r\nHost: " + authority.encode() + b"\r\n\r\n"),  # 501
+            _raw(viewer, b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n"),  # 414
+            _raw(viewer, b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 120 + b"\r\n"),  # 431
+        ]
+        with viewer.decoding.reserve(viewer.decoding.nbytes):  # every decode slot busy
+            status, headers, _ = get(viewer.url, "/thumb/0")
+            answers.append((status, headers))
+            assert status == 503 and headers["Retry-After"].isdigit()
+        shard = tmp_path / "d" / "shard-000000.tar"
+        (tmp_path / "new.tar").write_bytes(b"\xff" * 10_000)
+        os.replace(tmp_path / "new.tar", shard)  # replaced: no longer reads
+        answers.append(get(viewer.url, "/stats")[:2])  # 500: the stats read it now
+        answers.append(get(viewer.url, "/sample/1")[:2])  # 409: it changed while open
+    for status, headers in answers:
+        assert headers["X-Content-Type-Options"] == "nosniff", status
+        assert headers["Content-Security-Policy"].startswith("default-src 'none'"), status
+        assert headers["Cross-Origin-Resource-Policy"] == "same-origin", status
+        assert headers["X-Frame-Options"] == "DENY", status
+    statuses = sorted(status for status, _ in answers)
+    assert statuses == [404, 405, 409, 414, 421, 431, 500, 501, 503]

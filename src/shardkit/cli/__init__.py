@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import importlib
 import logging
 import sys
@@ -101,5 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. A fatal signal prints Python's traceback of the thread
+    that got it (faulthandler): a shard overwritten in place while a command reads it
+    memory-mapped ends in "Fatal Python error: Bus error" (docs/reading.md), not in
+    silence."""
+    with contextlib.suppress(RuntimeError, ValueError, OSError):  # no usable stderr
+        faulthandler.enable(all_threads=False)
     sys.exit(main())

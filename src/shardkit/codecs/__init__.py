@@ -71,6 +71,7 @@ from ._imagespecs import IMAGE_SPECS, RESIZE_MODES, SizedImageSpec
 from ._registry import Codecs, FieldDecoder, FieldEncoder, default_codecs, register
 from ._text import nests_within
 from ._video import VIDEO_EXTENSIONS, Clip, VideoSpec
+from ._viewfile import ViewFile
 
 __all__ = [
     "AUDIO_EXTENSIONS",
@@ -92,6 +93,7 @@ __all__ = [
     "SizedImageSpec",
     "VIDEO_EXTENSIONS",
     "VideoSpec",
+    "ViewFile",
     "audio",
     "check_field",
     "decode_sample",

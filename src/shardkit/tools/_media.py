@@ -7,19 +7,26 @@ an image scaled down (decoded at a reduced DCT scale first), a video's first fra
 (through :func:`shardkit.video`), an audio waveform (:func:`audio_envelope`: per pixel
 column the lowest and highest sample, decoded by soundfile a block at a time so a long
 recording is never held decoded; drawn with numpy). ``show --grid``
-and ``shardkit view`` both draw their tiles with it. :func:`media_info` reads an audio or
-video field's duration and rate from its header (soundfile / PyAV), decoding nothing.
+and ``shardkit view`` both draw their tiles with it. An image's size is read from its
+header first: past the readers' pixel limit (:func:`check_pixels`) it is refused before
+anything is decoded, and a caller that bounds memory (the viewer) passes ``reserve``, which
+is given the bytes the decode will hold (:func:`decode_cost`) before it starts.
+:func:`media_info` reads an audio or video field's duration and rate from its header
+(soundfile / PyAV), decoding nothing.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
 
 from .._optional import require
 from ..codecs import (
     AUDIO_EXTENSIONS,
     VIDEO_EXTENSIONS,
+    ViewFile,
     check_field,
     image_extension,
     image_failures,
@@ -29,13 +36,21 @@ from ..errors import DataError
 
 __all__ = [
     "MediaInfo",
+    "PixelLimitError",
     "audio_envelope",
+    "check_pixels",
+    "decode_cost",
     "field_picture",
     "media_info",
     "media_kind",
     "thumbnail_kind",
 ]
 
+#: ``reserve(nbytes)``: a context that holds ``nbytes`` of a memory budget while it is open.
+Reserve = Callable[[int], AbstractContextManager[object]]
+Field = bytes | bytearray | memoryview
+
+_MEDIA_COST = 64 << 20  # what a video frame or a waveform decode is reckoned to hold
 _WAVE_BACKGROUND = (16, 28, 40)
 _WAVE_LINE = (90, 200, 255)
 _WAVE_AXIS = (60, 80, 100)
@@ -59,36 +74,87 @@ def thumbnail_kind(name: str) -> str | None:
     return "image" if image_extension(name) else media_kind(name)
 
 
-def field_picture(name: str, data: bytes, box: tuple[int, int]) -> Any:
+class PixelLimitError(DataError):
+    """A picture whose header declares more pixels than the readers decode."""
+
+
+def check_pixels(width: int, height: int) -> None:
+    """Refuse (:class:`PixelLimitError`) a picture of ``width`` x ``height`` pixels past
+    the limit the image readers apply (twice Pillow's ``MAX_IMAGE_PIXELS``, where
+    :func:`shardkit.codecs.decode_image` raises): the one check of a thumbnail's size,
+    made on the header's numbers before any pixel is decoded."""
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and width * height > 2 * limit:
+        raise PixelLimitError(
+            f"a picture of {width}x{height} pixels is over the limit of {2 * limit:,} pixels"
+        )
+
+
+def decode_cost(image: Any) -> int:
+    """The bytes an opened (not yet loaded) Pillow ``image`` holds while
+    :func:`field_picture` draws it: its pixels as Pillow stores them (1, 2 or 4 bytes
+    each), plus an RGB copy for a mode that is converted before it is scaled."""
+    width, height = image.size
+    mode = image.mode
+    stored = 1 if mode in ("1", "L", "P") else 2 if mode.startswith("I;16") else 4
+    return int(width * height * (stored + (0 if _scaled_in_place(image) else 4)))
+
+
+def _scaled_in_place(image: Any) -> bool:
+    """Whether ``image`` is scaled before it is converted to RGB (the same pixels as the
+    other way round for RGB and grayscale; a JPEG keeps Pillow's draft-then-convert)."""
+    return image.mode in ("RGB", "L") and image.format != "JPEG"
+
+
+def field_picture(
+    name: str, data: Field, box: tuple[int, int], *, reserve: Reserve | None = None
+) -> Any:
     """The field drawn as a Pillow RGB image fitting ``box`` (width, height).
 
     A field that does not decode raises :class:`~shardkit.errors.DataError` whose message
-    is the reason; a missing extra (Pillow, soundfile, PyAV) is a
-    :class:`~shardkit.errors.MissingDependencyError`; a field of no kind above is a
-    DataError too.
+    is the reason (:class:`PixelLimitError` for a picture over the pixel limit); a missing
+    extra (Pillow, soundfile, PyAV) is a :class:`~shardkit.errors.MissingDependencyError`;
+    a field of no kind above is a DataError too. ``reserve`` (see the module docs) is
+    entered around the decode; ``data`` may be a memoryview (of a memory-mapped shard):
+    an image is read from it without a copy.
     """
     kind = thumbnail_kind(name)
     require("PIL.Image", "thumbnails")
+    hold = reserve or _no_budget
     if kind == "image":
-        return _image(data, box)
-    if kind == "video":
-        return _first_frame(name, data, box)
-    if kind == "audio":
-        return _draw(*audio_envelope(name, data, box[0]), box)
-    raise DataError(f"no thumbnail for a {name!r} field")
+        return _image(data, box, hold)
+    if kind not in ("video", "audio"):
+        raise DataError(f"no thumbnail for a {name!r} field")
+    with hold(2 * len(data) + _MEDIA_COST):
+        if kind == "video":
+            return _first_frame(name, bytes(data), box)
+        return _draw(*audio_envelope(name, bytes(data), box[0]), box)
 
 
-def _image(data: bytes, box: tuple[int, int]) -> Any:
+def _no_budget(nbytes: int) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+def _image(data: Field, box: tuple[int, int], hold: Reserve) -> Any:
     from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        with Image.open(io.BufferedReader(ViewFile(data))) as img:
+            check_pixels(*img.size)
             img.draft("RGB", (box[0] * 2, box[1] * 2))
-            picture = img.convert("RGB")
+            with hold(decode_cost(img)):
+                if _scaled_in_place(img):
+                    img.thumbnail(box)  # in place: the decoded pixels are not copied
+                    return img.convert("RGB")
+                picture = img.convert("RGB")
+                picture.thumbnail(box)
+                return picture
+    except Image.DecompressionBombError as exc:
+        raise PixelLimitError(f"a picture over the pixel limit: {exc}") from exc
     except image_failures() as exc:
         raise DataError(f"not a readable image ({type(exc).__name__})") from exc
-    picture.thumbnail(box)
-    return picture
 
 
 def _first_frame(name: str, data: bytes, box: tuple[int, int]) -> Any:

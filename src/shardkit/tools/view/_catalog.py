@@ -4,13 +4,28 @@ A source with an ``.idx`` file for every shard is read by random access
 (:class:`~shardkit.pipeline.indexed.IndexedDataset`): any page costs the reads of its own
 samples, and a key filter runs over the index keys without reading a sample. Without
 indexes the samples are read forward from the start (a later shard is started directly
-once the number of its first sample is known); the last samples read are kept.
+once the number of its first sample is known).
+
+What is kept is bounded in bytes, not samples: the samples read last, whole while they
+hold little copied memory (a field of a local tar shard is a view of the memory-mapped
+shard: page cache, not the process's own memory); of a larger sample only
+its key, label, field names and small fields, so a page of big samples costs one sample
+at a time and a sample page reads its sample again. A local tar shard is read by index
+with ``copy=False`` too: a grid page touches headers and labels, not every field.
+
+A local shard is memory-mapped while it is read: if it is overwritten in place
+(truncated) the process would die of SIGBUS when it touches a page past the new end. Its
+size, modification time and inode are noted when it is first read and checked before
+every request that reads or shows its samples: a shard that changed is a
+:class:`ShardChangedError` (the server answers 409), never a crash.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
+import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -26,9 +41,11 @@ from .._inputs import ShardRef, read_manifest
 from ..stats import Stats, stats
 from ..tsv import label_text
 
-__all__ = ["Catalog", "Entry", "Page"]
+__all__ = ["Catalog", "Entry", "Page", "ShardChangedError"]
 
-_KEPT = 512  # samples kept in memory (forward reading)
+_KEPT = 512  # samples kept (each whole or as its summary; a view pins its shard's map)
+CACHE_BYTES = 64 << 20  # copied field bytes kept, at most
+_SMALL = 64 << 10  # a field up to this size stays in a sample's summary
 _FILTERS = 16  # filter scans kept (their matches so far)
 
 
@@ -41,6 +58,19 @@ class Entry:
     url: str
     offset: int | None
     fields: dict[str, Any]
+    whole: bool = True  # False: a summary (fields over 64 KiB are Omitted)
+    label: str | None = None  # the label, when a summary holds it
+
+
+@dataclass(frozen=True)
+class Omitted:
+    """A field a summary does not hold: its size."""
+
+    size: int
+
+
+class ShardChangedError(ShardkitError):
+    """A shard changed on disk while the viewer had it open."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +103,7 @@ class Catalog:
         *,
         label: str | None = "cls",
         storage_options: dict[str, Any] | None = None,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
         from ...pipeline.urls import resolve_source
 
@@ -89,7 +120,10 @@ class Catalog:
         )
         self._lock = threading.Lock()
         self._stats_lock = threading.Lock()  # the stats read on their own: pages go on
-        self._kept: OrderedDict[int, Entry] = OrderedDict()
+        self._kept: OrderedDict[int, tuple[Entry, int]] = OrderedDict()  # with its cost
+        self._kept_bytes = 0
+        self._cache_bytes = cache_bytes
+        self._opened: dict[str, tuple[int, int, int]] = {}  # local shard -> size, mtime, inode
         self._scans: OrderedDict[tuple[str, str], _Scan] = OrderedDict()
         self._starts: dict[int, int] = {0: 0}  # shard number -> number of its first sample
         self._stream: Iterator[Entry] | None = None
@@ -107,7 +141,9 @@ class Catalog:
         try:
             loaded = load_indexes(self.urls, storage_options=self._options, required=True)
             indexes = [index for index in loaded if index is not None]  # required: all there
-            dataset = IndexedDataset(list(self.urls), storage_options=self._options)
+            # copy=False: a local shard's fields are views of its mapping (a grid page
+            # touches the headers and labels, not every sample's bytes).
+            dataset = IndexedDataset(list(self.urls), storage_options=self._options, copy=False)
             len(dataset)  # loads and checks the indexes
         except (ConfigError, FormatError) as exc:
             return None, [], [], f"reading forward from the first shard: {exc}"
@@ -121,21 +157,23 @@ class Catalog:
         return self._indexed is not None
 
     def sample(self, index: int) -> Entry | None:
-        """Sample ``index``, or None past the end."""
+        """Sample ``index`` (whole), or None past the end."""
         with self._lock:
+            self._check_unchanged()
             return self._sample(index)
 
     def page(self, number: int, size: int, *, key: str = "", label: str = "") -> Page:
         """Page ``number`` (from 0) of ``size`` samples whose key holds ``key`` and whose
         label is ``label`` (empty: any)."""
         with self._lock:
+            self._check_unchanged()
             if not key and not label:
                 first = number * size
-                entries = [e for i in range(first, first + size) if (e := self._sample(i))]
-                return Page(entries, self._sample(first + size) is not None, self.total)
+                entries = [e for i in range(first, first + size) if (e := self._summary(i))]
+                return Page(entries, self._summary(first + size) is not None, self.total)
             scan = self._scan(key, label, (number + 1) * size + 1)
             chosen = scan.matches[number * size : (number + 1) * size]
-            entries = [e for i in chosen if (e := self._sample(i))]
+            entries = [e for i in chosen if (e := self._summary(i))]
             more = len(scan.matches) > (number + 1) * size
             return Page(entries, more, len(scan.matches) if scan.done else None)
 
@@ -143,6 +181,8 @@ class Catalog:
         """The sample's label as text (a class name where the manifest names one)."""
         if self.label is None:
             return ""
+        if entry.label is not None:
+            return entry.label
         return label_text(entry.fields, self.label, self.classes)
 
     def stats(self) -> Stats:
@@ -164,23 +204,50 @@ class Catalog:
     # ------------------------------------------------------------------ reading
 
     def _sample(self, index: int) -> Entry | None:
+        """Sample ``index`` whole (read again when only its summary is kept)."""
         if index < 0:
             return None
-        entry = self._kept.get(index)
-        if entry is not None:
+        kept = self._kept.get(index)
+        if kept is not None and kept[0].whole:
             self._kept.move_to_end(index)
-            return entry
+            return kept[0]
         if self._indexed is not None:
             if index >= len(self._keys):
                 return None
-            entry = _entry(index, self._indexed.raw(index))
+            self._note_open(self._indexed.locate(index)[0])
+            entry: Entry | None = _entry(index, self._indexed.raw(index))
         else:
             entry = self._forward(index)
         if entry is not None:
-            self._kept[index] = entry
-            while len(self._kept) > _KEPT:
-                self._kept.popitem(last=False)
+            self._keep(entry)
         return entry
+
+    def _summary(self, index: int) -> Entry | None:
+        """Sample ``index`` as kept: whole or its summary (what a grid tile shows)."""
+        kept = self._kept.get(index)
+        if kept is not None:
+            self._kept.move_to_end(index)
+            return kept[0]
+        entry = self._sample(index)
+        return None if entry is None else self._kept.get(index, (entry, 0))[0]
+
+    def _keep(self, entry: Entry) -> None:
+        """Keep ``entry`` whole while it is small next to the cache, else its summary;
+        the oldest go first past the cache's bytes (or ``_KEPT`` samples)."""
+        cost = _copied(entry.fields)
+        if cost > self._cache_bytes // 8:
+            fields = {
+                name: Omitted(_size(value)) if _copied(value) > _SMALL else value
+                for name, value in entry.fields.items()
+            }
+            label = self.label_of(entry)
+            entry = Entry(entry.index, entry.key, entry.url, entry.offset, fields, False, label)
+            cost = _copied(fields)
+        old = self._kept.pop(entry.index, None)
+        self._kept_bytes += cost - (old[1] if old else 0)
+        self._kept[entry.index] = (entry, cost)
+        while self._kept and (self._kept_bytes > self._cache_bytes or len(self._kept) > _KEPT):
+            self._kept_bytes -= self._kept.popitem(last=False)[1][1]
 
     def _forward(self, index: int) -> Entry | None:
         if self._stream is None or index < self._position:
@@ -190,16 +257,40 @@ class Catalog:
             self._position = entry.index + 1
             if entry.index == index:
                 return entry
-            self._kept[entry.index] = entry
+            self._keep(entry)
         self.total = self._position
         self._stream = None
         return None
+
+    # ------------------------------------------------------------------ changes on disk
+
+    def _note_open(self, url: str) -> None:
+        if url not in self._opened and storage.is_local(url):
+            with contextlib.suppress(OSError):  # the read says what is wrong
+                self._opened[url] = _identity(url)
+
+    def _check_unchanged(self) -> None:
+        """Raise :class:`ShardChangedError` when a shard read so far changed on disk (a
+        memory-mapped shard cut short would crash the process when touched)."""
+        for url, seen in self._opened.items():
+            try:
+                now = _identity(url)
+            except OSError:
+                now = (-1, 0, 0)
+            if now != seen:
+                size = "gone" if now[0] < 0 else f"{seen[0]:,} -> {now[0]:,} bytes"
+                raise ShardChangedError(
+                    f"{url} changed on disk while the viewer had it open ({size}); "
+                    "restart the viewer to read it again"
+                )
 
     def _samples_from(self, shard: int) -> Iterator[Entry]:
         number = self._starts[shard]
         for s in range(shard, len(self.urls)):
             self._starts[s] = number
-            for raw in read_shard(self.urls[s], storage_options=self._options):
+            self._note_open(self.urls[s])
+            # copy=False: a local tar's fields are views of its mapping, not copies.
+            for raw in read_shard(self.urls[s], storage_options=self._options, copy=False):
                 yield _entry(number, raw)
                 number += 1
         self._starts[len(self.urls)] = number
@@ -218,14 +309,14 @@ class Catalog:
                 break
             scan.next = index + 1
             if label:
-                entry = self._sample(index)
+                entry = self._summary(index)
                 if entry is None:
                     scan.done = True
                     break
                 if self.label_of(entry) != label or key not in entry.key:
                     continue
             elif not self._keys:
-                entry = self._sample(index)
+                entry = self._summary(index)
                 if entry is None:
                     scan.done = True
                     break
@@ -261,6 +352,29 @@ def _entry(index: int, raw: dict[str, Any]) -> Entry:
         offset if isinstance(offset, int) else None,
         dict(sorted(fields.items())),
     )
+
+
+def _identity(url: str) -> tuple[int, int, int]:
+    info = os.stat(storage.local_path(url))
+    return info.st_size, info.st_mtime_ns, info.st_ino
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    if isinstance(value, (list, tuple)):
+        return 8 * len(value) + sum(_size(item) for item in value)
+    return 64
+
+
+def _copied(value: Any) -> int:
+    """The bytes of ``value`` held in this process's own memory (a view of a memory-mapped
+    shard holds none: its pages are the page cache's)."""
+    if isinstance(value, memoryview) and isinstance(value.obj, mmap.mmap):
+        return 0
+    if isinstance(value, dict):
+        return sum(_copied(item) for item in value.values())
+    return _size(value)
 
 
 def _manifest_url(source: str | Sequence[str], options: dict[str, Any] | None) -> str | None:

@@ -11,11 +11,19 @@ Routes (``GET`` and ``HEAD`` only; anything else is 404 or 405)::
     /style.css                 the one stylesheet
 
 No URL holds a file path: samples and fields are numbers, so nothing outside the source
-can be asked for. Every answer carries ``X-Content-Type-Options: nosniff``, a
-Content-Security-Policy that allows no script at all (``default-src 'none'``), and
-``Cross-Origin-Resource-Policy: same-origin``; field bytes are also sandboxed. When the
-server listens on a loopback address, a request whose ``Host`` is not that address is
-refused (a web page cannot reach it by a DNS name that resolves to 127.0.0.1).
+can be asked for. Every answer, errors included (400, 404, 405, 409, 421, 422, 500, 501,
+503), carries ``X-Content-Type-Options: nosniff``, a Content-Security-Policy that allows
+no script at all (``default-src 'none'``), and ``Cross-Origin-Resource-Policy:
+same-origin``; field bytes are also sandboxed. When the server listens on a loopback
+address, a request whose ``Host`` is not that address (or ``localhost``, ``127.0.0.1``,
+``[::1]``) with its port is refused (a web page cannot reach it by a DNS name that
+resolves to 127.0.0.1). IPv6 addresses listen on an IPv6 socket.
+
+Thumbnails decode under :class:`~shardkit.tools.view._budget.DecodeBudget`: a bounded
+number at once, holding a bounded number of bytes of pixels together (sized from the
+picture's header before decoding); a request that waits too long is answered 503 with
+``Retry-After``, a picture over the pixel limit or the whole budget 422. A request the
+browser cancels (the connection closes under the answer) is logged at debug level only.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import io
 import ipaddress
 import logging
 import re
+import socket
+import sys
 import threading
 from collections.abc import Sequence
 from http import HTTPStatus
@@ -32,8 +42,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ...errors import ConfigError, DataError, MissingDependencyError, ShardkitError
-from .._media import field_picture, thumbnail_kind
-from ._catalog import Catalog
+from .._media import PixelLimitError, Reserve, field_picture, thumbnail_kind
+from ._budget import Busy, DecodeBudget, OverBudget
+from ._catalog import Catalog, ShardChangedError
 from ._media import DOWNLOAD, content_type, media_kind
 from ._pages import error_page, grid_page, sample_page, stats_page
 
@@ -64,6 +75,11 @@ _ROUTES = {
 }
 _MAX_PAGE = 500  # samples per page at most
 THUMB = 160  # pixels, the longer side of a thumbnail
+DECODE_MEMORY = 1 << 30  # bytes of pixels all decodes at once may hold
+DECODES = 4  # decodes at once, at most
+DECODE_WAIT = 60.0  # seconds a thumbnail waits for its decode before a 503
+_RETRY_AFTER = "5"  # seconds, in a 503
+_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)  # a cancelled request
 STYLE = b"""
 body { font: 14px system-ui, sans-serif; margin: 0 1em 2em; color: #222; background: #fff; }
 nav { padding: .5em 0; border-bottom: 1px solid #ddd; margin-bottom: .5em; }
@@ -93,7 +109,9 @@ class Viewer:
     ``port=0`` picks a free port; :attr:`url` is where it listens. Run it with
     :meth:`serve_forever` (blocks) or :meth:`start` (a daemon thread); :meth:`close`
     stops it. ``page_size`` is the grid's default samples per page; ``label`` the field
-    spec the class filter and the histogram use (None: no classes).
+    spec the class filter and the histogram use (None: no classes). ``decode_memory``,
+    ``decodes`` and ``decode_wait`` are the thumbnails' budget (:attr:`decoding`): bytes
+    of pixels held at once, decodes at once, seconds a request waits for its turn.
     """
 
     def __init__(
@@ -105,17 +123,21 @@ class Viewer:
         page_size: int = 48,
         label: str | None = "cls",
         storage_options: dict[str, Any] | None = None,
+        decode_memory: int = DECODE_MEMORY,
+        decodes: int = DECODES,
+        decode_wait: float = DECODE_WAIT,
     ) -> None:
         if not 1 <= page_size <= _MAX_PAGE:
             raise ConfigError(f"page_size must be from 1 to {_MAX_PAGE}, not {page_size}")
+        self.decoding = DecodeBudget(decode_memory, slots=decodes, wait=decode_wait)
         self.catalog = Catalog(source, label=label, storage_options=storage_options)
         self.page_size = page_size
+        host = host.removeprefix("[").removesuffix("]")
         try:
-            self._server = ThreadingHTTPServer((host, port), _Handler)
+            self._server = _Server((host, port), self)
         except OSError as exc:
+            self.catalog.close()
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-        self._server.daemon_threads = True
-        self._server.viewer = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
         bound_host, bound_port = self._server.server_address[:2]
         self.host, self.port = str(bound_host), int(bound_port)
@@ -124,8 +146,13 @@ class Viewer:
     @property
     def url(self) -> str:
         """The address to open in a browser."""
+        return f"http://{self.authority}/"
+
+    @property
+    def authority(self) -> str:
+        """``host:port`` as a ``Host`` header names it (an IPv6 address in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        return f"{host}:{self.port}"
 
     def serve_forever(self) -> None:
         """Answer requests until :meth:`close` (from another thread) or an interrupt."""
@@ -151,6 +178,26 @@ class Viewer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Server(ThreadingHTTPServer):
+    """One thread per connection, on an IPv6 socket for an IPv6 address; a connection the
+    client closed under its answer is not an error."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], viewer: Viewer) -> None:
+        self.viewer = viewer
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, _GONE):
+            log.debug("%s closed the connection: %s", client_address, exc)
+        else:
+            log.error("answering %s failed", client_address, exc_info=True)
 
 
 def _is_loopback(host: str) -> bool:
@@ -185,12 +232,34 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, *, head: bool) -> None:
         try:
             status, body, kind, extra = self._route()
+        except ShardChangedError as exc:
+            log.warning("%s", exc)
+            status, (body, kind), extra = 409, _error(409, str(exc)), {}
+        except Busy as exc:
+            status, (body, kind) = 503, _error(503, f"{exc}: try again")
+            extra = {"Retry-After": _RETRY_AFTER}
         except ShardkitError as exc:
             log.warning("%s: %s", self.path, exc)
             status, (body, kind), extra = 500, _error(500, str(exc)), {}
+        except _GONE:
+            raise
+        except Exception:  # a bug: logged with its traceback, answered with the headers
+            log.exception("%s failed", self.path)
+            status, (body, kind), extra = 500, _error(500, "internal error (see the log)"), {}
         self._send(status, body, kind, extra, head=head)
 
-    def _route(self) -> tuple[int, bytes, str, dict[str, str]]:
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own errors (a bad request line, an unknown method, a
+        header too long) sent with the viewer's headers, like every other answer."""
+        self.close_connection = True
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "error"
+        body, kind = _error(code, message or phrase)
+        self._send(code, body, kind, {"Connection": "close"}, head=self.command == "HEAD")
+
+    def _route(self) -> tuple[int, bytes | memoryview, str, dict[str, str]]:
         if not self._host_allowed():
             return (421, *_error(421, "unexpected Host header"), {})
         parts = urlsplit(self.path)
@@ -207,12 +276,13 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         host = self.headers.get("Host", "")
         port = self.viewer.port
-        return host in {f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]")}
+        names = {f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]")}
+        return host in names or host == self.viewer.authority
 
     def _send(
         self,
         status: int,
-        body: bytes,
+        body: bytes | bytearray | memoryview,
         kind: str,
         extra: dict[str, str] | None = None,
         *,
@@ -246,16 +316,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _field(
         self, index: int, number: int, *, query: dict[str, str]
-    ) -> tuple[int, bytes, str, dict[str, str]]:
+    ) -> tuple[int, bytes | bytearray | memoryview, str, dict[str, str]]:
         entry = self.viewer.catalog.sample(index)
         fields = list(entry.fields.items()) if entry is not None else []
         if not 0 <= number < len(fields):
             return (404, *_error(404, f"no field {number} in sample {index}"), {})
         name, value = fields[number]
-        data = (
-            bytes(value)
-            if isinstance(value, (bytes, bytearray, memoryview))
-            else repr(value).encode()
+        data = (  # a view of a mapped shard is sent as it lies, not copied first
+            value if isinstance(value, (bytes, bytearray, memoryview)) else repr(value).encode()
         )
         kind = content_type(name) if isinstance(value, (bytes, bytearray, memoryview)) else _PLAIN
         extra = {"Content-Security-Policy": CSP + "; sandbox"}
@@ -275,7 +343,10 @@ class _Handler(BaseHTTPRequestHandler):
         name, value = fields[number]
         if not isinstance(value, (bytes, bytearray, memoryview)):
             return (404, *_error(404, f"no picture in sample {index}"), {})
-        picture = thumbnail(name, bytes(value))
+        try:
+            picture = thumbnail(name, value, reserve=self.viewer.decoding.reserve)
+        except (PixelLimitError, OverBudget) as exc:
+            return (422, *_error(422, f"no thumbnail: {exc}"), {})
         if picture is None:
             if media_kind(name, native=True) != "image":
                 return (415, *_error(415, "this field does not decode"), {})
@@ -305,13 +376,22 @@ def _int(text: str | None, default: int, low: int, high: int) -> int:
     return min(high, max(low, value))
 
 
-def thumbnail(name: str, data: bytes, side: int = THUMB) -> bytes | None:
+def thumbnail(
+    name: str,
+    data: bytes | bytearray | memoryview,
+    side: int = THUMB,
+    *,
+    reserve: Reserve | None = None,
+) -> bytes | None:
     """A JPEG of at most ``side`` pixels a side of field ``name`` (an image scaled, a
     video's first frame, an audio waveform: :func:`shardkit.tools._media.field_picture`,
     the helper ``show --grid`` draws with), or None when the field does not decode or an
-    extra it needs is missing (Pillow's pixel limit applies)."""
+    extra it needs is missing. A picture over the pixel limit is a PixelLimitError, one
+    over the whole decode budget an OverBudget (``reserve``: the budget's)."""
     try:
-        picture = field_picture(name, data, (side, side))
+        picture = field_picture(name, data, (side, side), reserve=reserve)
+    except (PixelLimitError, OverBudget):
+        raise
     except (DataError, MissingDependencyError):
         return None
     out = io.BytesIO()
