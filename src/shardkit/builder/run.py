@@ -289,6 +289,14 @@ class _Driver:
         self.progress_fn(BuildProgress(samples, skipped, total, nbytes, shards, now - self.started))
 
     # -- finish
+    def _classes(self, counts: dict[int, int]) -> list[str]:
+        """The listing's classes; for shards that state none, their labels counted."""
+        if self.listing.classes or self.listing.kind != "shards":
+            return self.listing.classes
+        from .shards import counted_classes
+
+        return counted_classes(counts)
+
     def _finish(self) -> BuildResult:
         if self.journal.pending():  # every task is committed (in order) before this
             raise BuildError("tasks are left uncommitted after every task ran (a shardkit bug)")
@@ -307,7 +315,7 @@ class _Driver:
         manifest = make_manifest(
             identity=self.identity,
             shards=shards,
-            classes=self.listing.classes,
+            classes=self._classes(counts),
             class_counts=counts,
             skipped=skipped,
             timing=timing,
