@@ -14,9 +14,11 @@ import pytest
 
 import shardkit
 from shardkit import BuildOptions
+from shardkit.builder import spill as spill_module
+from shardkit.builder.spill import Spill
 from shardkit.demo import make_image_folder
 from shardkit.errors import BuildError
-from shardkit.tools import write_indexes
+from shardkit.tools import verify, write_indexes
 
 
 def _shard(path: Path, keys: list[str], **extra: Any) -> str:
@@ -142,3 +144,54 @@ def test_resharding_shards_without_a_manifest_counts_their_labels(tmp_path: Path
     manifest = _manifest(tmp_path / "out")
     assert manifest["num_classes"] == 3
     assert manifest["class_counts"] == {"0": 1, "1": 1, "2": 1}
+
+
+def test_a_key_a_shard_holds_twice_is_written_once_the_later_one_skipped(tmp_path: Path) -> None:
+    # Regression: both were written (prefixed alike), exit 0; verify then reported the
+    # shard and `tar -x` kept one of them.
+    shard = _shard(tmp_path / "in" / "in-000000.tar", ["a", "b", "a", "c"])
+    result = shardkit.build(shard, str(tmp_path / "out"), options=BuildOptions(workers=1))
+    assert result.samples == 3
+    assert result.skipped == [(f"{shard}@4096", f"key repeats: packed from {shard}@0")]
+    packed = _packed(tmp_path / "out")
+    assert sorted(packed) == [
+        ("000000/a", "text of a"),
+        ("000000/b", "text of b"),
+        ("000000/c", "text of c"),
+    ]
+    assert verify(str(tmp_path / "out")).ok
+
+
+def test_later_repeats_are_found_the_same_across_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardkit.builder.plan import later_repeats  # new: the base has none
+
+    keys = [f"k{i % 700}" for i in range(2000)]
+    expected = {i: i % 700 for i in range(700, 2000)}
+    with Spill() as spill:
+        assert later_repeats(keys, len(keys), spill) == expected
+        monkeypatch.setattr(spill_module, "ORDER_BUDGET", 300)  # many buckets, spilled
+        assert spill_module.bucket_count(len(keys)) > 1
+        assert later_repeats(keys, len(keys), spill) == expected
+
+
+def test_a_key_with_a_lone_surrogate_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    # Regression: a raw UnicodeEncodeError stopped the whole build.
+    samples = [{"__key__": key, "txt": key} for key in ("a", "b\ud800", "c")]
+    result = shardkit.build(samples, str(tmp_path / "out"), options=BuildOptions(workers=1))
+    assert result.samples == 2
+    assert result.skipped == [("item 1", "the key holds a lone surrogate U+D800 (not UTF-8 text)")]
+    assert len(_manifest(tmp_path / "out")["skipped"]) == 1
+
+
+def test_a_list_path_with_a_lone_surrogate_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    make_image_folder(str(tmp_path / "img"), count=2, classes=["a"])
+    rows = ['{"path": "img/a/img_000000.jpg"}', '{"path": "img/\\ud800.jpg"}']
+    rows.append('{"path": "img/a/img_000001.jpg"}')
+    (tmp_path / "list.jsonl").write_text("\n".join(rows) + "\n")
+    result = shardkit.build(str(tmp_path / "list.jsonl"), str(tmp_path / "out"))
+    assert result.samples == 2
+    assert result.skipped == [
+        ("img/\ufffd.jpg", "the path holds a lone surrogate U+D800 (not UTF-8 text)")
+    ]
+    skipped = _manifest(tmp_path / "out")["skipped"]
+    assert skipped == [{"path": "img/\ufffd.jpg", "reason": result.skipped[0][1]}]

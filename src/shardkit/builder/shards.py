@@ -39,6 +39,7 @@ from ..handlers import ignore_and_continue
 from ..pipeline.idxfiles import load_indexes
 from ..ranges import RangeReader
 from ..reader import detect_format, iter_stream_samples, read_shard
+from .plan import later_repeats
 from .sources import Item, Listing, SpilledItems
 from .spill import Spill, bucket_count, bucketed, held
 from .store import endpoint_options
@@ -92,6 +93,22 @@ def list_shards(
         ref = (int(ref[0]), int(ref[1]), int(ref[2]))
         return Item(ref, f"{ref[0]:06d}/{key}" if prefixed else key, -1, "", size, "")
 
+    # A key a shard holds twice (not adjacent: else they are one sample) is written once,
+    # its first time; each later one is skipped, naming where the first is.
+    skipped: list[tuple[str, str]] = []
+    later = later_repeats((item(r).key for r in records), len(records), spill)
+    if later:
+        firsts = {first: "" for first in later.values()}
+        for position, record in enumerate(records):
+            if position in firsts:
+                firsts[position] = _where(urls, item(record))
+        for position, record in enumerate(records):
+            if position in later:
+                where_first = firsts[later[position]]
+                skipped.append(
+                    (_where(urls, item(record)), f"key repeats: packed from {where_first}")
+                )
+        records = held((r for n, r in enumerate(records) if n not in later), spill)
     items = [item(r) for r in records] if isinstance(records, list) else SpilledItems(records, item)
     return Listing(
         kind="shards",
@@ -99,10 +116,15 @@ def list_shards(
         source=ShardSource(tuple(urls), output_format, tuple(versions), prefixed=prefixed),
         items=items,
         classes=list(classes),
-        skipped=_not_shards(where, urls),
+        skipped=[*_not_shards(where, urls), *skipped],
         fingerprint=digest.hexdigest(),
         sizes_known=False,
     )
+
+
+def _where(urls: list[str] | tuple[str, ...], item: Item) -> str:
+    """Where a listed sample is: ``<shard url>@<offset>``."""
+    return f"{urls[item.ref[0]]}@{item.ref[1]}"
 
 
 def _not_shards(path: str, urls: list[str]) -> list[tuple[str, str]]:
@@ -261,7 +283,7 @@ class ShardSource:
         return found
 
     def describe(self, item: Item) -> str:
-        return f"{self.urls[item.ref[0]]}@{item.ref[1]}"
+        return _where(self.urls, item)
 
     def json_text(self, item: Item, classes: tuple[str, ...]) -> str:
         return ""
