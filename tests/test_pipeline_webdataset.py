@@ -14,7 +14,7 @@ import pytest
 from conftest_pipeline import keys, write_shards
 
 from shardkit import ConfigError, Dataset, ShardWriter
-from shardkit.errors import MissingFieldError
+from shardkit.errors import DecodeError, MissingFieldError
 
 # webdataset 1.0.2 leaves its shard files for the garbage collector to close.
 pytestmark = [
@@ -214,6 +214,26 @@ def test_to_tuple_missing_and_none(urls: list[str]) -> None:
     assert next(iter(nulls.to_tuple("__key__", "txt"))) == ("s00000", None)
     with pytest.raises(ValueError, match="field 'txt' is None"):
         next(iter(nulls.to_tuple("__key__", "txt", none_is_error=True)))
+
+
+def _every_other_txt_fails(ext: str, data: bytes) -> Any:
+    if ext == "txt" and int(data.split()[-1]) % 2:
+        raise ValueError("not my format")
+    return None
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_custom_decoders_error_is_a_decode_error_as_webdataset_wraps_it(
+    urls: list[str], threads: int
+) -> None:
+    # Regression (issue 28, webdataset's suite): the ValueError came out as it was, so
+    # the dataset's handler= never saw it; webdataset raises DecodingError from it.
+    with pytest.raises(DecodeError, match="ValueError: not my format") as info:
+        list(Dataset(urls).decode(_every_other_txt_fails, threads=threads))
+    assert isinstance(info.value.__cause__, ValueError)
+    assert info.value.key == "s00001" and info.value.url == urls[0]
+    kept = Dataset(urls, handler="ignore").decode(_every_other_txt_fails, threads=threads)
+    assert keys(list(kept)) == [f"s{i:05d}" for i in range(0, 21, 2)]
 
 
 def test_decode_partial(urls: list[str]) -> None:
