@@ -195,3 +195,12 @@ def test_a_list_path_with_a_lone_surrogate_is_skipped_with_its_reason(tmp_path: 
     ]
     skipped = _manifest(tmp_path / "out")["skipped"]
     assert skipped == [{"path": "img/\ufffd.jpg", "reason": result.skipped[0][1]}]
+
+
+def test_gzip_bytes_under_a_plain_shard_name_are_refused_naming_the_shard(tmp_path: Path) -> None:
+    gz = _shard(tmp_path / "in" / "in-000000.tar.gz", ["a", "b"])
+    plain = tmp_path / "in" / "in-000001.tar"
+    os.rename(gz, plain)
+    with pytest.raises(BuildError, match="decompress them first") as got:
+        shardkit.build(str(plain), str(tmp_path / "out"))
+    assert got.value.url == str(plain)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import mmap
 import os
 import stat
 import threading
@@ -332,6 +333,8 @@ def _listed_size(version: str) -> int | None:
     return int(size) if size.isdigit() else None
 
 
+_RELEASE = 1 << 22  # bytes of a mapped shard listed before its pages are let go
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 _MAX_COUNTED_CLASSES = 1 << 16  # labels named by number, at most (above: none named)
 _MAX_TAIL = 1 << 20  # bytes after a tar's last sample: end-of-archive blocks and padding
 
@@ -392,17 +395,51 @@ def read_tar_samples(url: str) -> Iterator[tuple[int, str, int]]:
     offset of the sample's first header block, long-name and PAX headers included, so a
     worker reading from there sees the member's whole name (a name over 100 bytes is in
     those headers, never in the member's own)."""
-    with contextlib.closing(_open_listing(url)) as stream:
+    with contextlib.closing(_open_listing(url)) as stream, _mapped(stream) as mapped:
         key: str | None = None
         start = size = 0
-        for member, found, _, new in Grouping(url)(TarScanner(stream, url=url, readahead=False)):
+        members = (
+            TarScanner(stream, url=url, readahead=False, seek=True)
+            if mapped is None
+            else TarScanner.over_buffer(mapped, url=url)  # a local file: data skipped
+        )
+        if mapped is not None and mapped[:2] == b"\x1f\x8b":  # gzip bytes under a plain name
+            raise BuildError(_COMPRESSED, url=url)
+        released = 0
+        for member, found, _, new in Grouping(url)(members):
             if new:
                 if key is not None:
                     yield start, key, size
                 key, start, size = found, member.start, 0
+                released = _release(mapped, released, start)
             size += member.size
         if key is not None:
             yield start, key, size
+
+
+@contextlib.contextmanager
+def _mapped(stream: BinaryIO) -> Iterator[mmap.mmap | None]:
+    """A read-only mapping of a local shard's file (:func:`shardkit.storage.map_file`),
+    or None (a remote or empty one); closed at the end."""
+    try:
+        mapped = storage.map_file(stream.fileno())
+    except (OSError, ValueError):  # no descriptor (io.UnsupportedOperation is both)
+        mapped = None
+    try:
+        yield mapped
+    finally:
+        if mapped is not None:
+            mapped.close()
+
+
+def _release(mapped: mmap.mmap | None, released: int, done: int) -> int:
+    """Let the pages before ``done`` leave the resident set (they stay in the page cache),
+    every 4 MiB; returns the offset released up to."""
+    done -= done % mmap.PAGESIZE
+    if mapped is None or done - released < _RELEASE or _DONTNEED is None:
+        return released
+    mapped.madvise(_DONTNEED, released, done - released)
+    return done
 
 
 def _open_listing(url: str) -> BinaryIO:
