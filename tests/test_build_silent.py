@@ -204,3 +204,20 @@ def test_gzip_bytes_under_a_plain_shard_name_are_refused_naming_the_shard(tmp_pa
     with pytest.raises(BuildError, match="decompress them first") as got:
         shardkit.build(str(plain), str(tmp_path / "out"))
     assert got.value.url == str(plain)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_python_dataset_giving_one_key_twice_is_refused_without_a_manifest(
+    tmp_path: Path, shuffle: bool
+) -> None:
+    # Regression: both were written, exit 0 (keys a dataset gives are known only as the
+    # workers load them: they are checked where they were written).
+    samples = [{"__key__": key, "txt": f"{i}"} for i, key in enumerate("abcaaef")]
+    options = BuildOptions(workers=1, shuffle=shuffle, max_count=2)
+    with pytest.raises(
+        BuildError, match=r"the key 'a' is written twice .*2 samples written again in all"
+    ):
+        shardkit.build(samples, str(tmp_path / "out"), options=options)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    unique = [{"__key__": key, "txt": key} for key in "abcdef"]
+    assert shardkit.build(unique, str(tmp_path / "ok"), options=options).samples == 6

@@ -442,6 +442,42 @@ def _release(mapped: mmap.mmap | None, released: int, done: int) -> int:
     return done
 
 
+def refuse_written_repeats(urls: list[str], out: str) -> None:
+    """Raise BuildError if a key is written twice in the tar shards ``urls`` (a build's
+    output, before its manifest): keys a Python dataset gives (``__key__``) are known only
+    as the workers load them, so they are checked where they were written, by the keys of
+    every shard's headers (data never read) and :func:`.plan.later_repeats` (bounded
+    memory). A build that wrote one twice writes no manifest (webdataset's readers would
+    merge or report the two; ``tar -x`` would keep one). Local uncompressed tar output
+    only."""
+    if not urls or any(detect_format(url) != ("tar", False) for url in urls):
+        return  # TFRecord keys are features, gzip cannot be walked: not checked here
+    with Spill() as spill:
+        records = held(
+            (
+                (n, start, key)
+                for n, url in enumerate(urls)
+                for start, key, _ in read_tar_samples(url)
+            ),
+            spill,
+        )
+        later = later_repeats((key for _, _, key in records), len(records), spill)
+        if not later:
+            return
+        position = min(later)
+        wanted = {position, later[position]}
+        found = {i: r for i, r in enumerate(records) if i in wanted}
+    (shard, offset, key), (first_shard, first_offset, _) = found[position], found[later[position]]
+    shown = repr(key) if len(key) <= 100 else repr(key[:100]) + "..."
+    raise BuildError(
+        f"the key {shown} is written twice ({os.path.basename(urls[first_shard])}@{first_offset} "
+        f"and {os.path.basename(urls[shard])}@{offset}; {len(later)} samples written again "
+        "in all): the keys a dataset gives (__key__) must be unique; no manifest.json was "
+        "written",
+        url=out,
+    )
+
+
 def _open_listing(url: str) -> BinaryIO:
     """An input shard open for its listing: a local one through the reading door (a
     regular file, opened without blocking), a remote one as storage opens it."""
