@@ -53,14 +53,17 @@ def _build(urls: list[str], out: Path, **options: Any) -> dict[str, Any]:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The shards the driver reads through (``read_shard``) to list them."""
     seen: list[str] = []
-    original = shards.read_shard
-
-    def spy(url: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        seen.append(url)
-        return original(url, **kwargs)
-
-    monkeypatch.setattr(shards, "read_shard", spy)
+    for name in ("read_shard", "read_tar_samples"):  # TFRecords / tars read through
+        monkeypatch.setattr(shards, name, _spy(getattr(shards, name), seen))
     return seen
+
+
+def _spy(original: Any, seen: list[str]) -> Any:
+    def spy(url: str, **kwargs: Any) -> Iterator[Any]:
+        seen.append(url)
+        return original(url, **kwargs)  # type: ignore[no-any-return]
+
+    return spy
 
 
 @pytest.mark.parametrize(

@@ -144,7 +144,10 @@ def _shards_or_images(path: str, out: str, options: BuildOptions, spill: Spill |
         return list_image_folder(path, spill, options.layout)
     if options.layout != "classes":
         raise ConfigError(_LAYOUT_FOLDER + f" of files; {path} holds shards")
-    return _list_shards(list(part.urls), out, options, path, spill)
+    from .shards import manifest_classes
+
+    classes = () if part.contents is None else manifest_classes(part.contents.document)
+    return _list_shards(list(part.urls), out, options, path, spill, classes)
 
 
 def _list_shards(
@@ -153,6 +156,7 @@ def _list_shards(
     options: BuildOptions,
     path: str,
     spill: Spill | None = None,
+    classes: tuple[str, ...] = (),
 ) -> Listing:
     from .. import storage
     from .shards import list_shards
@@ -162,7 +166,7 @@ def _list_shards(
             folder = os.path.dirname(os.path.abspath(storage.local_path(url)))
             if os.path.realpath(folder) == os.path.realpath(out):
                 raise BuildError("the output folder holds the input shards", url=url)
-    return list_shards(spec, options.format, path=path, spill=spill)
+    return list_shards(spec, options.format, path=path, spill=spill, classes=classes)
 
 
 def _not_a_file(path: str) -> str:

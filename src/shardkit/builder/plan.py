@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -30,7 +31,15 @@ from .options import BuildOptions
 from .sources import Item, Items
 from .spill import Spill, bucket_count, bucketed
 
-__all__ = ["CHUNK", "Task", "chunk_stream", "cut_tasks", "estimator", "order_items"]
+__all__ = [
+    "CHUNK",
+    "Task",
+    "chunk_stream",
+    "cut_tasks",
+    "estimator",
+    "later_repeats",
+    "order_items",
+]
 
 CHUNK = 256
 """Most items per task when shards are assembled from chunks (sizes not known up front);
@@ -64,6 +73,26 @@ def order_items(items: Items, options: BuildOptions, spill: Spill | None = None)
         random.Random(options.seed).shuffle(ordered)
         return ordered
     return _bucket_shuffle(items, options.seed, spill)
+
+
+def later_repeats(keys: Iterable[str], count: int, spill: Spill) -> dict[int, int]:
+    """The positions (in ``keys``, ``count`` of them) whose key an earlier position holds
+    already, each with that first position: the one rule that keeps a key from being
+    written twice (the later input is skipped, naming the first). Found bucket by bucket
+    (spilled above the budget, as :func:`order_items` does): memory grows with one bucket
+    and with the repeats, never with the listing. The result depends on the keys alone."""
+    buckets = bucket_count(count)
+
+    def bucket_of(entry: tuple[str, int]) -> int:
+        return zlib.crc32(entry[0].encode("utf-8", "surrogateescape")) % buckets
+
+    later: dict[int, int] = {}
+    numbered = ((key, position) for position, key in enumerate(keys))
+    for chunk in bucketed(numbered, buckets, bucket_of, spill):
+        first: dict[str, int] = {}
+        for key, position in chunk:  # in listing order within a bucket
+            later[position] = first.setdefault(key, position)
+    return {position: first for position, first in later.items() if position != first}
 
 
 def _bucket_shuffle(items: Items, seed: int, spill: Spill) -> Iterator[Item]:

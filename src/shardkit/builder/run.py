@@ -289,6 +289,14 @@ class _Driver:
         self.progress_fn(BuildProgress(samples, skipped, total, nbytes, shards, now - self.started))
 
     # -- finish
+    def _classes(self, counts: dict[int, int]) -> list[str]:
+        """The listing's classes; for shards that state none, their labels counted."""
+        if self.listing.classes or self.listing.kind != "shards":
+            return self.listing.classes
+        from .shards import counted_classes
+
+        return counted_classes(counts)
+
     def _finish(self) -> BuildResult:
         if self.journal.pending():  # every task is committed (in order) before this
             raise BuildError("tasks are left uncommitted after every task ran (a shardkit bug)")
@@ -304,10 +312,14 @@ class _Driver:
         shards = self.committer.shards
         if not any(shard.samples for shard in shards):
             self._nothing_packed(skipped)
+        if self.listing.kind in ("dataset", "iterable") and not isinstance(self.store, ObjectStore):
+            from .shards import refuse_written_repeats  # keys given as they were loaded
+
+            refuse_written_repeats([self.store.join(s.name) for s in shards], self.store.url)
         manifest = make_manifest(
             identity=self.identity,
             shards=shards,
-            classes=self.listing.classes,
+            classes=self._classes(counts),
             class_counts=counts,
             skipped=skipped,
             timing=timing,

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
+import mmap
 import os
+import stat
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -29,16 +32,19 @@ from typing import Any, BinaryIO
 
 from .. import config, storage
 from ..errors import BuildError, DataError
-from ..formats import tfschema
+from ..formats import tfrecord, tfschema
 from ..formats.index import ShardIndex, check_key, indexed_sample
-from ..formats.names import Format
-from ..formats.tar import BLOCK
+from ..formats.names import Format, is_shard_name
+from ..formats.tar import BLOCK, Grouping, TarScanner, buffer_samples
+from ..handlers import ignore_and_continue
 from ..pipeline.idxfiles import load_indexes
 from ..ranges import RangeReader
 from ..reader import detect_format, iter_stream_samples, read_shard
+from .plan import later_repeats
 from .sources import Item, Listing, SpilledItems
 from .spill import Spill, bucket_count, bucketed, held
 from .store import endpoint_options
+from .walk import file_kind
 
 __all__ = ["ShardSource", "list_shards"]
 
@@ -55,14 +61,17 @@ def list_shards(
     *,
     path: str | None = None,
     spill: Spill | None = None,
+    classes: tuple[str, ...] = (),
 ) -> Listing:
     """List every sample of the shards ``spec`` names (a brace pattern, one path, or a list
     of them); ``path`` names the source in errors and the manifest (default: ``spec``).
-    Above the budget the samples are kept in ``spill`` files (:mod:`.spill`)."""
+    Above the budget the samples are kept in ``spill`` files (:mod:`.spill`). ``classes``:
+    the class names of the samples' ``cls`` labels, as the input manifest states them
+    (:func:`manifest_classes`), carried to the output's manifest."""
     where = path if path is not None else str(spec)
     if spill is None:
         with Spill() as own:  # everything is held in the end anyway
-            return list_shards(spec, output_format, path=path, spill=own)._held()
+            return list_shards(spec, output_format, path=path, spill=own, classes=classes)._held()
     urls = storage.expand_urls(spec)
     versions = [_version(url) for url in urls]
     digest = hashlib.sha256()
@@ -85,16 +94,86 @@ def list_shards(
         ref = (int(ref[0]), int(ref[1]), int(ref[2]))
         return Item(ref, f"{ref[0]:06d}/{key}" if prefixed else key, -1, "", size, "")
 
+    # A key a shard holds twice (not adjacent: else they are one sample) is written once,
+    # its first time; each later one is skipped, naming where the first is.
+    skipped: list[tuple[str, str]] = []
+    later = later_repeats((item(r).key for r in records), len(records), spill)
+    if later:
+        firsts = {first: "" for first in later.values()}
+        for position, record in enumerate(records):
+            if position in firsts:
+                firsts[position] = _where(urls, item(record))
+        for position, record in enumerate(records):
+            if position in later:
+                where_first = firsts[later[position]]
+                skipped.append(
+                    (_where(urls, item(record)), f"key repeats: packed from {where_first}")
+                )
+        records = held((r for n, r in enumerate(records) if n not in later), spill)
     items = [item(r) for r in records] if isinstance(records, list) else SpilledItems(records, item)
     return Listing(
         kind="shards",
         path=where,
         source=ShardSource(tuple(urls), output_format, tuple(versions), prefixed=prefixed),
         items=items,
-        classes=[],
+        classes=list(classes),
+        skipped=[*_not_shards(where, urls), *skipped],
         fingerprint=digest.hexdigest(),
         sizes_known=False,
     )
+
+
+def _where(urls: list[str] | tuple[str, ...], item: Item) -> str:
+    """Where a listed sample is: ``<shard url>@<offset>``."""
+    return f"{urls[item.ref[0]]}@{item.ref[1]}"
+
+
+def _not_shards(path: str, urls: list[str]) -> list[tuple[str, str]]:
+    """Each entry of a local source folder named like a shard that is not a regular file
+    (a FIFO, a socket, a folder, a dangling link), with its kind: never opened (a read
+    from a FIFO blocks), never left out unnamed."""
+    if not storage.is_local(path) or not os.path.isdir(storage.local_path(path)):
+        return []
+    folder = storage.local_path(path)
+    listed = {os.path.basename(storage.local_path(url)) for url in urls}
+    skipped = []
+    with os.scandir(folder) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name in listed or not is_shard_name(entry.name) or entry.is_file():
+                continue
+            try:
+                reason = f"not a regular file ({file_kind(entry.stat().st_mode)})"
+            except OSError:
+                reason = "broken symbolic link"
+            skipped.append((entry.name, reason))
+    return skipped
+
+
+def manifest_classes(document: Any) -> tuple[str, ...]:
+    """The class names of an input manifest (its ``class_to_idx``, by index), so that a
+    re-sharded build keeps them; () when it states none, or states them in no usable form
+    (not every index 0..n-1 exactly once): the classes are then counted from the labels.
+    Bounded by the manifest's own read limit."""
+    mapping = document.get("class_to_idx") if isinstance(document, Mapping) else None
+    if not isinstance(mapping, Mapping) or not mapping:
+        return ()
+    names: dict[int, str] = {}
+    for name, index in mapping.items():
+        if not isinstance(name, str) or type(index) is not int or index in names:
+            return ()
+        names[index] = name
+    if sorted(names) != list(range(len(names))):
+        return ()
+    return tuple(names[i] for i in range(len(names)))
+
+
+def counted_classes(class_counts: Mapping[int, int]) -> list[str]:
+    """Class names for the ``cls`` labels a build from shards without stated classes
+    packed: the labels themselves (``"0"`` .. the largest), so the manifest counts them."""
+    labels = [label for label, count in class_counts.items() if label >= 0 and count]
+    if not labels or max(labels) >= _MAX_COUNTED_CLASSES:  # a label is data: bounded
+        return []
+    return [str(i) for i in range(max(labels) + 1)]
 
 
 class _Streams:
@@ -189,16 +268,14 @@ class ShardSource:
         stream.seek(offset)
         listed = item.key.split("/", 1)[1] if self.prefixed else item.key
         if span:  # a span holding anything else is bad data
-            return indexed_sample(
-                stream.read(span),
-                0,
-                span,
-                format=fmt,
-                key=listed,
-                offset=offset,
-                base=offset,
-                url=url,
-            )
+            data = stream.read(span)
+            try:
+                return indexed_sample(
+                    data, 0, span, format=fmt, key=listed, offset=offset, base=offset, url=url
+                )
+            except DataError:
+                _refuse_merged(data, fmt, url, offset)
+                raise
         found = next(iter_stream_samples(stream, url=url, format=fmt), None)
         if found is None:
             raise DataError("sample not found at its offset (the shard changed?)", url=url)
@@ -207,10 +284,32 @@ class ShardSource:
         return found
 
     def describe(self, item: Item) -> str:
-        return f"{self.urls[item.ref[0]]}@{item.ref[1]}"
+        return _where(self.urls, item)
 
     def json_text(self, item: Item, classes: tuple[str, ...]) -> str:
         return ""
+
+
+def _refuse_merged(data: bytes, fmt: Format, url: str, offset: int) -> None:
+    """Raise BuildError when an indexed span holds more than one sample: the index is
+    wrong, and the samples it leaves out have no entry to be skipped under, so the build
+    stops (the index refused) rather than pack a part of the shard with exit 0. A span
+    holding one bad sample returns: that is bad data, skipped with its reason."""
+    found: list[str] = []
+    with contextlib.suppress(DataError):  # counted up to where the bytes stop making sense
+        if fmt == "tar":
+            samples = buffer_samples(data, base=offset, url=url, handler=ignore_and_continue)
+            found.extend(sample["__key__"] for sample in samples)
+        else:
+            records = tfrecord.iter_records(io.BytesIO(data), url=url, verify=False)
+            found.extend(f"record at offset {offset + at}" for at, _ in records)
+    if len(found) > 1:
+        names = ", ".join(repr(key) for key in found[:3]) + (", ..." if len(found) > 3 else "")
+        raise BuildError(
+            f"its .idx is wrong: the span at offset {offset} holds {len(found)} samples "
+            f"({names}); rebuild it with `shardkit index` or delete it",
+            url=url,
+        )
 
 
 def _indexes(urls: list[str], versions: list[str]) -> list[ShardIndex | None]:
@@ -234,6 +333,9 @@ def _listed_size(version: str) -> int | None:
     return int(size) if size.isdigit() else None
 
 
+_RELEASE = 1 << 22  # bytes of a mapped shard listed before its pages are let go
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+_MAX_COUNTED_CLASSES = 1 << 16  # labels named by number, at most (above: none named)
 _MAX_TAIL = 1 << 20  # bytes after a tar's last sample: end-of-archive blocks and padding
 
 
@@ -278,9 +380,110 @@ def _samples(
         for key, offset, size in zip(index.keys, index.offsets, index.sizes, strict=True):
             yield (number, offset, size), key, size
         return
+    if detect_format(url)[0] == "tar":
+        for start, key, size in read_tar_samples(url):
+            yield (number, start, 0), key, size
+        return
     for sample in read_shard(url):
         size = sum(len(v) for v in sample.values() if isinstance(v, bytes))
         yield (number, sample["__offset__"], 0), sample["__key__"], size
+
+
+def read_tar_samples(url: str) -> Iterator[tuple[int, str, int]]:
+    """(start, key, field bytes) of each sample of a tar shard, through the one member
+    parser and grouping rule the readers use (data skipped, not read). ``start`` is the
+    offset of the sample's first header block, long-name and PAX headers included, so a
+    worker reading from there sees the member's whole name (a name over 100 bytes is in
+    those headers, never in the member's own)."""
+    with contextlib.closing(_open_listing(url)) as stream, _mapped(stream) as mapped:
+        key: str | None = None
+        start = size = 0
+        members = (
+            TarScanner(stream, url=url, readahead=False, seek=True)
+            if mapped is None
+            else TarScanner.over_buffer(mapped, url=url)  # a local file: data skipped
+        )
+        if mapped is not None and mapped[:2] == b"\x1f\x8b":  # gzip bytes under a plain name
+            raise BuildError(_COMPRESSED, url=url)
+        released = 0
+        for member, found, _, new in Grouping(url)(members):
+            if new:
+                if key is not None:
+                    yield start, key, size
+                key, start, size = found, member.start, 0
+                released = _release(mapped, released, start)
+            size += member.size
+        if key is not None:
+            yield start, key, size
+
+
+@contextlib.contextmanager
+def _mapped(stream: BinaryIO) -> Iterator[mmap.mmap | None]:
+    """A read-only mapping of a local shard's file (:func:`shardkit.storage.map_file`),
+    or None (a remote or empty one); closed at the end."""
+    try:
+        mapped = storage.map_file(stream.fileno())
+    except (OSError, ValueError):  # no descriptor (io.UnsupportedOperation is both)
+        mapped = None
+    try:
+        yield mapped
+    finally:
+        if mapped is not None:
+            mapped.close()
+
+
+def _release(mapped: mmap.mmap | None, released: int, done: int) -> int:
+    """Let the pages before ``done`` leave the resident set (they stay in the page cache),
+    every 4 MiB; returns the offset released up to."""
+    done -= done % mmap.PAGESIZE
+    if mapped is None or done - released < _RELEASE or _DONTNEED is None:
+        return released
+    mapped.madvise(_DONTNEED, released, done - released)
+    return done
+
+
+def refuse_written_repeats(urls: list[str], out: str) -> None:
+    """Raise BuildError if a key is written twice in the tar shards ``urls`` (a build's
+    output, before its manifest): keys a Python dataset gives (``__key__``) are known only
+    as the workers load them, so they are checked where they were written, by the keys of
+    every shard's headers (data never read) and :func:`.plan.later_repeats` (bounded
+    memory). A build that wrote one twice writes no manifest (webdataset's readers would
+    merge or report the two; ``tar -x`` would keep one). Local uncompressed tar output
+    only."""
+    if not urls or any(detect_format(url) != ("tar", False) for url in urls):
+        return  # TFRecord keys are features, gzip cannot be walked: not checked here
+    with Spill() as spill:
+        records = held(
+            (
+                (n, start, key)
+                for n, url in enumerate(urls)
+                for start, key, _ in read_tar_samples(url)
+            ),
+            spill,
+        )
+        later = later_repeats((key for _, _, key in records), len(records), spill)
+        if not later:
+            return
+        position = min(later)
+        wanted = {position, later[position]}
+        found = {i: r for i, r in enumerate(records) if i in wanted}
+    (shard, offset, key), (first_shard, first_offset, _) = found[position], found[later[position]]
+    shown = repr(key) if len(key) <= 100 else repr(key[:100]) + "..."
+    raise BuildError(
+        f"the key {shown} is written twice ({os.path.basename(urls[first_shard])}@{first_offset} "
+        f"and {os.path.basename(urls[shard])}@{offset}; {len(later)} samples written again "
+        "in all): the keys a dataset gives (__key__) must be unique; no manifest.json was "
+        "written",
+        url=out,
+    )
+
+
+def _open_listing(url: str) -> BinaryIO:
+    """An input shard open for its listing: a local one through the reading door (a
+    regular file, opened without blocking), a remote one as storage opens it."""
+    if storage.is_local(url):
+        return storage.open_regular(storage.local_path(url), url=url, buffering=1 << 20)
+    return storage.open_read(url)
 
 
 def _repeats(keys: Iterable[str], count: int, spill: Spill) -> bool:
@@ -302,6 +505,8 @@ def _version(url: str) -> str:
             info = os.stat(storage.local_path(url))
         except OSError:
             raise BuildError("no such file", url=url) from None
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block its reader: never opened
+            raise BuildError("not a regular file: a shard must be one", url=url)
         return _local_version(info)
     fs, path = storage.filesystem(url)
     try:
@@ -353,7 +558,7 @@ def _open_stream(url: str, version: str, s3_endpoint: str | None) -> BinaryIO:
     reads go on only while it is: S3 by s3fs itself (``If-Match`` the ETag of its own
     look, compared here), HTTP by ``If-Match`` the listed ETag, GCS by the generation."""
     if storage.is_local(url):
-        stream: BinaryIO = open(storage.local_path(url), "rb")  # noqa: SIM115
+        stream = storage.open_regular(storage.local_path(url), url=url)
         current = _local_version(os.fstat(stream.fileno()))
     else:
         fs, path, meta = _current(url, s3_endpoint)

@@ -38,6 +38,7 @@ from .. import storage
 from .._optional import require
 from ..errors import BuildError, ConfigError, MissingDependencyError
 from ..formats.jsondoc import load_json
+from ..formats.names import encode_name, lone_surrogate
 from .inputs import FileSource
 from .keys import key_base, path_key, relative_path, spilled_keys
 from .options import BuildOptions
@@ -505,13 +506,14 @@ def _files(
             rel = "" if cell is None else str(cell)
             problem = (
                 repeats.get(index)
+                or lone_surrogate(rel, "path")
                 or problem
                 or columns.missing_label(row)
                 or storage.data_url_problem(rel)
                 or ("" if columns.fields else not_an_image(_name(rel), url="://" in rel))
             )
             if problem:
-                skipped.append((rel if rel.strip() else f"row {index + 1}", problem))
+                skipped.append((encode_name(rel) if rel.strip() else f"row {index + 1}", problem))
             elif "://" in rel or "://" in root:
                 schemes.check(rel, index)
                 yield row, rel, _location(rel, root), 0, 0, fields
@@ -569,6 +571,8 @@ def _repeats(
     def located() -> Iterator[tuple[str, int, str]]:
         for index, row in enumerate(rows):
             rel = str(row.get(column) or "")
+            if lone_surrogate(rel):  # skipped by its reason as it is listed
+                continue
             if rel.strip():
                 yield _location(rel, root), index, rel
             else:

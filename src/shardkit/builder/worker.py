@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..engines import run_state
 from ..errors import DataError
 from ..formats.cut import Cut
+from ..formats.names import lone_surrogate
 from ..formats.record import ShardRecord
 from ..formats.tar import tar_chunks
 from .inputs import check_listed_size
@@ -372,6 +373,8 @@ def _encode_python(
 
     out = dict(sample)
     out.setdefault("__key__", item.key)
+    if isinstance(out["__key__"], str) and (problem := lone_surrogate(out["__key__"], "key")):
+        raise DataError(problem)
     label = _label_of(out, item.label)
     if context.options.format == "tfrecord":
         from ..formats.example import encode_other_values

@@ -49,6 +49,7 @@ __all__ = [
     "format_from_name",
     "is_pattern",
     "is_shard_name",
+    "lone_surrogate",
     "shard_name",
     "shard_name_format",
 ]
@@ -196,6 +197,19 @@ def encode_name(text: str) -> str:
     text = _REAL_PRIVATE.sub(lambda m: _MARK + m.group(), text)  # first: only real ones
     text = _ESCAPED_BYTE.sub(lambda m: chr(ord(m.group()) + _OFFSET), text)
     return _OTHER_SURROGATE.sub("\ufffd", text)
+
+
+def lone_surrogate(text: str, what: str = "name") -> str:
+    """Why ``text`` cannot be a name on disk or in a shard, or ``""``: it holds a lone
+    surrogate that stands for no byte (U+D800..U+DC7F, U+DD00..U+DFFF: what a JSON
+    ``"\\ud800"`` escape or a Python str can hold, and no UTF-8 can encode, even with
+    ``surrogateescape``). The reason names the first one; the caller skips the item."""
+    if text.isascii():
+        return ""
+    for char in _OTHER_SURROGATE.findall(text):
+        if not _ESCAPED_BYTE.match(char):
+            return f"the {what} holds a lone surrogate U+{ord(char):04X} (not UTF-8 text)"
+    return ""
 
 
 def decode_name(text: str) -> str:

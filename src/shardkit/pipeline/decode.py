@@ -12,6 +12,11 @@ The threads belong to one iteration: they start with its first item and end when
 ends, when an error leaves it, or when the iterator is dropped (a ``break``), at most one
 decode later. A state saved after that still counts the items the threads had taken
 ahead as not consumed.
+
+What a custom or registered decoder raises about the bytes (a ``ValueError``, an
+``OSError``) comes out as a :class:`~shardkit.errors.DecodeError` naming the sample, from
+the original, as webdataset's ``DecodingError``: bad data, for ``handler=``. Its bugs
+(``NameError``, ``AttributeError``, ``TypeError``, ...) propagate as they are.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import config
+from ..errors import DecodeError, ShardkitError
 from ..handlers import Handler, reraise
 from .context import Context
 from .stages import Stage, handles, report_error
@@ -61,7 +67,7 @@ class Decode(Stage):
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
         threads = default_threads(ctx) if self.threads is None else self.threads
         bind = getattr(self.decoder, "for_stream", None)  # handlers that draw from ctx
-        decode = self.decoder if bind is None else bind(ctx)
+        decode = _Wrapping(self.decoder if bind is None else bind(ctx))
         if threads > 1:
             return _ParallelDecode(items, decode, self.handler, threads, self.catch_all)
         return self._serial(items, decode)
@@ -77,6 +83,50 @@ class Decode(Stage):
                 report_error(handler, exc, sample)
                 continue
             yield out
+
+
+# What a custom decoder raises that is a bug in it, not bad data: raised as it is.
+_BUGS = (
+    NameError,
+    AttributeError,
+    TypeError,
+    ImportError,
+    AssertionError,
+    NotImplementedError,
+    RecursionError,
+    MemoryError,
+    SyntaxError,
+)
+_MAX_CAUSE = 200  # characters of the wrapped exception's text in a DecodeError
+
+
+@dataclass(frozen=True)
+class _Wrapping:
+    """The decoder, with what a custom decoder (``fn(ext, data)``) or a registered one
+    raises about the bytes (a ``ValueError``, an ``OSError``, ...) made a
+    :class:`~shardkit.errors.DecodeError` naming the sample, from the original, as
+    webdataset makes it a ``DecodingError``: bad data, which ``handler=`` policies see.
+    shardkit's own errors and the bugs of :data:`_BUGS` (a ``NameError``) pass as they
+    are: a bug is never taken for a corrupt sample."""
+
+    decode: _Decode
+
+    def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return self.decode(sample)
+        except ShardkitError:
+            raise
+        except _BUGS:
+            raise
+        except Exception as exc:
+            text = str(exc)
+            text = text if len(text) <= _MAX_CAUSE else text[:_MAX_CAUSE] + "..."
+            key, url = sample.get("__key__"), sample.get("__url__")
+            raise DecodeError(
+                f"cannot decode sample: {type(exc).__name__}: {text}",
+                url=url if isinstance(url, str) else None,
+                key=key if isinstance(key, str) else None,
+            ) from exc
 
 
 class _Ahead:

@@ -17,6 +17,7 @@ the same fluent methods, by delegation to a stage-only Dataset (one implementati
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import sys
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["Loader"]
 
 LOADER_STATE_VERSION = 1
+MAX_PREFETCHED = 16  # batches state_dict(prefetched=k) can leave out
 
 # Dataset methods that add a stage, usable on the loader's output.
 _STAGE_METHODS = frozenset(
@@ -93,6 +95,11 @@ class Loader:
         self._shift = 0  # the stream the next iteration's first batch comes from
         self._last = -1  # the stream of the last batch yielded
         self._loaded = False  # a loaded position waits for the next iteration
+        # (last, worker, that worker's state) before each of the last batches handed out:
+        # what state_dict(prefetched=k) rolls back to
+        self._before: collections.deque[tuple[int, int, dict[str, Any] | None]] = collections.deque(
+            maxlen=MAX_PREFETCHED
+        )
 
     # ------------------------------------------------------------------ stages
 
@@ -109,6 +116,7 @@ class Loader:
             new = copy.copy(self)
             new._after = staged._recipe.stages
             new._streams = {}
+            new._before = collections.deque(maxlen=MAX_PREFETCHED)
             return new
 
         return add_stage
@@ -133,13 +141,50 @@ class Loader:
         self._loaded = False
         self._epoch = epoch
         self._streams = {}
+        self._before.clear()
         self._shift = 0
 
     def __len__(self) -> int:
-        """``len(dataset)``, when the loader neither batches nor adds stages."""
-        if self._options["batch_size"] is not None or self._after:
-            raise TypeError("len(Loader) is known only with batch_size=None and no stages")
-        return len(self._dataset)
+        """Batches (or items) one epoch yields on this rank, exactly: ``len(dataset)`` with
+        ``batch_size=None``; with ``batch_size=N``, each worker's batches of N from its own
+        stream (torch batches in the workers), summed, so a trainer that asks (Lightning)
+        needs no look-ahead to find the epoch's end. TypeError where it is not known: main-
+        process stages, an endless stream, no per-shard counts, or dataset stages that
+        change the number of items (:meth:`Dataset.__len__`)."""
+        if self._after:
+            raise TypeError("len(Loader) is unknown with main-process stages")
+        size = self._options["batch_size"]
+        if size is None:
+            return len(self._dataset)
+        per_stream = self._stream_lengths()
+        if self._options.get("drop_last"):
+            return sum(n // size for n in per_stream)
+        return sum(-(-n // size) for n in per_stream)
+
+    def _stream_lengths(self) -> list[int]:
+        """Items each worker's stream yields per epoch (TypeError where not known): the
+        split's share of each, checked against ``len(dataset)`` (stages that change the
+        number of items make them differ, and the length unknown)."""
+        ds = self._dataset
+        recipe, shards = ds._recipe, ds.shards
+        total = len(ds)  # TypeError where the dataset's own length is unknown
+        if recipe.mode(shards) not in ("pad", "drop") or recipe.passes is None:
+            raise TypeError("len(Loader) with batch_size needs a split by sample counts")
+        rank, world = ds._rank_and_world()
+        workers = max(1, self._options["num_workers"])
+        lengths = []
+        for worker in range(workers):
+            ctx = Context(ds._seed, self._epoch, rank, world, worker, workers)
+            target = recipe.plan(shards, ctx, recipe.stages).target
+            if target is None:
+                raise TypeError("len(Loader) is unknown: a stream's share is not known")
+            lengths.append(target * recipe.passes)
+        if sum(lengths) != total:
+            raise TypeError(
+                "len(Loader) with batch_size is unknown: the dataset's stages change the "
+                "number of items (batch in the dataset, or state it with .with_length(n))"
+            )
+        return lengths
 
     # ------------------------------------------------------------------ iteration
 
@@ -167,18 +212,35 @@ class Loader:
         return items
 
     def _batches(self, loader: Any, epoch: int) -> Iterator[Any]:
+        self._before.clear()
         for batch, state in loader:
-            self._last = state["worker"] or 0
-            self._streams[self._last] = state
+            worker = state["worker"] or 0
+            self._before.append((self._last, worker, self._streams.get(worker)))
+            self._last = worker
+            self._streams[worker] = state
             yield batch
         self._epoch = epoch + 1
         self._streams = {}
         self._shift = 0
+        self._before.clear()
 
     # ------------------------------------------------------------------ resume
 
-    def state_dict(self) -> dict[str, Any]:
-        """The position of this rank: the epoch and the state of each worker's stream."""
+    def state_dict(self, prefetched: int = 0) -> dict[str, Any]:
+        """The position of this rank: the epoch and the state of each worker's stream,
+        after the last batch the iterator handed out, less the last ``prefetched`` of
+        them: a loop that takes batches ahead of the one it trains on (``prefetched=1``
+        for one ahead; at most :data:`MAX_PREFETCHED`) saves the position of what it
+        used, so the resumed epoch reads the batches it held again. (A trainer that
+        looks ahead only to find the epoch's end, Lightning's, does not when the loader
+        has a length: see :meth:`__len__`.)"""
+        if isinstance(prefetched, bool) or not isinstance(prefetched, int):
+            raise ConfigError(f"prefetched must be an int, not {prefetched!r}")
+        if not 0 <= prefetched <= (0 if self._loaded else len(self._before)):
+            raise ConfigError(
+                f"state_dict(prefetched={prefetched}): only {len(self._before)} batches of "
+                f"this epoch (at most {MAX_PREFETCHED}) can be left out"
+            )
         held = [type(s).__name__ for s in self._after if not isinstance(s, _IN_STEP)]
         if held:
             raise ConfigError(
@@ -189,8 +251,14 @@ class Loader:
             streams = self._dataset._stream_states(max(1, self._options["num_workers"]))
             following = self._shift
         else:
-            streams = [self._streams[i] for i in sorted(self._streams)]
-            following = (self._last + 1) % len(streams) if streams else 0
+            current, last = dict(self._streams), self._last
+            for before, worker, state in list(self._before)[len(self._before) - prefetched :][::-1]:
+                last = before
+                if state is None:  # cannot happen: every stream has its start state
+                    raise ConfigError("Loader.state_dict(): no position before that batch")
+                current[worker] = state
+            streams = [current[i] for i in sorted(current)]
+            following = (last + 1) % len(streams) if streams else 0
         state = {
             "version": LOADER_STATE_VERSION,
             "epoch": self._epoch,
@@ -217,6 +285,7 @@ class Loader:
             self._dataset.set_epoch(epoch)
         self._epoch = epoch
         self._streams = {}
+        self._before.clear()
         workers = max(1, self._options["num_workers"])
         self._shift = _next_stream(states, workers, self._dataset._rank_and_world())
         self._loaded = True
