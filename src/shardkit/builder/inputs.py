@@ -11,7 +11,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import config
+from .. import config, storage
 from ..errors import DataError
 from .sources import Item, SampleFileError, SampleFiles
 from .store import endpoint_options
@@ -107,7 +107,7 @@ class FileSource:
 
     def _ref(self, item: Item) -> str:
         ref = str(item.ref)
-        if "://" in self.root and "://" not in ref:
+        if storage.url_scheme(self.root) and not storage.url_scheme(ref):
             ref = f"{self.root}/{ref}"  # relative to a remote folder or list
         return ref
 
@@ -128,7 +128,7 @@ class FileSource:
         return files
 
     def _load(self, ref: str, size: int) -> bytes:
-        if "://" in ref:
+        if storage.url_scheme(ref):
             return _read_url(ref, size, endpoint_options(ref, self.s3_endpoint))
         return read_file(os.path.join(self.root, ref), size)
 

@@ -78,7 +78,7 @@ def endpoint_options(url: str, s3_endpoint: str | None) -> dict[str, Any]:
     """fsspec options that point workers at the S3 server the driver found in its
     environment (``AWS_ENDPOINT_URL``): a cluster worker, or a worker process started
     before that variable was set, may not have it. Never credentials."""
-    if s3_endpoint and url.split("://", 1)[0].lower() in ("s3", "s3a"):
+    if s3_endpoint and storage.url_scheme(url) in ("s3", "s3a"):
         return {"endpoint_url": s3_endpoint}
     return {}
 
@@ -174,7 +174,7 @@ class ObjectStore:
     ) -> None:
         self.url = url.rstrip("/")
         self.hash = hash
-        self.protocol = self.url.split("://", 1)[0].lower()
+        self.protocol = storage.url_scheme(self.url)
         if options is None:
             options = endpoint_options(self.url, config.s3_endpoint())
         self.options = options

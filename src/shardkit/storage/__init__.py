@@ -38,6 +38,7 @@ from ._urls import (
     is_local,
     join,
     local_path,
+    url_scheme,
 )
 from ._writing import AtomicFile, Tally, open_atomic
 
@@ -69,6 +70,7 @@ __all__ = [
     "read_document",
     "read_failure",
     "url_exists",
+    "url_scheme",
     "wait_to_retry",
 ]
 

@@ -325,13 +325,14 @@ def _on_cluster(
     task per input shard, ``output`` a pattern (one output shard per input). Counts only
     the shards processed this run; ``progress`` hears of each as its task's result arrives,
     and of the outputs an earlier run left (resumed) at the end."""
-    from .. import storage
     from ..mapshards import map_shard_streams
+    from ..pipeline.urls import resolve_source
 
-    urls = [inputs] if isinstance(inputs, str) else list(cast(Iterable[Any], inputs))
-    if not all(isinstance(url, str) and url != "-" for url in urls):
+    given = [inputs] if isinstance(inputs, str) else list(cast(Iterable[Any], inputs))
+    if not all(isinstance(url, str) and url != "-" for url in given):
         raise ConfigError("with a cluster engine the inputs are shard URLs (not '-' or streams)")
-    count = ShardCount(len(storage.expand_urls(urls)), cluster.progress)
+    urls = resolve_source(given, storage_options=cluster.storage_options, counts=False).urls
+    count = ShardCount(len(urls), cluster.progress)
     results = map_shard_streams(
         transform,
         urls,
