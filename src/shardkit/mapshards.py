@@ -145,10 +145,11 @@ def map_shards(
     ``manifest.json``, a brace pattern ``in-{000000..000999}.tar``, a list of URLs; see
     :mod:`shardkit.pipeline.urls`); ``outputs`` a list of the same length or a pattern
     (``out/s-%06d.tar``, filled with the input's position). ``fn`` returns the output
-    sample, or None to drop it; it must pickle (a module-level function). ``engine`` ``"local"`` uses ``workers`` processes;
-    ``"ray"``/``"dask"`` use the cluster at ``address``. Outputs that already exist are
-    complete (writes are atomic) and are skipped. ``hash`` names each output's digest
-    algorithm (:mod:`shardkit.digest`). Returns one result per input, in order.
+    sample, or None to drop it; it must pickle (a module-level function). ``engine``
+    ``"local"`` uses ``workers`` processes; ``"ray"``/``"dask"`` use the cluster at
+    ``address``. Outputs that already exist are complete (writes are atomic) and are
+    skipped. ``hash`` names each output's digest algorithm (:mod:`shardkit.digest`).
+    Returns one result per input, in order.
     """
     return map_shard_streams(
         functools.partial(_each, fn),
