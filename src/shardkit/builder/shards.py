@@ -353,7 +353,7 @@ def _open_stream(url: str, version: str, s3_endpoint: str | None) -> BinaryIO:
     reads go on only while it is: S3 by s3fs itself (``If-Match`` the ETag of its own
     look, compared here), HTTP by ``If-Match`` the listed ETag, GCS by the generation."""
     if storage.is_local(url):
-        stream: BinaryIO = open(storage.local_path(url), "rb")  # noqa: SIM115
+        stream = storage.open_regular(storage.local_path(url), url=url)
         current = _local_version(os.fstat(stream.fileno()))
     else:
         fs, path, meta = _current(url, s3_endpoint)

@@ -92,7 +92,7 @@ def file_matches(path: str, size: int, digest: str) -> bool:
         if not digest:
             return True
         tally = storage.Tally(digest_name(digest))
-        with open(path, "rb", buffering=0) as f:
+        with storage.open_regular(path, buffering=0) as f:
             while chunk := f.read(1 << 22):
                 tally.update(chunk)
     except OSError:
@@ -137,7 +137,7 @@ class LocalStore:
                 os.unlink(self.join(name))
 
     def open_read(self, name: str) -> BinaryIO:
-        return open(self.join(name), "rb")
+        return storage.open_regular(self.join(name))
 
     def read_bytes(self, name: str) -> bytes | None:
         try:
@@ -147,7 +147,7 @@ class LocalStore:
             return None
 
     def read_range(self, name: str, offset: int, length: int) -> bytes:
-        with open(self.join(name), "rb") as f:
+        with storage.open_regular(self.join(name)) as f:
             f.seek(offset)
             return f.read(length)
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from .. import storage
 from ..digest import DEFAULT_HASH, HashName
 from ..engines import Engine
 from ..errors import ConfigError, DataError, ShardkitError, StorageError
@@ -115,7 +116,7 @@ def _pack(folder: str, key: str) -> dict[str, Any]:
         ext = name[dot + 1 :]
         if ext in out:
             raise ProcError(f"two files give the field {ext!r} (one is {name!r})", key=key)
-        with open(path, "rb") as f:
+        with storage.open_regular(path) as f:  # swapped for a FIFO since: refused
             out[ext] = f.read()
     return out
 

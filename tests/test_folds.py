@@ -1,0 +1,92 @@
+"""The folds that a scan of the source keeps folded: one reading door
+(:mod:`shardkit.storage._doors`) and one JSON parse (:func:`shardkit.codecs.parse_json`,
+which :func:`shardkit.formats.jsondoc.load_json` wraps for documents). Each scan is run on
+a second implementation too, to show it would catch one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import shardkit
+
+ROOT = Path(shardkit.__file__).parent
+
+
+def _calls(tree: ast.AST) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def _json_parses(source: str) -> int:
+    """How many calls of the standard JSON parser ``source`` makes."""
+    return sum(
+        _dotted(call.func) in ("json.loads", "json.load") for call in _calls(ast.parse(source))
+    )
+
+
+def _opens_to_read(source: str) -> int:
+    """How many files ``source`` opens for reading without the door: ``open(path)`` or
+    ``open(path, "rb")`` (a mode that neither writes nor appends), or ``os.open`` with
+    flags that do not write."""
+    tree = ast.parse(source)
+    assigned = {  # a name's value, for flags held in a variable or constant
+        target.id: ast.unparse(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    found = 0
+    for call in _calls(tree):
+        name = _dotted(call.func)
+        if name in ("open", "io.open"):
+            mode = call.args[1] if len(call.args) > 1 else None
+            mode = next((k.value for k in call.keywords if k.arg == "mode"), mode)
+            text = mode.value if isinstance(mode, ast.Constant) else "r"
+            found += not any(ch in str(text) for ch in "wax+")
+        elif name == "os.open":
+            given = call.args[1] if len(call.args) > 1 else ast.Constant(0)
+            names = [n.id for n in ast.walk(given) if isinstance(n, ast.Name)]
+            flags = " ".join([ast.unparse(given), *(assigned.get(n, "") for n in names)])
+            found += not any(f in flags for f in ("O_WRONLY", "O_RDWR", "O_CREAT"))
+    return found
+
+
+def _modules() -> dict[str, str]:
+    return {p.relative_to(ROOT).as_posix(): p.read_text() for p in sorted(ROOT.rglob("*.py"))}
+
+
+def test_one_json_parse() -> None:
+    parsers = {name for name, text in _modules().items() if _json_parses(text)}
+    assert parsers == {"codecs/_text.py"}  # parse_json
+    assert _json_parses("import json\ndef load(b):\n    return json.loads(b)\n") == 1
+
+
+# Files read without the door, each for a reason: none is a file shardkit finds in data.
+OWN_FILES = {
+    "builder/lease.py": "the kernel's boot id under /proc",
+    "builder/spill.py": "a spill file this process wrote in its private temporary folder",
+    "config.py": "the kernel's cgroup CPU quota",
+    "demo.py": "an image the demo wrote a moment before",
+    "engines/_local.py": "the user's own __main__ script, read back for its guard",
+}
+
+
+def test_one_reading_door() -> None:
+    readers = {
+        name
+        for name, text in _modules().items()
+        if _opens_to_read(text) and not name.startswith("storage/")
+    }
+    assert readers == set(OWN_FILES), "read it through storage.open_regular / read_document"
+    assert _opens_to_read("def read(p):\n    with open(p, 'rb') as f:\n        return f.read()\n")
+    assert _opens_to_read("import os\nfd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)\n")
+    assert not _opens_to_read("with open(p, 'xb') as f:\n    f.write(b'')\n")
