@@ -104,8 +104,8 @@ __all__ = [
     "image_failures",
     "image_size",
     "nests_within",
-    "parse_json",
     "normalize_image_extension",
+    "parse_json",
     "register",
     "video",
 ]
