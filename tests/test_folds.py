@@ -90,3 +90,21 @@ def test_one_reading_door() -> None:
     assert _opens_to_read("def read(p):\n    with open(p, 'rb') as f:\n        return f.read()\n")
     assert _opens_to_read("import os\nfd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)\n")
     assert not _opens_to_read("with open(p, 'xb') as f:\n    f.write(b'')\n")
+
+
+def _store_switches(source: str) -> int:
+    """How many times ``source`` asks which kind of build output a store is."""
+    return sum(
+        _dotted(call.func) == "isinstance"
+        and len(call.args) == 2
+        and any(n in ast.unparse(call.args[1]) for n in ("LocalStore", "ObjectStore"))
+        for call in _calls(ast.parse(source))
+    )
+
+
+def test_a_store_is_used_through_its_protocol() -> None:
+    """What differs between a local folder and an object store is a member of the
+    ``Store`` protocol (builder/store.py), not an ``isinstance`` switch (six were)."""
+    switching = {name for name, text in _modules().items() if _store_switches(text)}
+    assert not switching
+    assert _store_switches("threads = 4 if isinstance(store, ObjectStore) else 0\n") == 1

@@ -16,7 +16,7 @@ from .results import BuildResult, ProgressFn
 from .run import run_build
 from .sources import Listing
 from .spill import Spill
-from .store import LocalStore, ObjectStore
+from .store import LocalStore, ObjectStore, Store
 
 __all__ = ["build", "list_source"]
 
@@ -52,7 +52,7 @@ def build(
                 "samples as they are: transform them in to_sample, or with shardkit proc / "
                 "map_shards"
             )
-        store: LocalStore | ObjectStore
+        store: Store
         if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
             store = ObjectStore(out_path, hash=options.hash)
         else:

@@ -38,7 +38,7 @@ from ..formats.record import ShardRecord
 from ._fetchtally import FetchTally, fetched
 from ._launch import cluster_executor, counted, picklable
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
-from .commit import COMMIT_THREADS, Renamer
+from .commit import Renamer
 from .folder import OutputFolder
 from .journal import Journal, output_lock
 from .manifest import make_manifest, write_manifest
@@ -47,7 +47,7 @@ from .plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
 from .results import BuildProgress, BuildResult, ProgressFn
 from .sources import Listing
 from .spill import Spill
-from .store import LocalStore, ObjectStore
+from .store import Store
 from .worker import WORKER_MODULE, TaskResult, WorkerContext, init_worker, run_task
 
 __all__ = ["run_build"]
@@ -55,7 +55,6 @@ __all__ = ["run_build"]
 logger = logging.getLogger(__name__)
 
 
-Store = LocalStore | ObjectStore
 Committer = Renamer | WorkerAssembler
 
 
@@ -87,13 +86,12 @@ class _Driver:
         self.folder = OutputFolder(store, options, self.journal)
         self.assemble = options.transforms or not listing.sizes_known
         self.chunk = min(CHUNK, options.max_count)  # items per task when assembling
-        threads = COMMIT_THREADS if isinstance(store, ObjectStore) else 0
         self.committer: Committer = Renamer(
-            store, self.journal, self.folder.final_name, threads=threads
+            store, self.journal, self.folder.final_name, threads=store.commit_threads
         )
         if self.assemble:  # workers assemble the shards the driver cuts
             self.committer = WorkerAssembler(
-                store, self.journal, self.folder.final_name, options, threads=threads
+                store, self.journal, self.folder.final_name, options, threads=store.commit_threads
             )
         self.started = time.perf_counter()
         self.next_task = 0
@@ -315,8 +313,7 @@ class _Driver:
         )
         manifest["source"] = {**manifest["source"], "path": self.listing.path}
         self.guard()
-        options = self.store.options if isinstance(self.store, ObjectStore) else None
-        write_manifest(self.store.join(MANIFEST_NAME), manifest, options)
+        write_manifest(self.store.join(MANIFEST_NAME), manifest, self.store.storage_options)
         self.journal.remove()
         self.folder.remove_strays()
         return self._result(shards, skipped, resumed=self.resumed, fetch=fetched(manifest))
@@ -377,11 +374,12 @@ def run_build(
 @contextlib.contextmanager
 def _locked(store: Store) -> Iterator[Callable[[], None]]:
     """Hold the output's lock; yields a check that raises once it is lost."""
-    if isinstance(store, LocalStore):
-        with output_lock(store.root):  # flock: held until this process ends
+    remote = store.object_store
+    if remote is None:
+        with output_lock(store.url):  # flock: held until this process ends
             yield lambda: None
         return
     from .lease import hold_lease
 
-    with hold_lease(store) as lease:
+    with hold_lease(remote) as lease:
         yield lease.check

@@ -49,9 +49,32 @@ name until ``commit()``; it counts and hashes (with the store's ``hash``) what i
 
 
 class Store(Protocol):
-    """The operations a build needs on its output (names are relative to the root)."""
+    """The operations a build needs on its output (names are relative to the root), and
+    what differs between a local folder and an object store, so no caller asks which it
+    is."""
 
     url: str
+    #: Commits in flight at once: 0 renames in the driver (a local rename is instant),
+    #: more on an object store (each "rename" is a copy).
+    commit_threads: int
+    #: Whether a worker that died mid-write can leave a temporary file behind (a local
+    #: folder; an object store's uploads are atomic).
+    leaves_temporaries: bool
+
+    @property
+    def storage_options(self) -> dict[str, Any] | None:
+        """fsspec options for a file written under it (None: a local path)."""
+        ...
+
+    @property
+    def object_store(self) -> ObjectStore | None:
+        """The object store, for what only it has (a lease, a journal of objects);
+        None for a local folder (locked with ``flock``, journaled in one file)."""
+        ...
+
+    def portable(self) -> Store:
+        """This store as a worker on another machine (or in another folder) opens it."""
+        ...
 
     def join(self, name: str) -> str: ...
 
@@ -106,6 +129,11 @@ def file_matches(path: str, size: int, digest: str) -> bool:
 class LocalStore:
     """A local output folder."""
 
+    commit_threads = 0
+    leaves_temporaries = True
+    storage_options = None
+    object_store = None
+
     def __init__(self, root: str, *, hash: str = DEFAULT_HASH) -> None:
         self.root = root
         self.url = root
@@ -113,6 +141,10 @@ class LocalStore:
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
+
+    def portable(self) -> LocalStore:
+        """By its absolute path: cluster workers have their own working folder."""
+        return LocalStore(os.path.abspath(self.root), hash=self.hash)
 
     def join(self, name: str) -> str:
         return os.path.join(self.root, name)
@@ -169,6 +201,9 @@ class PreconditionFailed(Exception):
 class ObjectStore:
     """An output prefix in an object store, through fsspec."""
 
+    commit_threads = storage.REQUESTS_IN_FLIGHT
+    leaves_temporaries = False
+
     def __init__(
         self, url: str, options: dict[str, Any] | None = None, *, hash: str = DEFAULT_HASH
     ) -> None:
@@ -183,6 +218,17 @@ class ObjectStore:
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
+
+    @property
+    def storage_options(self) -> dict[str, Any] | None:
+        return self.options
+
+    @property
+    def object_store(self) -> ObjectStore:
+        return self
+
+    def portable(self) -> ObjectStore:
+        return self
 
     def __getstate__(self) -> dict[str, Any]:
         return {
