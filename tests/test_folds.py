@@ -8,7 +8,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import shardkit
+from shardkit.pipeline.state import Position
 
 ROOT = Path(shardkit.__file__).parent
 
@@ -108,3 +111,17 @@ def test_a_store_is_used_through_its_protocol() -> None:
     switching = {name for name, text in _modules().items() if _store_switches(text)}
     assert not switching
     assert _store_switches("threads = 4 if isinstance(store, ObjectStore) else 0\n") == 1
+
+
+def test_a_position_is_built_by_name() -> None:
+    """``Position`` took eleven positional arguments; now each is named."""
+    with pytest.raises(TypeError):
+        Position(0, 0, False, 0, 1, 1)  # type: ignore[misc]
+    saved = Position(epoch=0, consumed=3, done=False, seed=0, world=1, workers=1)
+    assert saved.as_dict()["consumed"] == 3
+
+
+def test_loader_passes_the_worker_shift_rather_than_writing_it() -> None:
+    """The Loader handed a resumed round robin's first stream to its dataset by writing
+    ``dataset._worker_shift``; it passes it to the iteration now."""
+    assert not any("_worker_shift" in text for text in _modules().values())

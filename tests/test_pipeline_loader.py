@@ -181,7 +181,18 @@ def test_elastic_merge_leaves_each_unseen_position_to_exactly_one_new_stream(
             epoch |= set(positions)
             consumed = data.draw(st.integers(0, len(positions)))
             seen += positions[:consumed]
-            saved.append(Position(0, consumed, False, 0, world, workers, (), rank, worker))
+            saved.append(
+                Position(
+                    epoch=0,
+                    consumed=consumed,
+                    done=False,
+                    seed=0,
+                    world=world,
+                    workers=workers,
+                    rank=rank,
+                    worker=worker,
+                )
+            )
     space = merge(saved, total, mode, granularity)
     assert set(seen).isdisjoint(p for a, b in space for p in range(a, b))
     size = sum(b - a for a, b in space)

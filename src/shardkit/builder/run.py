@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
 from typing import Any
 
 from .. import config
@@ -56,6 +57,20 @@ logger = logging.getLogger(__name__)
 
 
 Committer = Renamer | WorkerAssembler
+
+
+@dataclass
+class _Tally:
+    """What a build has packed so far: samples, input bytes, and items skipped."""
+
+    samples: int = 0
+    bytes: int = 0
+    skipped: int = 0
+
+    def add(self, samples: int, nbytes: int, skipped: int) -> None:
+        self.samples += samples
+        self.bytes += nbytes
+        self.skipped += skipped
 
 
 class _Driver:
@@ -95,12 +110,12 @@ class _Driver:
             )
         self.started = time.perf_counter()
         self.next_task = 0
-        self.counts = [0, 0, len(listing.skipped)]  # samples, bytes, skipped
+        self.counts = _Tally(skipped=len(listing.skipped))
         self.last_report = 0.0
         self.resumed = 0
         # What the manifest needs of the tasks committed so far, folded in as each one is
         # handed to the committer (its record is dropped then: it is in the journal).
-        self.packed = [0, 0]  # samples, input bytes
+        self.packed = _Tally()  # what committed tasks packed (their skips: self.skipped)
         self.skipped: list[tuple[str, str]] = []  # grows with failures, not with items
         self.class_counts: dict[int, int] = {}
         self.fetch = FetchTally()
@@ -253,8 +268,7 @@ class _Driver:
 
     def _fold(self, result: TaskResult) -> None:
         """Add a committed task to what the manifest counts."""
-        self.packed[0] += sum(p.samples for p in result.parts)
-        self.packed[1] += result.input_bytes
+        self.packed.add(sum(p.samples for p in result.parts), result.input_bytes, 0)
         self.skipped += result.skipped
         for label, n in result.class_counts.items():
             self.class_counts[label] = self.class_counts.get(label, 0) + n
@@ -262,15 +276,13 @@ class _Driver:
     # -- progress
     def _count(self, result: TaskResult) -> None:
         """Add a resumed task (live tasks are counted through progress reports)."""
-        self.counts[0] += sum(p.samples for p in result.parts)
-        self.counts[1] += result.input_bytes
-        self.counts[2] += len(result.skipped)
+        self.counts.add(
+            sum(p.samples for p in result.parts), result.input_bytes, len(result.skipped)
+        )
 
     def _progress(self, deltas: list[tuple[int, int, int]]) -> None:
-        for samples, nbytes, skipped in deltas:
-            self.counts[0] += samples
-            self.counts[1] += nbytes
-            self.counts[2] += skipped
+        for samples, nbytes, skipped in deltas:  # a worker's report: a tuple on the wire
+            self.counts.add(samples, nbytes, skipped)
         self._report()
 
     def _report(self, force: bool = False) -> None:
@@ -282,16 +294,23 @@ class _Driver:
         self.last_report = now
         items = self.listing.items
         total = len(items) + len(self.listing.skipped) if items is not None else None
-        samples, nbytes, skipped = self.counts
-        shards = self.committer.finished
-        self.progress_fn(BuildProgress(samples, skipped, total, nbytes, shards, now - self.started))
+        self.progress_fn(
+            BuildProgress(
+                samples=self.counts.samples,
+                skipped=self.counts.skipped,
+                total=total,
+                bytes=self.counts.bytes,
+                shards=self.committer.finished,
+                elapsed=now - self.started,
+            )
+        )
 
     # -- finish
     def _finish(self) -> BuildResult:
         if self.journal.pending():  # every task is committed (in order) before this
             raise BuildError("tasks are left uncommitted after every task ran (a shardkit bug)")
         skipped = sorted([*self.listing.skipped, *self.skipped])
-        self.counts = [*self.packed, len(skipped)]
+        self.counts = _Tally(self.packed.samples, self.packed.bytes, len(skipped))
         self._report(force=True)
         counts = self.class_counts
         timing = {
