@@ -110,6 +110,7 @@ def service_reason(func: object, fixtures: dict[str, object], params: dict[str, 
         if "address_of" in names and params.get("engine", "ray") != "local":
             return "uses a cluster (address_of)"
         scope = getattr(fn, "__globals__", {})
+        names.discard("address_of")  # judged by its engine above, not by what it may call
         todo.extend(scope[n] for n in names if inspect.isfunction(scope.get(n)))
     return ""
 
