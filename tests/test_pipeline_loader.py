@@ -50,6 +50,7 @@ def _take(loader: Loader, n: int) -> tuple[list[str], dict[str, Any]]:
     return seen, loader.state_dict()
 
 
+@pytest.mark.slow
 def test_loader_resumes_with_workers_in_one_call(folder: str) -> None:
     full = [k for batch in _loader(folder, (0, 1), 2) for k in batch]
     assert sorted(full) == sorted(set(full)) and len(full) == 64
