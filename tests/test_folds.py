@@ -125,3 +125,70 @@ def test_loader_passes_the_worker_shift_rather_than_writing_it() -> None:
     """The Loader handed a resumed round robin's first stream to its dataset by writing
     ``dataset._worker_shift``; it passes it to the iteration now."""
     assert not any("_worker_shift" in text for text in _modules().values())
+
+
+def _opens_to_write(source: str) -> int:
+    """How many files ``source`` opens for writing: ``open`` with a mode that writes,
+    appends or creates, or ``os.open`` with flags that do."""
+    return sum(
+        _dotted(call.func) in ("open", "io.open", "os.open")
+        and any(
+            flag in ast.unparse(call).lower()
+            for flag in ("'w", "'a", "'x", "+'", "o_wronly", "o_rdwr", "o_creat", "flags")
+        )
+        for call in _calls(ast.parse(source))
+    )
+
+
+# Files written without AtomicFile, each for a reason: none is read as data afterwards.
+OWN_WRITES = {
+    "_flock.py": "a lock file",
+    "_temporary.py": "the temporary itself (the writing door AtomicFile goes through)",
+    "builder/_journallog.py": "the journal, appended line by line, never through a link",
+    "builder/spill.py": "a spill file in the build's private temporary folder",
+    "cachelimit.py": "the cache's lock file",
+    "engines/testing.py": "a marker file of the test engines",
+    "tools/proc.py": "a sample's fields, into proc's private temporary folder",
+}
+
+
+def test_one_writing_door() -> None:
+    writers = {
+        name
+        for name, text in _modules().items()
+        if _opens_to_write(text) and not name.startswith("storage/")
+    }
+    assert writers == set(OWN_WRITES), "write it through storage.open_atomic / atomic_write"
+    assert _opens_to_write("with open(p, 'wb') as f:\n    f.write(b'')\n")
+    assert not _opens_to_write("with open(p, 'rb') as f:\n    f.read()\n")
+
+
+# "The one X" of a docstring: the module that owns X, and what only it may spell.
+CLAIMS = {
+    "config.py": ("environment variables", ("os.getenv", "environ.get", "environ[")),
+    "formats/_tarparse.py": ("the tar member parser", ("class TarScanner", "import tarfile")),
+    "_temporary.py": ("the temporary names", ("O_EXCL",)),
+    "_flock.py": ("an exclusive flock without waiting", ("LOCK_NB",)),
+    "cli/_toolargs.py": ("the CLI's error line", ('"Error: ', 'f"Error: ')),
+    "tools/_media.py": ("a field's thumbnail", (".thumbnail(",)),
+    "pipeline/idxfiles.py": ("trusting an .idx file", ("check_index(",)),
+}
+
+
+@pytest.mark.parametrize("owner", sorted(CLAIMS))
+def test_a_claim_of_one_owner_holds(owner: str) -> None:
+    what, spellings = CLAIMS[owner]
+    modules = _modules()
+    assert any(s in modules[owner] for s in spellings)
+    others = sorted(
+        name
+        for name, text in modules.items()
+        if name != owner
+        and any(
+            s in line
+            for line in text.splitlines()
+            if not line.lstrip().startswith(("#", "(:func:", "``", "def "))
+            for s in spellings
+        )
+    )
+    assert others == [], f"{what}: only {owner} may do it, not {others}"

@@ -1,4 +1,4 @@
-"""``shardkit.build(source, out, ...)``: the one entry point of the build package."""
+"""``shardkit.build(source, out, ...)``: the entry point of the build package."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The one bounded JSON parse: every JSON document shardkit reads goes through
-:func:`load_json` (manifests, ``.idx`` files, the build journal, list rows, ``json`` fields
+"""The JSON document loader: every JSON document shardkit reads goes through
+:func:`load_json`, over the one parse :func:`shardkit.codecs.parse_json` (manifests, ``.idx`` files, the build journal, list rows, ``json`` fields
 shown or converted).
 
 A document is untrusted: its size is bounded (:data:`~shardkit.formats.limits.MAX_DOCUMENT_SIZE`)
