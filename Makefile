@@ -1,5 +1,5 @@
 # shardkit: `make demo` packs built-in sample data; `make test` runs the whole suite;
-# `make quick` the tests that need no server and take no time.
+# `make quick` the tests that need no server, without the slow ones.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -1,6 +1,6 @@
 """The JSON document loader: every JSON document shardkit reads goes through
-:func:`load_json`, over the one parse :func:`shardkit.codecs.parse_json` (manifests, ``.idx`` files, the build journal, list rows, ``json`` fields
-shown or converted).
+:func:`load_json`, over the one parse :func:`shardkit.codecs.parse_json` (manifests,
+``.idx`` files, the build journal, list rows, ``json`` fields shown or converted).
 
 A document is untrusted: its size is bounded (:data:`~shardkit.formats.limits.MAX_DOCUMENT_SIZE`)
 before it is parsed, and its nesting (:data:`~shardkit.formats.limits.MAX_JSON_DEPTH`) after:
