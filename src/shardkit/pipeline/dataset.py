@@ -468,15 +468,11 @@ class Dataset(_Base):
             return (self._resume_for(ctx) or self._resume).as_dict()  # type: ignore[union-attr]
         if self._live is not None:
             progress, ctx = self._live
-            return Position(
+            return Position.of_stream(
+                ctx,
                 epoch=progress.epoch,
                 consumed=progress.position(),
                 done=progress.done,
-                seed=ctx.seed,
-                world=ctx.world,
-                workers=ctx.workers,
-                rank=ctx.rank,
-                worker=ctx.worker,
                 tallies=progress.tally_positions(),
                 space=progress.space,
                 dataset=self._fingerprint(),
@@ -516,15 +512,11 @@ class Dataset(_Base):
 
     def _start(self, ctx: Context) -> Position:
         """The position of stream ``ctx`` before it yields anything."""
-        return Position(
+        return Position.of_stream(
+            ctx,
             epoch=ctx.epoch,
             consumed=0,
             done=False,
-            seed=ctx.seed,
-            world=ctx.world,
-            workers=ctx.workers,
-            rank=ctx.rank,
-            worker=ctx.worker,
             dataset=self._fingerprint(),
         )
 
@@ -572,15 +564,11 @@ class Dataset(_Base):
         granularity = self._recipe.granularity(self._recipe.stages)
         space = elastic.merge(resume, total, mode, granularity)
         done = all(p.done for p in resume)
-        return Position(
+        return Position.of_stream(
+            ctx,
             epoch=first.epoch,
             consumed=0,
             done=done,
-            seed=ctx.seed,
-            world=ctx.world,
-            workers=ctx.workers,
-            rank=ctx.rank,
-            worker=ctx.worker,
             space=space,
             dataset=self._fingerprint(),
         )

@@ -110,6 +110,33 @@ class Position:
     space: Intervals | None = None
     dataset: str | None = None
 
+    @classmethod
+    def of_stream(
+        cls,
+        ctx: Context,
+        *,
+        epoch: int,
+        consumed: int,
+        done: bool,
+        tallies: tuple[int, ...] = (),
+        space: Intervals | None = None,
+        dataset: str | None = None,
+    ) -> Position:
+        """The position of stream ``ctx`` (its seed and topology) at this point."""
+        return cls(
+            epoch=epoch,
+            consumed=consumed,
+            done=done,
+            seed=ctx.seed,
+            world=ctx.world,
+            workers=ctx.workers,
+            tallies=tallies,
+            rank=ctx.rank,
+            worker=ctx.worker,
+            space=space,
+            dataset=dataset,
+        )
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "version": STATE_VERSION,
