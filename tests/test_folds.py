@@ -35,10 +35,10 @@ def _json_parses(source: str) -> int:
     )
 
 
-def _opens_to_read(source: str) -> int:
-    """How many files ``source`` opens for reading without the door: ``open(path)`` or
-    ``open(path, "rb")`` (a mode that neither writes nor appends), or ``os.open`` with
-    flags that do not write."""
+def _opens(source: str) -> list[bool]:
+    """Each file ``source`` opens: whether it opens it to write (``open`` with a mode
+    that writes, appends or creates; ``os.open`` with flags that do, a variable's or a
+    constant's value looked up) rather than to read."""
     tree = ast.parse(source)
     assigned = {  # a name's value, for flags held in a variable or constant
         target.id: ast.unparse(node.value)
@@ -47,20 +47,30 @@ def _opens_to_read(source: str) -> int:
         for target in node.targets
         if isinstance(target, ast.Name)
     }
-    found = 0
+    found = []
     for call in _calls(tree):
         name = _dotted(call.func)
         if name in ("open", "io.open"):
             mode = call.args[1] if len(call.args) > 1 else None
             mode = next((k.value for k in call.keywords if k.arg == "mode"), mode)
             text = mode.value if isinstance(mode, ast.Constant) else "r"
-            found += not any(ch in str(text) for ch in "wax+")
+            found.append(any(ch in str(text) for ch in "wax+"))
         elif name == "os.open":
             given = call.args[1] if len(call.args) > 1 else ast.Constant(0)
             names = [n.id for n in ast.walk(given) if isinstance(n, ast.Name)]
             flags = " ".join([ast.unparse(given), *(assigned.get(n, "") for n in names)])
-            found += not any(f in flags for f in ("O_WRONLY", "O_RDWR", "O_CREAT"))
+            found.append(any(f in flags for f in ("O_WRONLY", "O_RDWR", "O_CREAT")))
     return found
+
+
+def _opens_to_read(source: str) -> int:
+    """How many files ``source`` opens for reading without the door."""
+    return sum(not writes for writes in _opens(source))
+
+
+def _opens_to_write(source: str) -> int:
+    """How many files ``source`` opens for writing without ``AtomicFile``."""
+    return sum(_opens(source))
 
 
 def _modules() -> dict[str, str]:
@@ -125,19 +135,6 @@ def test_loader_passes_the_worker_shift_rather_than_writing_it() -> None:
     """The Loader handed a resumed round robin's first stream to its dataset by writing
     ``dataset._worker_shift``; it passes it to the iteration now."""
     assert not any("_worker_shift" in text for text in _modules().values())
-
-
-def _opens_to_write(source: str) -> int:
-    """How many files ``source`` opens for writing: ``open`` with a mode that writes,
-    appends or creates, or ``os.open`` with flags that do."""
-    return sum(
-        _dotted(call.func) in ("open", "io.open", "os.open")
-        and any(
-            flag in ast.unparse(call).lower()
-            for flag in ("'w", "'a", "'x", "+'", "o_wronly", "o_rdwr", "o_creat", "flags")
-        )
-        for call in _calls(ast.parse(source))
-    )
 
 
 # Files written without AtomicFile, each for a reason: none is read as data afterwards.
