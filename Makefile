@@ -1,10 +1,11 @@
-# shardkit: `make demo` packs built-in sample data; `make test` runs the whole suite.
+# shardkit: `make demo` packs built-in sample data; `make test` runs the whole suite;
+# `make quick` the tests that need no server, without the slow ones.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test lint typecheck unit bench charts clean system-deps
+.PHONY: demo test quick lint typecheck unit bench charts clean system-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,6 +46,11 @@ unit: $(VENV)/.test-stamp system-deps
 	scripts/test-services scripts/cluster-services $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 test: lint typecheck unit
+
+# The suite without servers and without the long cases (docs/architecture.md, Testing):
+# `service` tests need scripts/test-services or cluster-services, `slow` ones take seconds.
+quick: $(VENV)/.test-stamp
+	$(BIN)/python -m pytest -n 2 -m "not slow and not service" $(PYTEST_ARGS)
 
 bench: $(VENV)/.test-stamp
 	$(BIN)/python bench/formats.py

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import types
@@ -55,3 +56,74 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]) -> type
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
     return datasets
+
+
+# --------------------------------------------------------------------------- markers
+
+#: The helpers (and fixtures) that reach a server started outside the test run:
+#: scripts/test-services (nginx, SeaweedFS S3, fake GCS), scripts/cluster-services (Ray,
+#: Dask), or `make system-deps` (Chromium for the viewer's browser tests).
+SERVICES = frozenset(
+    {
+        "http_service",
+        "s3_options",
+        "gcs_options",
+        "s3_bucket",
+        "ray_address",
+        "dask_address",
+        "_chromium",
+    }
+)
+
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` uses, its nested functions' and lambdas' included."""
+    found = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found |= _names(const)
+    return found
+
+
+def service_reason(func: object, fixtures: dict[str, object], params: dict[str, object]) -> str:
+    """Why a test needs a service ('' when it does not): it calls one of :data:`SERVICES`,
+    directly, through a function of its module, or through a fixture it uses (followed
+    the same way); ``address_of(engine)`` counts unless ``engine`` is ``"local"``."""
+    named = set(fixtures) & SERVICES
+    if named:
+        return f"uses the fixture {sorted(named)[0]}"
+    seen: set[int] = set()
+    todo = [func, *fixtures.values()]
+    while todo:
+        fn = inspect.unwrap(todo.pop())  # type: ignore[arg-type]
+        code = getattr(fn, "__code__", None)
+        if code is None or id(code) in seen or not code.co_filename.startswith(TESTS):
+            continue  # the library's own functions reach no test service
+        seen.add(id(code))
+        names = _names(code)
+        hit = names & SERVICES
+        if hit:
+            return f"uses {sorted(hit)[0]}"
+        if "address_of" in names and params.get("engine", "ray") != "local":
+            return "uses a cluster (address_of)"
+        scope = getattr(fn, "__globals__", {})
+        names.discard("address_of")  # judged by its engine above, not by what it may call
+        todo.extend(scope[n] for n in names if inspect.isfunction(scope.get(n)))
+    return ""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``service`` every test that needs a server (see :func:`service_reason`), so
+    ``-m "not service"`` (``make quick``) runs without any."""
+    for item in items:
+        func = getattr(item, "function", None)
+        info = getattr(item, "_fixtureinfo", None)
+        if func is None or info is None:
+            continue
+        fixtures = {name: defs[-1].func for name, defs in info.name2fixturedefs.items() if defs}
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if service_reason(func, fixtures, params):
+            item.add_marker(pytest.mark.service)

@@ -14,6 +14,7 @@ import pytest
 
 from shardkit.builder import folders, inputs
 from shardkit.errors import DataError
+from shardkit.storage import _doors
 
 
 def _atime_ns(path: Path) -> int:
@@ -55,11 +56,11 @@ def test_a_file_of_another_owner_is_read_without_noatime(
             raise PermissionError(errno.EPERM, "Operation not permitted")
         return real_open(name, flags, *args, **kwargs)
 
-    monkeypatch.setattr(inputs, "_no_atime", noatime)
+    monkeypatch.setattr(_doors, "_no_atime", noatime)
     monkeypatch.setattr(os, "open", fake_open)
     with pytest.raises(DataError, match="cannot read: Permission denied"):
         inputs.read_file(str(unreadable), 3)
-    assert inputs._no_atime == noatime
+    assert _doors._no_atime == noatime
     assert inputs.read_file(str(path), 3) == b"abc"
     assert inputs.read_file(str(path), 3) == b"abc"
     assert [bool(f & noatime) for f in flags_seen] == [True, True, False, False]

@@ -57,6 +57,7 @@ def _journaled_shards(out: str) -> set[str]:
     [([], 4), (["--resize", "24", "--max-size", "40kB"], 3)],
     ids=["pass-through", "resize-assembled"],
 )
+@pytest.mark.slow
 def test_kill_9_at_a_random_moment_then_rerun_is_identical(
     tmp_path: Path, extra: list[str], trials: int
 ) -> None:
@@ -184,6 +185,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_second_concurrent_build_fails_fast(tmp_path: Path) -> None:
     src = make_corpus(str(tmp_path / "src"), count=6, bad=False)
     out = str(tmp_path / "out")
@@ -215,6 +217,7 @@ shardkit.build(sys.argv[1], sys.argv[2], options=shardkit.BuildOptions(workers=2
 """
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_gets_one_line_per_worker(tmp_path: Path) -> None:
     src = make_corpus(str(tmp_path / "src"), count=12, bad=False)
     script = tmp_path / "unguarded.py"
@@ -251,6 +254,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_guarded_script_whose_worker_is_killed_is_told_to_rerun(tmp_path: Path) -> None:
     script = tmp_path / "guarded.py"
     script.write_text(_GUARDED_KILLED)

@@ -113,6 +113,7 @@ def _reference(src: str, folder: Path, args: list[str]) -> dict[str, object]:
 
 @pytest.mark.parametrize("extra", [[], ["--resize", "40"]], ids=["renamed", "assembled"])
 @pytest.mark.parametrize("fraction", [0.0, 0.3, 0.8, 0.97])
+@pytest.mark.slow
 def test_build_on_a_full_disk(
     tmp_path: Path, disk: Disk, corpus: str, extra: list[str], fraction: float
 ) -> None:
@@ -233,6 +234,7 @@ _MANIFEST_ENOSPC = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_manifest_write_on_a_full_disk(tmp_path: Path, corpus: str) -> None:
     out = str(tmp_path / "out")
     done = subprocess.run(

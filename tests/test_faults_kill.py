@@ -152,6 +152,7 @@ def _rerun(corpus: str, out: str, args: list[str]) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("extra", "seed"), [([], 1), (["--resize", "32"], 2)], ids=["renamed", "assembled"]
 )
+@pytest.mark.slow
 def test_kill_9_at_ten_seeded_moments_then_rerun_is_identical(
     tmp_path: Path, corpus: str, extra: list[str], seed: int, hooked_env: dict[str, str]
 ) -> None:

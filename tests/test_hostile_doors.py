@@ -34,6 +34,7 @@ def zygote() -> Iterator[Zygote]:
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.slow
 def test_every_entry_point_meets_every_hostile_kind(
     kind: str, tmp_path: Any, zygote: Zygote
 ) -> None:

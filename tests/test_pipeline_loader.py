@@ -50,6 +50,7 @@ def _take(loader: Loader, n: int) -> tuple[list[str], dict[str, Any]]:
     return seen, loader.state_dict()
 
 
+@pytest.mark.slow
 def test_loader_resumes_with_workers_in_one_call(folder: str) -> None:
     full = [k for batch in _loader(folder, (0, 1), 2) for k in batch]
     assert sorted(full) == sorted(set(full)) and len(full) == 64
@@ -181,7 +182,18 @@ def test_elastic_merge_leaves_each_unseen_position_to_exactly_one_new_stream(
             epoch |= set(positions)
             consumed = data.draw(st.integers(0, len(positions)))
             seen += positions[:consumed]
-            saved.append(Position(0, consumed, False, 0, world, workers, (), rank, worker))
+            saved.append(
+                Position(
+                    epoch=0,
+                    consumed=consumed,
+                    done=False,
+                    seed=0,
+                    world=world,
+                    workers=workers,
+                    rank=rank,
+                    worker=worker,
+                )
+            )
     space = merge(saved, total, mode, granularity)
     assert set(seen).isdisjoint(p for a, b in space for p in range(a, b))
     size = sum(b - a for a, b in space)

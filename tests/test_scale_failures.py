@@ -42,6 +42,7 @@ def test_killed_worker_is_retried_and_output_identical(engine: str, tmp_path: An
     assert snapshot_local(str(tmp_path / "cluster")) == snapshot_local(str(tmp_path / "local"))
 
 
+@pytest.mark.slow
 def test_a_dask_worker_dying_with_the_only_copy_of_the_context_is_retried(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

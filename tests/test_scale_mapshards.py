@@ -13,6 +13,7 @@ import pytest
 from conftest_scale import address_of, s3_bucket, snapshot_s3
 
 import shardkit
+import shardkit.tools
 from shardkit.cli import main
 from shardkit.reader import read_shard
 
@@ -123,3 +124,31 @@ def test_proc_cli_on_a_cluster(
     samples = [s for i in range(len(inputs)) for s in read_shard(pattern % i)]
     assert [s["__key__"] for s in samples] == [f"k{i:03d}" for i in range(25)]
     assert samples[3]["upper.txt"] == b"TEXT 3"
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_proc_and_map_shards_read_a_folder_as_dataset_does(
+    engine: str, inputs: list[str], tmp_path: Any
+) -> None:
+    """A folder names its shards (through the one resolver) for ``map_shards`` and for
+    ``proc`` on a cluster, as for ``Dataset``; both were: 'cannot open for reading: Is a
+    directory' (``proc`` handed the raw folder URL on to the cluster)."""
+    folder = str(tmp_path)
+    out = tmp_path.parent / f"{tmp_path.name}-out"
+    out.mkdir()
+    expected = [s["__key__"] for s in shardkit.Dataset(folder, shuffle_shards=False)]
+    results = shardkit.map_shards(
+        ADD_FIELD, folder, str(out / "m-%02d.tar"), engine=engine, address=address_of(engine)
+    )
+    assert [r.input for r in results] == inputs
+    assert [s["__key__"] for r in results for s in read_shard(r.output)] == expected
+    if engine != "local":
+        command = "cp sample.txt sample.copy.txt"
+        pattern = str(out / "p-%02d.tar")
+        done = shardkit.tools.proc(
+            folder, command, pattern, engine=engine, address=address_of(engine)
+        )
+        assert (done.samples_in, done.samples_out) == (25, 25)
+        assert [
+            s["__key__"] for i in range(len(inputs)) for s in read_shard(pattern % i)
+        ] == expected

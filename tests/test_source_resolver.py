@@ -9,6 +9,7 @@ import gzip
 import inspect
 import io
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,9 @@ from conftest_pipeline import write_shards
 
 import shardkit
 import shardkit.tools
-from shardkit import BuildOptions
+from shardkit import BuildOptions, storage
 from shardkit.errors import BuildError, FormatError
-from shardkit.pipeline import resolve_source
+from shardkit.pipeline import resolve_source, urls
 from shardkit.reader import read_shard
 from shardkit.tools import write_indexes
 
@@ -75,18 +76,111 @@ def test_a_folder_of_neither_shards_nor_a_manifest_is_an_image_folder_to_build(
 # --------------------------------------------------------------------------- the contract
 
 
-def _entry_points() -> set[str]:
-    """Every public callable of ``shardkit`` and ``shardkit.tools`` that takes a source:
-    its first parameter is ``source``, ``inputs``, ``specs`` or ``datasets`` (a mix's)."""
-    found = set()
+class _Resolved(BaseException):
+    """The probe reached the resolver (a BaseException: no handler swallows it)."""
+
+
+class _Expanded(BaseException):
+    """The probe reached the URL expander without the resolver (read as a pattern)."""
+
+
+class _Opened(BaseException):
+    """The probe was opened as one shard or file, without the resolver."""
+
+
+def _patch_everywhere(monkeypatch: pytest.MonkeyPatch, original: Any, stand_in: Any) -> None:
+    """Replace ``original`` under every name a shardkit module binds it to."""
+    for name, module in list(sys.modules.items()):
+        if name == "shardkit" or name.startswith("shardkit."):
+            for attr, value in list(vars(module).items()):
+                if value is original:
+                    monkeypatch.setattr(module, attr, stand_in)
+
+
+def _filler(param: inspect.Parameter, tmp: Path) -> Any:
+    """A value for a required parameter that is not the one probed (never reached: the
+    probe stops the call first); ``inspect.Parameter.empty`` when there is none."""
+    hint = str(param.annotation)
+    if "Callable" in hint or hint.endswith("Fn"):
+        return lambda *args, **kwargs: None
+    if "TextIO" in hint:
+        return io.StringIO()
+    if hint == "int":
+        return 1
+    if "str" in hint:
+        return str(tmp / "probe-out-%06d.tar")
+    return inspect.Parameter.empty
+
+
+def _probe(obj: Any, param: str, probe: str, tmp: Path) -> type[BaseException] | None:
+    """Call ``obj`` with ``probe`` as ``param`` (and ask the length of what it returns and
+    iterate it: a dataset resolves lazily); which marker it reached, if any."""
+    kwargs: dict[str, Any] = {}
+    for p in inspect.signature(obj).parameters.values():
+        if p.name == param:
+            kwargs[p.name] = probe
+        elif p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            kwargs[p.name] = _filler(p, tmp)
+            if kwargs[p.name] is inspect.Parameter.empty:
+                return None
+    try:
+        result = obj(**kwargs)
+        if hasattr(result, "__len__"):
+            len(result)
+        if hasattr(result, "__iter__") and not isinstance(result, (str, bytes)):
+            next(iter(result), None)
+    except (_Resolved, _Expanded, _Opened) as marker:
+        return type(marker)
+    except Exception:  # not a source parameter (or one this probe cannot reach)
+        return None
+    return None
+
+
+def _entry_points(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> dict[str, set[str]]:
+    """Every public callable of ``shardkit`` and ``shardkit.tools``, found by what it does
+    with each argument that may be a string, whatever its name: called with a folder in
+    that place, does the folder reach the resolver (``"resolved"``), the URL expander
+    without it (``"expanded"``: a second reading of sources), or is it opened as one shard
+    (``"opened"``: a function of one shard URL)? Exception classes are left out."""
+    probe = str(tmp / "probe-folder")
+    os.mkdir(probe)
+
+    def resolver(source: Any, *args: Any, **kwargs: Any) -> Any:
+        if source == probe or (not isinstance(source, str) and probe in list(source)):
+            raise _Resolved
+        return original_parts(source, *args, **kwargs)
+
+    def sink(original: Callable[..., Any], marker: type[BaseException]) -> Callable[..., Any]:
+        def raw(url: Any, *args: Any, **kwargs: Any) -> Any:
+            if url == probe or (isinstance(url, (list, tuple)) and probe in url):
+                raise marker
+            return original(url, *args, **kwargs)
+
+        return raw
+
+    original_parts = urls.resolve_parts
+    original_find = urls.find_shards
+    _patch_everywhere(monkeypatch, urls.resolve_parts, resolver)
+    _patch_everywhere(monkeypatch, urls.find_shards, resolver)
+    _patch_everywhere(monkeypatch, original_find, resolver)
+    _patch_everywhere(monkeypatch, storage.expand_urls, sink(storage.expand_urls, _Expanded))
+    for original in (storage.open_read, storage.open_regular):
+        _patch_everywhere(monkeypatch, original, sink(original, _Opened))
+    monkeypatch.chdir(tmp)
+    found: dict[str, set[str]] = {"resolved": set(), "expanded": set(), "opened": set()}
+    names = {_Resolved: "resolved", _Expanded: "expanded", _Opened: "opened"}
     for module in (shardkit, shardkit.tools):
         for name in module.__all__:
             obj = getattr(module, name)
-            if not callable(obj) or name == "MixedDataset":  # what mix() returns
+            if not callable(obj) or (isinstance(obj, type) and issubclass(obj, BaseException)):
                 continue
-            first = next(iter(inspect.signature(obj).parameters), "")
-            if first in ("source", "inputs", "specs", "datasets"):
-                found.add(name)
+            for param in inspect.signature(obj).parameters.values():
+                hint = str(param.annotation)
+                if not any(word in hint for word in ("str", "Inputs", "Any", "PathLike")):
+                    continue
+                marker = _probe(obj, param.name, probe, tmp)
+                if marker is not None:
+                    found[names[marker]].add(name)
     return found
 
 
@@ -98,6 +192,15 @@ def _tsv(source: str, tmp: Path) -> list[str]:
     out = io.StringIO()
     shardkit.tools.write_tsv(source, "__key__", out, header=False)
     return out.getvalue().split()
+
+
+def _same(sample: dict[str, Any]) -> dict[str, Any]:
+    return sample
+
+
+def _map_shards(source: str, tmp: Path) -> list[str]:
+    results = shardkit.map_shards(_same, source, str(tmp / "map-%06d.tar"), workers=1)
+    return _keys(result.output for result in results)
 
 
 def _proc(source: str, tmp: Path) -> list[str]:
@@ -135,14 +238,26 @@ OBSERVED: dict[str, Callable[[str, Path], list[str]]] = {
     "verify": lambda src, tmp: _keys(s.url for s in shardkit.tools.verify(src).shards),
     "write_tsv": _tsv,
     "proc": _proc,
+    "map_shards": _map_shards,
 }
 
 
-def test_every_entry_point_that_takes_a_source_is_in_the_contract() -> None:
-    found = _entry_points()
-    assert {"Dataset", "IndexedDataset", "mix", "build", "cat", "verify"} <= found
-    missing = found - set(OBSERVED)
+# The public functions of one shard URL: they open it (a folder is an error there).
+ONE_SHARD = {"build_index", "read_shard", "write_index"}
+
+
+def test_every_entry_point_that_takes_a_source_is_in_the_contract(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    found = _entry_points(monkeypatch, tmp_path)
+    assert not found["expanded"], f"these expand a source themselves: {found['expanded']}"
+    assert found["opened"] == ONE_SHARD, "a function that opens its argument takes one shard"
+    resolving = found["resolved"]
+    assert {"Dataset", "IndexedDataset", "build", "cat", "verify", "map_shards"} <= resolving
+    missing = resolving - set(OBSERVED)
     assert not missing, f"add these entry points to OBSERVED: {sorted(missing)}"
+    # mix() takes Datasets, each resolved already; every other entry is found by its use
+    assert set(OBSERVED) - resolving == {"mix"}
 
 
 def test_only_the_resolver_picks_shards_out_of_a_folder_listing() -> None:
@@ -235,3 +350,26 @@ def test_a_pattern_or_list_uses_the_index_files_beside_its_shards(tmp_path: Path
         per_rank = [sum(1 for _ in shardkit.Dataset(source, node=(rank, 3))) for rank in range(3)]
         assert per_rank == [len(shardkit.Dataset(source, node=(0, 3)))] * 3  # was 6/3/4
         assert len(shardkit.Dataset(source)) == len(shardkit.Dataset(folder))
+
+
+def test_only_the_url_grammar_says_what_is_a_url() -> None:
+    """``storage.url_scheme`` is the one rule for "this names a URL" (``scheme://`` at the
+    start): a module that looks for ``"://"`` itself is a second rule (the builder had 14,
+    which took ``data/a://b`` for a URL). A cluster address is not a storage URL."""
+    root = Path(shardkit.__file__).parent
+    spelt = sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if any(
+            isinstance(node, ast.Constant) and node.value == "://"
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert spelt == [os.path.join("engines", "_connect.py")]
+
+
+def test_a_path_holding_a_scheme_later_is_not_a_url() -> None:
+    assert storage.url_scheme("S3://bucket/x.tar") == "s3"
+    assert storage.url_scheme("file:///data/x.tar") == "file"
+    assert storage.url_scheme("data/a://b.tar") == ""
+    assert storage.url_scheme("pipe:cat x.tar") == ""

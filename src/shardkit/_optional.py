@@ -1,4 +1,4 @@
-"""Optional dependencies: which extra installs each module, and the one way to import them.
+"""Optional dependencies: which extra installs each module, and how to import them.
 
 A feature that needs an optional module calls :func:`require` before importing it; when
 the module is missing that is a :class:`~shardkit.errors.MissingDependencyError` naming

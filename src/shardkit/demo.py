@@ -6,7 +6,8 @@ import os
 import random
 from collections.abc import Sequence
 
-from .storage import atomic_write
+from .formats.jsondoc import load_json
+from .storage import atomic_write, read_document
 
 __all__ = ["CLASSES", "make_image_folder", "make_jpeg", "pack_and_read"]
 
@@ -79,7 +80,6 @@ def pack_and_read(source: str, out: str) -> list[str]:
     Returns summary lines (the library does not print).
     """
     import collections
-    import json
     import time
 
     from .builder import BuildOptions, build
@@ -104,8 +104,8 @@ def pack_and_read(source: str, out: str) -> list[str]:
         counts[label] += 1
         shapes.add(image.shape[2])
     read = time.perf_counter() - started
-    with open(result.manifest, encoding="utf-8") as f:
-        names = {index: name for name, index in json.load(f)["class_to_idx"].items()}
+    manifest = load_json(read_document(result.manifest, what="manifest"))
+    names = {index: name for name, index in manifest["class_to_idx"].items()}
     lines.append(
         f"read: {sum(counts.values())} decoded samples (HxWx{shapes.pop()} uint8) in {read:.2f} s"
     )

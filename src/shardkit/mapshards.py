@@ -141,13 +141,15 @@ def map_shards(
 ) -> list[ShardResult]:
     """Apply ``fn`` to every sample of every input shard; input *i* -> output *i*.
 
-    ``inputs`` is a list of URLs or a brace pattern (``in-{000000..000999}.tar``);
-    ``outputs`` a list of the same length or a pattern (``out/s-%06d.tar``, filled with the
-    input's position). ``fn`` returns the output sample, or None to drop it; it must
-    pickle (a module-level function). ``engine`` ``"local"`` uses ``workers`` processes;
-    ``"ray"``/``"dask"`` use the cluster at ``address``. Outputs that already exist are
-    complete (writes are atomic) and are skipped. ``hash`` names each output's digest
-    algorithm (:mod:`shardkit.digest`). Returns one result per input, in order.
+    ``inputs`` is a source as :class:`~shardkit.Dataset` reads it (a folder, a
+    ``manifest.json``, a brace pattern ``in-{000000..000999}.tar``, a list of URLs; see
+    :mod:`shardkit.pipeline.urls`); ``outputs`` a list of the same length or a pattern
+    (``out/s-%06d.tar``, filled with the input's position). ``fn`` returns the output
+    sample, or None to drop it; it must pickle (a module-level function). ``engine``
+    ``"local"`` uses ``workers`` processes; ``"ray"``/``"dask"`` use the cluster at
+    ``address``. Outputs that already exist are complete (writes are atomic) and are
+    skipped. ``hash`` names each output's digest algorithm (:mod:`shardkit.digest`).
+    Returns one result per input, in order.
     """
     return map_shard_streams(
         functools.partial(_each, fn),
@@ -177,7 +179,9 @@ def map_shard_streams(
     """:func:`map_shards` with a transform of a whole shard's sample stream."""
     check_engine(engine, address)
     check_hash(hash)
-    sources = storage.expand_urls(inputs)
+    from .pipeline.urls import resolve_source  # the one resolver: what Dataset reads
+
+    sources = resolve_source(inputs, storage_options=storage_options, counts=False).urls
     targets = _outputs(outputs, len(sources))
     results: dict[int, ShardResult] = {}
     pending: list[tuple[int, _Task]] = []

@@ -1,7 +1,7 @@
 """Read one shard (tar or TFRecord, optionally gzipped) from any URL as raw samples.
 
-This is the one place that turns a URL into samples (and a manifest URL into shard
-URLs); the reading pipeline, the tools and the build's re-shard source all use it.
+The reading pipeline, the tools and the build's re-shard source turn a shard URL into
+samples here (and a manifest URL into shard URLs).
 Samples are dicts of raw bytes fields plus ``__key__``, ``__url__`` and ``__offset__``
 (the byte offset where the sample starts in the uncompressed stream). TFRecord samples
 are their Example's features, mapped as :mod:`shardkit.formats.example` documents.

@@ -209,6 +209,6 @@ def _close(f: IO[bytes] | None) -> None:
 
 
 def _ends_with_newline(path: str) -> bool:
-    with open(path, "rb") as f:
+    with storage.open_regular(path) as f:
         f.seek(-1, os.SEEK_END)
         return f.read(1) == b"\n"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 from collections.abc import Iterator
 
 from ..engines import Executor, make_executor
@@ -14,7 +13,6 @@ from ..errors import BuildError
 from .options import BuildOptions
 from .plan import Task
 from .sources import Listing
-from .store import LocalStore
 from .worker import WorkerContext, init_worker
 
 __all__ = ["cluster_executor", "counted", "picklable"]
@@ -34,8 +32,7 @@ def cluster_executor(options: BuildOptions, listing: Listing, ctx: WorkerContext
 
     if not listing.splittable or not picklable(ctx):
         raise BuildError(f"engine={options.engine!r} needs a source that pickles and splits")
-    if isinstance(ctx.store, LocalStore):  # cluster workers have their own cwd
-        ctx = replace(ctx, store=LocalStore(os.path.abspath(ctx.store.root), hash=ctx.store.hash))
+    ctx = replace(ctx, store=ctx.store.portable())  # cluster workers have their own cwd
     return make_executor(options.engine, options.address, init=init_worker, context=ctx)
 
 

@@ -1,10 +1,11 @@
-"""``shardkit.build(source, out, ...)``: the one entry point of the build package."""
+"""``shardkit.build(source, out, ...)``: the entry point of the build package."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from .. import storage
 from ..errors import BuildError, ConfigError, StorageError
 from ..formats.names import is_shard_name
 from ..pipeline.urls import find_shards, is_manifest
@@ -15,7 +16,7 @@ from .results import BuildResult, ProgressFn
 from .run import run_build
 from .sources import Listing
 from .spill import Spill
-from .store import LocalStore, ObjectStore
+from .store import LocalStore, ObjectStore, Store
 
 __all__ = ["build", "list_source"]
 
@@ -51,7 +52,7 @@ def build(
                 "samples as they are: transform them in to_sample, or with shardkit proc / "
                 "map_shards"
             )
-        store: LocalStore | ObjectStore
+        store: Store
         if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
             store = ObjectStore(out_path, hash=options.hash)
         else:
@@ -64,7 +65,7 @@ _LAYOUT_FOLDER = "layout='samples' applies to a folder"
 
 
 def _is_remote(out: str) -> bool:
-    return "://" in out and not out.startswith("file:")
+    return storage.url_scheme(out) not in ("", "file")
 
 
 def list_source(
@@ -90,10 +91,8 @@ def list_source(
     if to_sample is not None:
         raise ConfigError("to_sample applies to Python datasets, not to a path source")
     if path.startswith("file:"):
-        from .. import storage
-
         path = storage.local_path(path)
-    remote = "://" in path
+    remote = bool(storage.url_scheme(path))
     table = is_table(path)
     if options.root is not None and not table:
         raise ConfigError("root applies to a CSV/JSONL list only")
@@ -121,7 +120,7 @@ def _shards_or_images(path: str, out: str, options: BuildOptions, spill: Spill |
     """Shards when the one resolver (:func:`shardkit.pipeline.urls.find_shards`) says
     ``path`` names some (a folder by its manifest or shard files, a manifest, a pattern,
     a shard); only a folder holding neither is an image folder."""
-    remote = "://" in path
+    remote = bool(storage.url_scheme(path))
     folder = remote and not ("{" in path or is_shard_name(path) or is_manifest(path))
     local_folder = not remote and os.path.isdir(path)
     if local_folder and not _is_remote(out):
@@ -158,7 +157,6 @@ def _list_shards(
     spill: Spill | None = None,
     classes: tuple[str, ...] = (),
 ) -> Listing:
-    from .. import storage
     from .shards import list_shards
 
     for url in spec:

@@ -15,7 +15,7 @@ from ..formats.record import ShardRecord
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from .manifest import read_manifest
 from .options import BuildOptions
-from .store import LocalStore, Store
+from .store import Store
 
 __all__ = ["OutputFolder"]
 
@@ -107,7 +107,7 @@ class OutputFolder:
         run has stopped its workers: this build still holds OUT's lock, so nothing else
         writes them, and a worker that died mid-write (killed, out of memory) cannot
         remove its own. An object store has none (its uploads are atomic)."""
-        if isinstance(self.store, LocalStore):
+        if self.store.leaves_temporaries:
             names = self.store.sizes()
             self.store.remove(n for n in names if n.startswith(self.hidden) and is_temporary(n))
 

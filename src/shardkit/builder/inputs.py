@@ -4,68 +4,32 @@ the source of folders and lists, and the ``json`` field of a folder's sample."""
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import config
-from ..errors import DataError
+from .. import config, storage
+from ..errors import DataError, StorageError
 from .sources import Item, SampleFileError, SampleFiles
 from .store import endpoint_options
-from .walk import file_kind
 
 __all__ = ["FileSource", "check_listed_size", "folder_json", "read_file", "sample_path"]
 
 
 def read_file(path: str, size: int) -> bytes:
-    """The bytes of a local file that was listed with ``size`` bytes (one read call).
-
-    Anything but a regular file is a :class:`DataError`, and never blocks: a FIFO or
-    device is refused from its ``stat`` before it is opened, and the file is opened
-    non-blocking and checked again with ``fstat``, in case it was swapped since. Where
-    permitted (the file's owner), the read leaves its access time alone (``O_NOATIME``):
-    packing a dataset is no reason to write to every inode on the source disk."""
+    """The bytes of a local file that was listed with ``size`` bytes, through the reading
+    door (:func:`shardkit.storage.read_regular`: one read call, never blocking, its access
+    time left alone); anything but a regular file of that size is a :class:`DataError`."""
     try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISREG(mode):
-            fd = _open_regular(path)
+        data = storage.read_regular(path, size)
+    except StorageError as exc:
+        raise DataError(exc.message, url=path) from exc
     except OSError as exc:
         raise DataError(f"cannot read: {exc.strerror or exc}", url=path) from exc
-    if not stat.S_ISREG(mode):
-        raise DataError(f"not a regular file ({file_kind(mode)})", url=path)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise DataError(f"not a regular file ({file_kind(mode)})", url=path)
-        data = os.read(fd, size + 1) if size < 0x7FFFF000 else _read_all(fd)
-    except OSError as exc:
-        raise DataError(f"cannot read: {exc.strerror or exc}", url=path) from exc
-    finally:
-        os.close(fd)
     if len(data) != size:
         raise DataError(f"file changed during the build ({size} -> {len(data)} bytes)", url=path)
     return data
-
-
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
-# O_NOATIME (Linux) is refused with EPERM unless this process owns the file: dropped for
-# the rest of the process at the first refusal (a dataset mostly has one owner).
-_no_atime = getattr(os, "O_NOATIME", 0)
-
-
-def _open_regular(path: str) -> int:
-    global _no_atime
-    if _no_atime:
-        try:
-            return os.open(path, _READ_FLAGS | _no_atime)
-        except PermissionError as exc:
-            if exc.errno != errno.EPERM:  # EACCES: unreadable, whatever the flags
-                raise
-            _no_atime = 0
-    return os.open(path, _READ_FLAGS)
 
 
 def _read_url(url: str, size: int, options: dict[str, Any]) -> bytes:
@@ -87,13 +51,6 @@ def check_listed_size(data: bytes, size: int, url: str) -> None:
         raise DataError(f"file changed during the build ({size} -> {len(data)} bytes)", url=url)
 
 
-def _read_all(fd: int) -> bytes:
-    parts = []
-    while chunk := os.read(fd, 1 << 26):
-        parts.append(chunk)
-    return b"".join(parts)
-
-
 @dataclass(frozen=True)
 class FileSource:
     """Loads files by path: relative to ``root``, absolute, or any URL storage opens.
@@ -107,7 +64,7 @@ class FileSource:
 
     def _ref(self, item: Item) -> str:
         ref = str(item.ref)
-        if "://" in self.root and "://" not in ref:
+        if storage.url_scheme(self.root) and not storage.url_scheme(ref):
             ref = f"{self.root}/{ref}"  # relative to a remote folder or list
         return ref
 
@@ -128,7 +85,7 @@ class FileSource:
         return files
 
     def _load(self, ref: str, size: int) -> bytes:
-        if "://" in ref:
+        if storage.url_scheme(ref):
             return _read_url(ref, size, endpoint_options(ref, self.s3_endpoint))
         return read_file(os.path.join(self.root, ref), size)
 

@@ -42,7 +42,7 @@ from ..errors import BuildError
 from ..formats.names import bare_name_problem
 from ._journallog import JOURNAL_DIR, FileLog, Log, ObjectLog
 from ._journalrecords import AssembledShard, decode_result, encode_result
-from .store import LocalStore, ObjectStore
+from .store import Store
 from .worker import TaskResult
 
 __all__ = [
@@ -92,15 +92,14 @@ class Journal:
     ``finished`` the tasks an earlier run journaled that are not committed yet (where
     their records are: :meth:`read_back` and :meth:`take` read them again)."""
 
-    def __init__(self, store: LocalStore | ObjectStore, header: dict[str, Any]) -> None:
+    def __init__(self, store: Store, header: dict[str, Any]) -> None:
         self.url = store.url
         self.header = header
         self.done: dict[int, TaskResult] = {}
         self.finished = _Finished()
         self.shards: list[AssembledShard] = []  # shards assembled from chunks
-        self._log: Log = (
-            FileLog(store.join(JOURNAL_NAME)) if isinstance(store, LocalStore) else ObjectLog(store)
-        )
+        remote = store.object_store
+        self._log: Log = FileLog(store.join(JOURNAL_NAME)) if remote is None else ObjectLog(remote)
 
     def exists(self) -> bool:
         return self._log.exists()

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
 from typing import Any
 
 from .. import config
@@ -38,7 +39,7 @@ from ..formats.record import ShardRecord
 from ._fetchtally import FetchTally, fetched
 from ._launch import cluster_executor, counted, picklable
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
-from .commit import COMMIT_THREADS, Renamer
+from .commit import Renamer
 from .folder import OutputFolder
 from .journal import Journal, output_lock
 from .manifest import make_manifest, write_manifest
@@ -47,7 +48,7 @@ from .plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
 from .results import BuildProgress, BuildResult, ProgressFn
 from .sources import Listing
 from .spill import Spill
-from .store import LocalStore, ObjectStore
+from .store import Store
 from .worker import WORKER_MODULE, TaskResult, WorkerContext, init_worker, run_task
 
 __all__ = ["run_build"]
@@ -55,8 +56,21 @@ __all__ = ["run_build"]
 logger = logging.getLogger(__name__)
 
 
-Store = LocalStore | ObjectStore
 Committer = Renamer | WorkerAssembler
+
+
+@dataclass
+class _Tally:
+    """What a build has packed so far: samples, input bytes, and items skipped."""
+
+    samples: int = 0
+    bytes: int = 0
+    skipped: int = 0
+
+    def add(self, samples: int, nbytes: int, skipped: int) -> None:
+        self.samples += samples
+        self.bytes += nbytes
+        self.skipped += skipped
 
 
 class _Driver:
@@ -87,22 +101,21 @@ class _Driver:
         self.folder = OutputFolder(store, options, self.journal)
         self.assemble = options.transforms or not listing.sizes_known
         self.chunk = min(CHUNK, options.max_count)  # items per task when assembling
-        threads = COMMIT_THREADS if isinstance(store, ObjectStore) else 0
         self.committer: Committer = Renamer(
-            store, self.journal, self.folder.final_name, threads=threads
+            store, self.journal, self.folder.final_name, threads=store.commit_threads
         )
         if self.assemble:  # workers assemble the shards the driver cuts
             self.committer = WorkerAssembler(
-                store, self.journal, self.folder.final_name, options, threads=threads
+                store, self.journal, self.folder.final_name, options, threads=store.commit_threads
             )
         self.started = time.perf_counter()
         self.next_task = 0
-        self.counts = [0, 0, len(listing.skipped)]  # samples, bytes, skipped
+        self.counts = _Tally(skipped=len(listing.skipped))
         self.last_report = 0.0
         self.resumed = 0
         # What the manifest needs of the tasks committed so far, folded in as each one is
         # handed to the committer (its record is dropped then: it is in the journal).
-        self.packed = [0, 0]  # samples, input bytes
+        self.packed = _Tally()  # what committed tasks packed (their skips: self.skipped)
         self.skipped: list[tuple[str, str]] = []  # grows with failures, not with items
         self.class_counts: dict[int, int] = {}
         self.fetch = FetchTally()
@@ -255,8 +268,7 @@ class _Driver:
 
     def _fold(self, result: TaskResult) -> None:
         """Add a committed task to what the manifest counts."""
-        self.packed[0] += sum(p.samples for p in result.parts)
-        self.packed[1] += result.input_bytes
+        self.packed.add(sum(p.samples for p in result.parts), result.input_bytes, 0)
         self.skipped += result.skipped
         for label, n in result.class_counts.items():
             self.class_counts[label] = self.class_counts.get(label, 0) + n
@@ -264,15 +276,13 @@ class _Driver:
     # -- progress
     def _count(self, result: TaskResult) -> None:
         """Add a resumed task (live tasks are counted through progress reports)."""
-        self.counts[0] += sum(p.samples for p in result.parts)
-        self.counts[1] += result.input_bytes
-        self.counts[2] += len(result.skipped)
+        self.counts.add(
+            sum(p.samples for p in result.parts), result.input_bytes, len(result.skipped)
+        )
 
     def _progress(self, deltas: list[tuple[int, int, int]]) -> None:
-        for samples, nbytes, skipped in deltas:
-            self.counts[0] += samples
-            self.counts[1] += nbytes
-            self.counts[2] += skipped
+        for samples, nbytes, skipped in deltas:  # a worker's report: a tuple on the wire
+            self.counts.add(samples, nbytes, skipped)
         self._report()
 
     def _report(self, force: bool = False) -> None:
@@ -284,9 +294,16 @@ class _Driver:
         self.last_report = now
         items = self.listing.items
         total = len(items) + len(self.listing.skipped) if items is not None else None
-        samples, nbytes, skipped = self.counts
-        shards = self.committer.finished
-        self.progress_fn(BuildProgress(samples, skipped, total, nbytes, shards, now - self.started))
+        self.progress_fn(
+            BuildProgress(
+                samples=self.counts.samples,
+                skipped=self.counts.skipped,
+                total=total,
+                bytes=self.counts.bytes,
+                shards=self.committer.finished,
+                elapsed=now - self.started,
+            )
+        )
 
     # -- finish
     def _classes(self, counts: dict[int, int]) -> list[str]:
@@ -301,7 +318,7 @@ class _Driver:
         if self.journal.pending():  # every task is committed (in order) before this
             raise BuildError("tasks are left uncommitted after every task ran (a shardkit bug)")
         skipped = sorted([*self.listing.skipped, *self.skipped])
-        self.counts = [*self.packed, len(skipped)]
+        self.counts = _Tally(self.packed.samples, self.packed.bytes, len(skipped))
         self._report(force=True)
         counts = self.class_counts
         timing = {
@@ -327,8 +344,7 @@ class _Driver:
         )
         manifest["source"] = {**manifest["source"], "path": self.listing.path}
         self.guard()
-        options = self.store.options if isinstance(self.store, ObjectStore) else None
-        write_manifest(self.store.join(MANIFEST_NAME), manifest, options)
+        write_manifest(self.store.join(MANIFEST_NAME), manifest, self.store.storage_options)
         self.journal.remove()
         self.folder.remove_strays()
         return self._result(shards, skipped, resumed=self.resumed, fetch=fetched(manifest))
@@ -389,11 +405,12 @@ def run_build(
 @contextlib.contextmanager
 def _locked(store: Store) -> Iterator[Callable[[], None]]:
     """Hold the output's lock; yields a check that raises once it is lost."""
-    if isinstance(store, LocalStore):
-        with output_lock(store.root):  # flock: held until this process ends
+    remote = store.object_store
+    if remote is None:
+        with output_lock(store.url):  # flock: held until this process ends
             yield lambda: None
         return
     from .lease import hold_lease
 
-    with hold_lease(store) as lease:
+    with hold_lease(remote) as lease:
         yield lease.check

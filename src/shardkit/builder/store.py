@@ -49,9 +49,32 @@ name until ``commit()``; it counts and hashes (with the store's ``hash``) what i
 
 
 class Store(Protocol):
-    """The operations a build needs on its output (names are relative to the root)."""
+    """The operations a build needs on its output (names are relative to the root), and
+    what differs between a local folder and an object store, so no caller asks which it
+    is."""
 
     url: str
+    #: Commits in flight at once: 0 renames in the driver (a local rename is instant),
+    #: more on an object store (each "rename" is a copy).
+    commit_threads: int
+    #: Whether a worker that died mid-write can leave a temporary file behind (a local
+    #: folder; an object store's uploads are atomic).
+    leaves_temporaries: bool
+
+    @property
+    def storage_options(self) -> dict[str, Any] | None:
+        """fsspec options for a file written under it (None: a local path)."""
+        ...
+
+    @property
+    def object_store(self) -> ObjectStore | None:
+        """The object store, for what only it has (a lease, a journal of objects);
+        None for a local folder (locked with ``flock``, journaled in one file)."""
+        ...
+
+    def portable(self) -> Store:
+        """This store as a worker on another machine (or in another folder) opens it."""
+        ...
 
     def join(self, name: str) -> str: ...
 
@@ -78,7 +101,7 @@ def endpoint_options(url: str, s3_endpoint: str | None) -> dict[str, Any]:
     """fsspec options that point workers at the S3 server the driver found in its
     environment (``AWS_ENDPOINT_URL``): a cluster worker, or a worker process started
     before that variable was set, may not have it. Never credentials."""
-    if s3_endpoint and url.split("://", 1)[0].lower() in ("s3", "s3a"):
+    if s3_endpoint and storage.url_scheme(url) in ("s3", "s3a"):
         return {"endpoint_url": s3_endpoint}
     return {}
 
@@ -92,7 +115,7 @@ def file_matches(path: str, size: int, digest: str) -> bool:
         if not digest:
             return True
         tally = storage.Tally(digest_name(digest))
-        with open(path, "rb", buffering=0) as f:
+        with storage.open_regular(path, buffering=0) as f:
             while chunk := f.read(1 << 22):
                 tally.update(chunk)
     except OSError:
@@ -106,6 +129,11 @@ def file_matches(path: str, size: int, digest: str) -> bool:
 class LocalStore:
     """A local output folder."""
 
+    commit_threads = 0
+    leaves_temporaries = True
+    storage_options = None
+    object_store = None
+
     def __init__(self, root: str, *, hash: str = DEFAULT_HASH) -> None:
         self.root = root
         self.url = root
@@ -113,6 +141,10 @@ class LocalStore:
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
+
+    def portable(self) -> LocalStore:
+        """By its absolute path: cluster workers have their own working folder."""
+        return LocalStore(os.path.abspath(self.root), hash=self.hash)
 
     def join(self, name: str) -> str:
         return os.path.join(self.root, name)
@@ -137,7 +169,7 @@ class LocalStore:
                 os.unlink(self.join(name))
 
     def open_read(self, name: str) -> BinaryIO:
-        return open(self.join(name), "rb")
+        return storage.open_regular(self.join(name))
 
     def read_bytes(self, name: str) -> bytes | None:
         try:
@@ -147,7 +179,7 @@ class LocalStore:
             return None
 
     def read_range(self, name: str, offset: int, length: int) -> bytes:
-        with open(self.join(name), "rb") as f:
+        with storage.open_regular(self.join(name)) as f:
             f.seek(offset)
             return f.read(length)
 
@@ -169,12 +201,15 @@ class PreconditionFailed(Exception):
 class ObjectStore:
     """An output prefix in an object store, through fsspec."""
 
+    commit_threads = storage.REQUESTS_IN_FLIGHT
+    leaves_temporaries = False
+
     def __init__(
         self, url: str, options: dict[str, Any] | None = None, *, hash: str = DEFAULT_HASH
     ) -> None:
         self.url = url.rstrip("/")
         self.hash = hash
-        self.protocol = self.url.split("://", 1)[0].lower()
+        self.protocol = storage.url_scheme(self.url)
         if options is None:
             options = endpoint_options(self.url, config.s3_endpoint())
         self.options = options
@@ -183,6 +218,17 @@ class ObjectStore:
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
+
+    @property
+    def storage_options(self) -> dict[str, Any] | None:
+        return self.options
+
+    @property
+    def object_store(self) -> ObjectStore:
+        return self
+
+    def portable(self) -> ObjectStore:
+        return self
 
     def __getstate__(self) -> dict[str, Any]:
         return {

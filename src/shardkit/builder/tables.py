@@ -82,7 +82,7 @@ def list_table(
     rows = held(map(columns.add, given.read()), spill)
     if not rows:
         raise BuildError("the list has no rows", url=path)
-    remote = "://" in path and not path.startswith("file:")
+    remote = storage.url_scheme(path) not in ("", "file")
     root = _root(path, options.root, remote)
     digest = hashlib.sha256(json.dumps(columns.classes).encode())
     found, skipped = _files(rows, root, columns, path, spill)
@@ -125,8 +125,8 @@ def list_table(
         skipped=skipped,
         fingerprint=digest.hexdigest(),
         sizes_known=not columns.fields
-        and "://" not in root
-        and all(e[3] > 0 or "://" not in e[0] for e in listed),
+        and not storage.url_scheme(root)
+        and all(e[3] > 0 or not storage.url_scheme(e[0]) for e in listed),
     )
 
 
@@ -466,7 +466,7 @@ def _extra_file(cell: Any, column: str, root: str) -> tuple[tuple[str, int], str
     rel = "" if cell is None else str(cell)
     problem = storage.data_url_problem(rel) if rel.strip() else f"empty {column!r} cell"
     problem = problem or ""
-    if problem or "://" in rel or "://" in root:
+    if problem or storage.url_scheme(rel) or storage.url_scheme(root):
         return (rel, 0), problem
     try:
         info = os.stat(os.path.join(root, rel))
@@ -510,11 +510,15 @@ def _files(
                 or problem
                 or columns.missing_label(row)
                 or storage.data_url_problem(rel)
-                or ("" if columns.fields else not_an_image(_name(rel), url="://" in rel))
+                or (
+                    ""
+                    if columns.fields
+                    else not_an_image(_name(rel), url=bool(storage.url_scheme(rel)))
+                )
             )
             if problem:
                 skipped.append((encode_name(rel) if rel.strip() else f"row {index + 1}", problem))
-            elif "://" in rel or "://" in root:
+            elif storage.url_scheme(rel) or storage.url_scheme(root):
                 schemes.check(rel, index)
                 yield row, rel, _location(rel, root), 0, 0, fields
             else:
@@ -544,7 +548,7 @@ class _Schemes:
         self.seen: set[str] = set()
 
     def check(self, url: str, index: int) -> None:
-        scheme = url.partition("://")[0].lower() if "://" in url else ""
+        scheme = storage.url_scheme(url)
         if scheme in self.seen or scheme not in _EXTRA_SCHEMES:
             return
         self.seen.add(scheme)
@@ -598,7 +602,7 @@ def _repeats(
 
 def _name(rel: str) -> str:
     """The file name of a listed path or URL (a URL's without its query and fragment)."""
-    if "://" in rel:
+    if storage.url_scheme(rel):
         rel = urlsplit(rel).path
     return rel.rpartition("/")[2]
 
@@ -606,14 +610,14 @@ def _name(rel: str) -> str:
 def _root(path: str, root: str | None, remote: bool) -> str:
     """The folder relative paths are read from and keys are relative to."""
     if root is not None:
-        return root.rstrip("/") if "://" in root else os.path.abspath(root)
+        return root.rstrip("/") if storage.url_scheme(root) else os.path.abspath(root)
     return path.rsplit("/", 1)[0] if remote else os.path.dirname(os.path.abspath(path))
 
 
 def _location(rel: str, root: str) -> str:
     """Where a listed path points: a URL, or a normalized absolute path."""
-    if "://" in rel:
+    if storage.url_scheme(rel):
         return rel.partition("#")[0]  # a fragment never reaches the server
-    if "://" in root:
+    if storage.url_scheme(root):
         return f"{root}/{posixpath.normpath(rel)}"
     return os.path.normpath(os.path.join(root, rel))

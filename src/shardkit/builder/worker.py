@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..engines import run_state
 from ..errors import DataError
 from ..formats.cut import Cut
+from ..formats.jsondoc import load_json
 from ..formats.names import lone_surrogate
 from ..formats.record import ShardRecord
 from ..formats.tar import tar_chunks
@@ -358,7 +358,7 @@ def _example(
         if item.label < len(context.classes):
             sample[tf.TEXT] = context.classes[item.label]
     if item.meta:  # a list's other columns, each a feature of its own
-        for name, value in json.loads(item.meta).items():
+        for name, value in load_json(item.meta, what="a list row's columns").items():
             feature = tf.column_feature(value)
             if name not in _META_KEYS and feature is not None:
                 sample[name] = feature

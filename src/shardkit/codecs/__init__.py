@@ -69,7 +69,7 @@ from ._images import (
 )
 from ._imagespecs import IMAGE_SPECS, RESIZE_MODES, SizedImageSpec
 from ._registry import Codecs, FieldDecoder, FieldEncoder, default_codecs, register
-from ._text import nests_within
+from ._text import nests_within, parse_json
 from ._video import VIDEO_EXTENSIONS, Clip, VideoSpec
 from ._viewfile import ViewFile
 
@@ -107,6 +107,7 @@ __all__ = [
     "image_size",
     "nests_within",
     "normalize_image_extension",
+    "parse_json",
     "register",
     "video",
 ]

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from .._optional import require
 from ._failures import NPY_FAILURES, TEXT_FAILURES, undecodable
+from ._text import parse_json
 
 __all__ = [
     "MAX_EXPANDED_SIZE",
@@ -88,7 +89,7 @@ def encode_json(value: Any) -> bytes:
 
 def decode_json(data: bytes) -> Any:
     try:
-        return json.loads(data)
+        return parse_json(data, None)  # as webdataset reads it: any depth the parser takes
     except TEXT_FAILURES as exc:
         raise undecodable(exc) from exc
 

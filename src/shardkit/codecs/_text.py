@@ -11,7 +11,14 @@ from typing import Any
 from ..errors import DataError
 from ._failures import NPY_FAILURES, TEXT_FAILURES
 
-__all__ = ["MAX_JSON_DEPTH", "check_json", "check_npy", "check_text", "nests_within"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "check_json",
+    "check_npy",
+    "check_text",
+    "nests_within",
+    "parse_json",
+]
 
 #: How deeply a ``json`` field may nest arrays and objects.
 MAX_JSON_DEPTH = 100
@@ -25,17 +32,27 @@ def check_text(data: bytes) -> None:
         raise DataError(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
 
 
+def parse_json(data: bytes | bytearray | str, max_depth: int | None = MAX_JSON_DEPTH) -> Any:
+    """The one JSON parse: every JSON value shardkit reads (a ``json`` field checked,
+    decoded or shown; a document through :func:`shardkit.formats.jsondoc.load_json`, which
+    bounds its size and names it) is parsed here. RecursionError when it nests more than
+    ``max_depth`` deep (the parser's own stack, or the walk after it; ``None``: the
+    parser's stack alone), ValueError (UnicodeDecodeError too) when it is not JSON."""
+    value = json.loads(data)
+    if max_depth is not None and not nests_within(value, max_depth):
+        raise RecursionError(f"nested more than {max_depth} levels deep")
+    return value
+
+
 def check_json(data: bytes) -> None:
     """DataError unless ``data`` is UTF-8 JSON nesting at most :data:`MAX_JSON_DEPTH` deep."""
     check_text(data)
     try:
-        value = json.loads(data)
+        parse_json(data)
     except RecursionError:
         raise DataError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
     except TEXT_FAILURES as exc:
         raise DataError(f"not JSON: {exc}") from exc
-    if not nests_within(value, MAX_JSON_DEPTH):
-        raise DataError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels")
 
 
 def nests_within(value: Any, limit: int) -> bool:

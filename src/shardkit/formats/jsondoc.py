@@ -1,6 +1,6 @@
-"""The one bounded JSON parse: every JSON document shardkit reads goes through
-:func:`load_json` (manifests, ``.idx`` files, the build journal, list rows, ``json`` fields
-shown or converted).
+"""The JSON document loader: every JSON document shardkit reads goes through
+:func:`load_json`, over the one parse :func:`shardkit.codecs.parse_json` (manifests,
+``.idx`` files, the build journal, list rows, ``json`` fields shown or converted).
 
 A document is untrusted: its size is bounded (:data:`~shardkit.formats.limits.MAX_DOCUMENT_SIZE`)
 before it is parsed, and its nesting (:data:`~shardkit.formats.limits.MAX_JSON_DEPTH`) after:
@@ -11,10 +11,9 @@ the interpreter's recursion limit.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from ..codecs import nests_within
+from ..codecs import parse_json
 from ..errors import FormatError, ShardkitError
 from .limits import MAX_DOCUMENT_SIZE, MAX_JSON_DEPTH
 
@@ -38,13 +37,11 @@ def load_json(
     if isinstance(data, memoryview):
         data = bytes(data)
     try:
-        document = json.loads(data)
+        document = parse_json(data, max_depth)
     except RecursionError:
         raise error(f"{what} is nested more than {max_depth} levels deep", url=url) from None
     except ValueError as exc:  # UnicodeDecodeError too
         raise error(f"{what} is not valid JSON: {_short(exc)}", url=url) from None
-    if not nests_within(document, max_depth):
-        raise error(f"{what} is nested more than {max_depth} levels deep", url=url)
     return document
 
 

@@ -24,7 +24,7 @@ from .context import Context
 from .counting import Counting, Slice, Take, Unbatched
 from .source import ReadOptions, stream_samples
 from .stages import Batched, Select, Shuffle, Stage
-from .state import Progress, counted, finished
+from .state import Progress, ReadsAhead, counted, finished
 from .urls import ShardList
 
 __all__ = ["Equalize", "Recipe", "stage_shape"]
@@ -253,9 +253,8 @@ class Recipe:
                 items = stage.run(items, ctx, progress.tally(next(saved, 0)))
             else:
                 items = stage(items, ctx)
-            lookahead = getattr(items, "lookahead", None)
-            if lookahead is not None:
-                progress.lookahead.append(lookahead)
+            if isinstance(items, ReadsAhead):
+                progress.lookahead.append(items.lookahead)
         return finished(items, progress)
 
 

@@ -103,10 +103,6 @@ class Dataset(_Base):
     (:mod:`shardkit.pipeline.compat`).
     """
 
-    # DataLoader worker w reads stream (w + shift) % workers: a Loader resumed after a
-    # batch of stream k starts its round robin at stream k + 1, as the epoch would have.
-    _worker_shift = 0
-
     def __init__(
         self,
         source: str | Sequence[str],
@@ -421,10 +417,16 @@ class Dataset(_Base):
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
+        return self._iterate()
+
+    def _iterate(self, *, worker_shift: int = 0) -> Iterator[Any]:
+        """One epoch's items. DataLoader worker w reads stream (w + ``worker_shift``) %
+        workers: a :class:`~shardkit.Loader` resumed after a batch of stream k starts its
+        round robin at stream k + 1, as the epoch would have."""
         shards = self.shards
         rank, world = self._rank_and_world()
         worker, workers = current_worker()
-        worker = (worker + self._worker_shift) % workers
+        worker = (worker + worker_shift) % workers
         if in_worker_process():
             self._handoff.mark()  # the parent's copy no longer knows the position
         else:
@@ -466,18 +468,14 @@ class Dataset(_Base):
             return (self._resume_for(ctx) or self._resume).as_dict()  # type: ignore[union-attr]
         if self._live is not None:
             progress, ctx = self._live
-            return Position(
-                progress.epoch,
-                progress.position(),
-                progress.done,
-                ctx.seed,
-                ctx.world,
-                ctx.workers,
-                progress.tally_positions(),
-                ctx.rank,
-                ctx.worker,
-                progress.space,
-                self._fingerprint(),
+            return Position.of_stream(
+                ctx,
+                epoch=progress.epoch,
+                consumed=progress.position(),
+                done=progress.done,
+                tallies=progress.tally_positions(),
+                space=progress.space,
+                dataset=self._fingerprint(),
             ).as_dict()
         return self._start(Context(self._seed, self._epoch, rank, world, worker, workers)).as_dict()
 
@@ -514,16 +512,11 @@ class Dataset(_Base):
 
     def _start(self, ctx: Context) -> Position:
         """The position of stream ``ctx`` before it yields anything."""
-        return Position(
-            ctx.epoch,
-            0,
-            False,
-            ctx.seed,
-            ctx.world,
-            ctx.workers,
-            (),
-            ctx.rank,
-            ctx.worker,
+        return Position.of_stream(
+            ctx,
+            epoch=ctx.epoch,
+            consumed=0,
+            done=False,
             dataset=self._fingerprint(),
         )
 
@@ -571,18 +564,13 @@ class Dataset(_Base):
         granularity = self._recipe.granularity(self._recipe.stages)
         space = elastic.merge(resume, total, mode, granularity)
         done = all(p.done for p in resume)
-        return Position(
-            first.epoch,
-            0,
-            done,
-            ctx.seed,
-            ctx.world,
-            ctx.workers,
-            (),
-            ctx.rank,
-            ctx.worker,
-            space,
-            self._fingerprint(),
+        return Position.of_stream(
+            ctx,
+            epoch=first.epoch,
+            consumed=0,
+            done=done,
+            space=space,
+            dataset=self._fingerprint(),
         )
 
     # ------------------------------------------------------------------ misc

@@ -34,6 +34,7 @@ from ..errors import DecodeError, ShardkitError
 from ..handlers import Handler, reraise
 from .context import Context
 from .stages import Stage, handles, report_error
+from .state import ReadsAhead
 
 __all__ = ["MAX_DEFAULT_THREADS", "Decode", "default_threads"]
 
@@ -167,7 +168,7 @@ def _work(
         del job, result  # hold no sample between jobs
 
 
-class _ParallelDecode:
+class _ParallelDecode(ReadsAhead):
     """Decode ahead in ``threads`` threads, handing the items on in order."""
 
     def __init__(
@@ -199,7 +200,8 @@ class _ParallelDecode:
             )
             for i in range(threads)
         ]
-        self.lookahead = _Ahead()
+        self._ahead = _Ahead()
+        self.lookahead = self._ahead
 
     def __iter__(self) -> _ParallelDecode:
         return self
@@ -215,7 +217,7 @@ class _ParallelDecode:
                         raise failure
                     raise StopIteration
                 sample = self._pending.popleft()
-                self.lookahead.count = len(self._pending)
+                self._ahead.count = len(self._pending)
                 ok, value = self._result()
                 if ok:
                     return value
@@ -243,7 +245,7 @@ class _ParallelDecode:
                 return
             self._jobs.put((self._next + len(self._pending), sample))
             self._pending.append(sample)
-            self.lookahead.count = len(self._pending)
+            self._ahead.count = len(self._pending)
 
     def _result(self) -> tuple[bool, Any]:
         """The result of the oldest pending item, waiting for it if need be."""

@@ -336,9 +336,7 @@ class _Tagged:
         self.shift = shift
 
     def __iter__(self) -> Iterator[tuple[Any, _Tagged]]:
-        if self.shift:
-            self.dataset._worker_shift = self.shift  # this worker's copy
-        for item in self.dataset:
+        for item in self.dataset._iterate(worker_shift=self.shift):
             yield item, self
 
 

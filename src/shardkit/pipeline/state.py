@@ -33,6 +33,7 @@ __all__ = [
     "STATE_VERSION",
     "Position",
     "Progress",
+    "ReadsAhead",
     "check_loader_states",
     "check_state",
     "check_states",
@@ -44,12 +45,23 @@ __all__ = [
 STATE_VERSION = 1
 
 
+class ReadsAhead:
+    """A stage's iterator that pulls items before it hands them on (parallel decoding).
+
+    Its ``lookahead`` says how many it holds; the resume position discounts them
+    (:meth:`Progress.position`). The counter lives apart from the iterator, so the
+    pipeline's progress holds no reference to it: dropping the iterator stops its threads.
+    """
+
+    lookahead: Callable[[], int]
+
+
 @dataclass
 class Progress:
     """The live position of one iteration, updated as items pass the resume point.
 
-    A stage after that point that works ahead (parallel decoding) registers a
-    ``lookahead()`` callable: items it has pulled but not yet handed on are not consumed.
+    A stage after that point whose iterator is a :class:`ReadsAhead` registers its
+    ``lookahead()``: items it has pulled but not yet handed on are not consumed.
     """
 
     epoch: int
@@ -77,7 +89,7 @@ class Progress:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Position:
     """A saved position: resume epoch ``epoch`` after ``consumed`` items (``done``: the
     epoch had ended, nothing of it is left) of stream (``rank``, ``worker``); ``space``:
@@ -97,6 +109,33 @@ class Position:
     worker: int | None = None
     space: Intervals | None = None
     dataset: str | None = None
+
+    @classmethod
+    def of_stream(
+        cls,
+        ctx: Context,
+        *,
+        epoch: int,
+        consumed: int,
+        done: bool,
+        tallies: tuple[int, ...] = (),
+        space: Intervals | None = None,
+        dataset: str | None = None,
+    ) -> Position:
+        """The position of stream ``ctx`` (its seed and topology) at this point."""
+        return cls(
+            epoch=epoch,
+            consumed=consumed,
+            done=done,
+            seed=ctx.seed,
+            world=ctx.world,
+            workers=ctx.workers,
+            tallies=tallies,
+            rank=ctx.rank,
+            worker=ctx.worker,
+            space=space,
+            dataset=dataset,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -202,7 +241,17 @@ def check_state(state: object) -> Position:
             f"x {workers} workers"
         )
     return Position(
-        epoch, consumed, done, seed, world, workers, tallies, rank, worker, space, dataset
+        epoch=epoch,
+        consumed=consumed,
+        done=done,
+        seed=seed,
+        world=world,
+        workers=workers,
+        tallies=tallies,
+        rank=rank,
+        worker=worker,
+        space=space,
+        dataset=dataset,
     )
 
 

@@ -11,7 +11,8 @@ paths; no fsspec), ``_filesystems`` (fsspec, imported on first remote use, and t
 hooks of event loops that run in a thread), ``_reading`` (:func:`open_read`, and
 :func:`map_file` for local files read in place), ``_remote`` (remote reads that resume
 after transient failures), ``_cache`` (``cache_dir`` copies), ``_doors`` (the reading door:
-:func:`open_regular` and :func:`read_document` for every file shardkit did not just write)
+:func:`open_regular`, :func:`read_document` and :func:`read_regular` for every file
+shardkit did not just write)
 and ``_writing`` (:class:`AtomicFile`, :class:`Tally`; temporaries from
 :mod:`shardkit._temporary`, the writing door).
 :func:`atomic_write` lives here and goes through :func:`open_atomic`, so every write in
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO, cast
 
 from ._cache import cache_path, open_cached
-from ._doors import folder_entries, open_regular, open_regular_fd, read_document
+from ._doors import folder_entries, open_regular, open_regular_fd, read_document, read_regular
 from ._filesystems import REQUESTS_IN_FLIGHT, detach_loop_at_fork, filesystem, url_exists
 from ._reading import map_file, open_read
 from ._remote import READ_RETRIES, is_transient, read_failure, wait_to_retry
@@ -38,6 +39,7 @@ from ._urls import (
     is_local,
     join,
     local_path,
+    url_scheme,
 )
 from ._writing import AtomicFile, Tally, open_atomic
 
@@ -68,7 +70,9 @@ __all__ = [
     "open_regular_fd",
     "read_document",
     "read_failure",
+    "read_regular",
     "url_exists",
+    "url_scheme",
     "wait_to_retry",
 ]
 

@@ -15,6 +15,7 @@ size and depth).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import io
 import os
@@ -27,12 +28,15 @@ from ._filesystems import _fs
 from ._remote import READ_RETRIES, _ResumableReader
 from ._urls import is_local, local_path
 
-__all__ = ["folder_entries", "open_regular", "open_regular_fd", "read_document"]
+__all__ = ["folder_entries", "open_regular", "open_regular_fd", "read_document", "read_regular"]
 
 #: The most bytes one read of a document asks for (its whole is read in such steps).
 _READ_STEP = 1 << 20
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+# O_NOATIME (Linux) is refused with EPERM unless this process owns the file: dropped for
+# the rest of the process at the first refusal (a dataset mostly has one owner).
+_no_atime = getattr(os, "O_NOATIME", 0)
 
 
 def open_regular(path: str, *, url: str | None = None, buffering: int = -1) -> BinaryIO:
@@ -57,6 +61,49 @@ def open_regular_fd(path: str, *, url: str | None = None) -> int:
     """:func:`open_regular`, as a bare descriptor (for ``pread`` and locks)."""
     with open_regular(path, url=url, buffering=0) as f:
         return os.dup(f.fileno())
+
+
+def read_regular(path: str, size: int, *, url: str | None = None) -> bytes:
+    """At most ``size + 1`` bytes of the regular file at ``path``, in one read call: a
+    source's input file listed with ``size`` bytes (one byte more tells it grew).
+
+    A FIFO or device is refused from its ``stat``, before it is opened; the file is opened
+    without blocking and checked again with ``fstat``, in case it was swapped since. Where
+    permitted (the file's owner), the read leaves its access time alone (``O_NOATIME``):
+    packing a dataset is no reason to write to every inode on the source disk.
+    :class:`~shardkit.errors.StorageError` naming ``url`` (default ``path``) for anything
+    but a regular file; OSError as it is."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        fd = _open_quietly(path)
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISREG(mode):
+                return os.read(fd, size + 1) if size < 0x7FFFF000 else _read_fd(fd)
+        finally:
+            os.close(fd)
+    raise StorageError(f"not a regular file ({_kind(mode)})", url=url or path)
+
+
+def _open_quietly(path: str) -> int:
+    """``path`` opened for reading without blocking and, while permitted, without
+    updating its access time."""
+    global _no_atime
+    if _no_atime:
+        try:
+            return os.open(path, _FLAGS | os.O_NOCTTY | _no_atime)
+        except PermissionError as exc:
+            if exc.errno != errno.EPERM:  # EACCES: unreadable, whatever the flags
+                raise
+            _no_atime = 0
+    return os.open(path, _FLAGS | os.O_NOCTTY)
+
+
+def _read_fd(fd: int) -> bytes:
+    parts = []
+    while chunk := os.read(fd, 1 << 26):
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def folder_entries(folder: str) -> tuple[frozenset[str], dict[str, int]]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._optional import missing
 from ..errors import StorageError
-from ._urls import is_local, local_path
+from ._urls import is_local, local_path, url_scheme
 
 if TYPE_CHECKING:
     import asyncio
@@ -32,7 +32,7 @@ def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
     try:
         fs, path = fsspec.core.url_to_fs(url, **_pooled(url, storage_options or {}))
     except ImportError as exc:
-        scheme = url.partition("://")[0].lower()
+        scheme = url_scheme(url)
         if scheme in _SCHEME_MODULES:
             raise missing(_SCHEME_MODULES[scheme], f"{scheme}:// URLs") from exc
         raise StorageError(f"cannot open this URL scheme: {exc}", url=url) from exc
@@ -47,7 +47,7 @@ def _pooled(url: str, options: dict[str, Any]) -> dict[str, Any]:
     """``options`` with, for S3, a connection pool of ``REQUESTS_IN_FLIGHT`` (botocore's
     default, 10, would hold the 11th request in flight back until one returns), unless
     the caller chose one."""
-    if url.partition("://")[0].lower() not in ("s3", "s3a"):
+    if url_scheme(url) not in ("s3", "s3a"):
         return options
     config = dict(options.get("config_kwargs") or {})
     config.setdefault("max_pool_connections", REQUESTS_IN_FLIGHT)

@@ -19,6 +19,7 @@ __all__ = [
     "is_local",
     "join",
     "local_path",
+    "url_scheme",
 ]
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -72,9 +73,17 @@ def _split_top_level(body: str) -> list[str]:
     return parts
 
 
+def url_scheme(url: str) -> str:
+    """The scheme of a URL (``s3``, ``https``, ``file``), lowercased; ``""`` for a plain
+    path. The one rule for "is this a URL": it starts with ``scheme://`` (what fsspec
+    opens); ``pipe:`` and ``-`` have none."""
+    match = _SCHEME.match(url)
+    return match.group(1).lower() if match else ""
+
+
 def is_local(url: str) -> bool:
     """True for plain paths and ``file:`` URLs."""
-    return (not _SCHEME.match(url) and not is_executing(url) and url != "-") or url.startswith(
+    return (not url_scheme(url) and not is_executing(url) and url != "-") or url.startswith(
         "file://"
     )
 

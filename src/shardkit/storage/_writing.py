@@ -256,7 +256,9 @@ def open_atomic(
     fsync: bool = False,
     buffering: int = 1 << 20,
 ) -> AtomicFile:
-    """An :class:`AtomicFile` for ``url`` (the one way shardkit writes a file)."""
+    """An :class:`AtomicFile` for ``url``: how shardkit writes a file that is read after
+    it (shards, indexes, manifests, the cache); ``tests/test_folds.py`` lists the few
+    written otherwise."""
     return AtomicFile(
         url,
         storage_options=storage_options,

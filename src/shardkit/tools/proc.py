@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from .. import storage
 from ..digest import DEFAULT_HASH, HashName
 from ..engines import Engine
 from ..errors import ConfigError, DataError, ShardkitError, StorageError
@@ -51,7 +52,7 @@ from ._progress import ShardCount, ToolProgressFn, track
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-__all__ = ["ProcError", "ProcResult", "proc", "run_on_sample", "run_on_samples"]
+__all__ = ["ProcCounts", "ProcError", "ProcResult", "proc", "run_on_sample", "run_on_samples"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,20 @@ class ProcResult:
     samples_in: int
     samples_out: int
     skipped: int
+
+
+@dataclass
+class ProcCounts:
+    """The running tally of :func:`run_on_samples`: samples in, out, and dropped."""
+
+    samples_in: int = 0
+    samples_out: int = 0
+    skipped: int = 0
+
+    def result(self) -> ProcResult:
+        return ProcResult(
+            samples_in=self.samples_in, samples_out=self.samples_out, skipped=self.skipped
+        )
 
 
 def _stem(key: str, names: Names) -> str:
@@ -115,7 +130,7 @@ def _pack(folder: str, key: str) -> dict[str, Any]:
         ext = name[dot + 1 :]
         if ext in out:
             raise ProcError(f"two files give the field {ext!r} (one is {name!r})", key=key)
-        with open(path, "rb") as f:
+        with storage.open_regular(path) as f:  # swapped for a FIFO since: refused
             out[ext] = f.read()
     return out
 
@@ -193,16 +208,15 @@ def run_on_samples(
     on_error: OnError = "fail",
     names: Names = "sample",
     timeout: float | None = None,
-    counts: list[int] | None = None,
+    counts: ProcCounts | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Output samples, in input order; ``counts`` (if given) gets [in, out, skipped]."""
+    """Output samples, in input order; ``counts`` (if given) keeps the tally."""
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, not {workers}")
     check_on_error(on_error)
     from concurrent.futures import ThreadPoolExecutor
 
-    tally = counts if counts is not None else [0, 0, 0]
-    tally[:] = [0, 0, 0]
+    tally = counts if counts is not None else ProcCounts()
     with ThreadPoolExecutor(workers, thread_name_prefix="shardkit-proc") as pool:
         pending: deque[Future[dict[str, Any]]] = deque()
         try:
@@ -212,7 +226,7 @@ def run_on_samples(
                         run_on_sample, sample, command, index=index, names=names, timeout=timeout
                     )
                 )
-                tally[0] += 1
+                tally.samples_in += 1
                 if len(pending) >= 2 * workers:
                     yield from _collect(pending.popleft(), on_error, tally)
             while pending:
@@ -223,7 +237,7 @@ def run_on_samples(
 
 
 def _collect(
-    future: Future[dict[str, Any]], on_error: OnError, tally: list[int]
+    future: Future[dict[str, Any]], on_error: OnError, tally: ProcCounts
 ) -> Iterator[dict[str, Any]]:
     try:
         result = future.result()
@@ -231,9 +245,9 @@ def _collect(
         if on_error == "fail":
             raise
         logger.warning("skipping sample: %s", exc)
-        tally[2] += 1
+        tally.skipped += 1
         return
-    tally[1] += 1
+    tally.samples_out += 1
     yield result
 
 
@@ -278,7 +292,7 @@ def proc(
         cluster = _Cluster(engine, address, storage_options, hash, on_shard, progress)
         return _on_cluster(inputs, transform, output, cluster)
     refs = as_refs(inputs, storage_options=storage_options)
-    counts = [0, 0, 0]
+    counts = ProcCounts()
     out = Output(
         output,
         format=format,
@@ -300,7 +314,7 @@ def proc(
             counts=counts,
         ):
             out.write(result)
-    return ProcResult(*counts)
+    return counts.result()
 
 
 @dataclass(frozen=True)
@@ -325,13 +339,14 @@ def _on_cluster(
     task per input shard, ``output`` a pattern (one output shard per input). Counts only
     the shards processed this run; ``progress`` hears of each as its task's result arrives,
     and of the outputs an earlier run left (resumed) at the end."""
-    from .. import storage
     from ..mapshards import map_shard_streams
+    from ..pipeline.urls import resolve_source
 
-    urls = [inputs] if isinstance(inputs, str) else list(cast(Iterable[Any], inputs))
-    if not all(isinstance(url, str) and url != "-" for url in urls):
+    given = [inputs] if isinstance(inputs, str) else list(cast(Iterable[Any], inputs))
+    if not all(isinstance(url, str) and url != "-" for url in given):
         raise ConfigError("with a cluster engine the inputs are shard URLs (not '-' or streams)")
-    count = ShardCount(len(storage.expand_urls(urls)), cluster.progress)
+    urls = resolve_source(given, storage_options=cluster.storage_options, counts=False).urls
+    count = ShardCount(len(urls), cluster.progress)
     results = map_shard_streams(
         transform,
         urls,
@@ -350,4 +365,4 @@ def _on_cluster(
             cluster.on_shard(replace(r.shard, index=i))
     read = sum(r.samples_in or 0 for r in done)
     written = sum(r.samples_out or 0 for r in done)
-    return ProcResult(read, written, read - written)
+    return ProcResult(samples_in=read, samples_out=written, skipped=read - written)

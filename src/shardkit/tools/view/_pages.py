@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ...errors import escape_controls
+from ...formats.jsondoc import load_json
 from ...units import format_size
 from .._media import thumbnail_kind
 from ._catalog import Catalog, Entry, Page
@@ -146,8 +147,9 @@ def _bytes_view(index: int, number: int, name: str, data: bytes, src: str) -> st
         return f'<{kind} controls preload=metadata src="{src}"></{kind}>'
     if kind == "json":
         try:
-            pretty = json.dumps(json.loads(data), indent=2, ensure_ascii=False, sort_keys=True)
-        except (ValueError, RecursionError):
+            value = load_json(data, what="the json field")
+            pretty = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+        except ValueError:  # shown as the text it is
             pretty = data.decode("utf-8", "replace")
         return f"<pre>{block(pretty)}</pre>"
     decoded = data.decode("utf-8", "replace")
