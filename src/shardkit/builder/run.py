@@ -329,7 +329,7 @@ class _Driver:
         shards = self.committer.shards
         if not any(shard.samples for shard in shards):
             self._nothing_packed(skipped)
-        if self.listing.kind in ("dataset", "iterable") and not isinstance(self.store, ObjectStore):
+        if self.listing.kind in ("dataset", "iterable") and self.store.object_store is None:
             from .shards import refuse_written_repeats  # keys given as they were loaded
 
             refuse_written_repeats([self.store.join(s.name) for s in shards], self.store.url)

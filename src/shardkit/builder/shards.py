@@ -38,6 +38,7 @@ from ..formats.names import Format, is_shard_name
 from ..formats.tar import BLOCK, Grouping, TarScanner, buffer_samples
 from ..handlers import ignore_and_continue
 from ..pipeline.idxfiles import load_indexes
+from ..pipeline.urls import list_folder
 from ..ranges import RangeReader
 from ..reader import detect_format, iter_stream_samples, read_shard
 from .plan import later_repeats
@@ -131,21 +132,24 @@ def _where(urls: list[str] | tuple[str, ...], item: Item) -> str:
 def _not_shards(path: str, urls: list[str]) -> list[tuple[str, str]]:
     """Each entry of a local source folder named like a shard that is not a regular file
     (a FIFO, a socket, a folder, a dangling link), with its kind: never opened (a read
-    from a FIFO blocks), never left out unnamed."""
+    from a FIFO blocks), never left out unnamed. The folder is listed by the one resolver
+    (:func:`~shardkit.pipeline.urls.list_folder`: a shard is a regular file)."""
     if not storage.is_local(path) or not os.path.isdir(storage.local_path(path)):
         return []
     folder = storage.local_path(path)
+    listing = list_folder(path)
     listed = {os.path.basename(storage.local_path(url)) for url in urls}
     skipped = []
-    with os.scandir(folder) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name in listed or not is_shard_name(entry.name) or entry.is_file():
-                continue
-            try:
-                reason = f"not a regular file ({file_kind(entry.stat().st_mode)})"
-            except OSError:
-                reason = "broken symbolic link"
-            skipped.append((entry.name, reason))
+    for name in sorted(listing.names):
+        if name in listed or name in listing.sizes or not is_shard_name(name):
+            continue
+        try:
+            reason = (
+                f"not a regular file ({file_kind(os.stat(os.path.join(folder, name)).st_mode)})"
+            )
+        except OSError:
+            reason = "broken symbolic link"
+        skipped.append((name, reason))
     return skipped
 
 
