@@ -68,6 +68,7 @@ from ._images import (
     normalize_image_extension,
 )
 from ._imagespecs import IMAGE_SPECS, RESIZE_MODES, SizedImageSpec
+from ._pixels import check_pixels, header_size
 from ._registry import Codecs, FieldDecoder, FieldEncoder, default_codecs, register
 from ._text import nests_within
 from ._video import VIDEO_EXTENSIONS, Clip, VideoSpec
@@ -101,6 +102,8 @@ __all__ = [
     "field_check",
     "image",
     "image_extension",
+    "check_pixels",
+    "header_size",
     "image_failures",
     "image_size",
     "nests_within",
