@@ -24,6 +24,7 @@ kind               default        what it bounds
 ``video_clip``     1 GiB          a decoded clip: frames x width x height x 3 bytes
 ``cell``           64 KiB         a list cell of any type (text, list, struct), as its
                                   values' bytes, before it is made into Python values
+``file_cell``      1 GiB          a bytes cell of a list (a sample's file in a parquet)
 ``document``       512 MiB        a JSON document read whole
 ``json_depth``     128            the nesting of containers in such a document
 =================  =============  ======================================================
@@ -35,7 +36,7 @@ import math
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from .config import limit_setting
-from .errors import ConfigError, LimitError
+from .errors import ConfigError, LimitError, ShardkitError
 from .units import parse_int, parse_size
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ LIMITS: dict[str, Limit] = {
     "image_pixels": Limit(178_956_970, "pixels", "an image's or a video frame's pixels"),
     "video_clip": Limit(1 << 30, "bytes", "a decoded video clip (frames x pixels x 3)"),
     "cell": Limit(1 << 16, "bytes", "a list cell's values"),
+    "file_cell": Limit(1 << 30, "bytes", "a bytes cell of a list (a sample's file)"),
     "document": Limit(512 << 20, "bytes", "a JSON document read whole"),
     "json_depth": Limit(128, "levels", "the nesting of a JSON document"),
 }
@@ -98,13 +100,15 @@ def allow(
     n: int,
     *,
     what: str,
-    error: type[LimitError] = LimitError,
+    error: type[ShardkitError] = LimitError,
     url: str | None = None,
     key: str | None = None,
     offset: int | None = None,
 ) -> int:
     """``n`` (a size, count or dimension product the data declares for ``what``) if it
-    is within ``kind``'s limit; else ``error`` naming ``what``, ``n`` and the limit."""
+    is within ``kind``'s limit; else ``error`` naming ``what``, ``n`` and the limit: a
+    :class:`~shardkit.errors.LimitError` (or one of its subclasses) for data, another
+    ShardkitError where the whole input is refused (a build's list: a BuildError)."""
     bound = limit(kind)
     if 0 <= n <= bound:
         return n
@@ -116,7 +120,7 @@ def refuse(
     n: int,
     *,
     what: str,
-    error: type[LimitError] = LimitError,
+    error: type[ShardkitError] = LimitError,
     url: str | None = None,
     key: str | None = None,
     offset: int | None = None,
@@ -139,7 +143,7 @@ def empty(
     dtype: Any,
     *,
     what: str,
-    error: type[LimitError] = LimitError,
+    error: type[ShardkitError] = LimitError,
 ) -> np.ndarray[Any, Any]:
     """``numpy.empty(shape, dtype)`` once its bytes are within ``kind``'s limit: the one
     way a decoder makes an array whose shape the data declares."""

@@ -7,9 +7,10 @@ JSON line would hold them; a column of another type (a timestamp, bytes, a decim
 has no JSON form, so it is an error of the list naming the column. A local file is read
 where it lies; a remote one through its filesystem's seekable file (ranged reads), so
 only the footer and one batch at a time are held. Text columns are read as dictionaries
-(a value repeated in many rows is held once), a text cell holds at most :data:`MAX_CELL`
-bytes (checked before the rows become Python objects), and a batch becomes Python
-objects in slices of at most :data:`BATCH_BYTES` text bytes.
+(a value repeated in many rows is held once), a cell of any type (text, a list, a struct,
+nested) holds at most the budget's ``cell`` limit (:data:`MAX_CELL` bytes by default;
+counted from arrow's offsets and buffers before the rows become Python objects), and a
+batch becomes Python objects in slices of at most :data:`BATCH_BYTES` bytes of values.
 
 A bytes column (the Hugging Face layout: ``binary``, or ``struct<bytes, path>`` as
 ``datasets``' ``Image`` and ``Audio`` features store it) holds the samples' files: the
@@ -29,6 +30,7 @@ from typing import Any
 
 from .. import storage
 from .._optional import require
+from ..budget import LIMITS, allow, limit
 from ..errors import BuildError, StorageError
 
 __all__ = [
@@ -48,10 +50,10 @@ BATCH_ROWS = 8192
 #: The most bytes one text or binary cell may hold: a list's row names a file and a few
 #: values. Parquet stores a repeated value once (a dictionary page), so a small file can
 #: name a huge value in every row: it is refused from its size, before it is repeated.
-MAX_CELL = 1 << 16
+MAX_CELL = LIMITS["cell"].default
 #: The most bytes one cell of a bytes column may hold (a sample's file: it is read by a
 #: worker, never by the listing, so the bound is a file's, not a list cell's).
-MAX_BYTES_CELL = 1 << 30
+MAX_BYTES_CELL = LIMITS["file_cell"].default
 #: The most text bytes turned into Python objects at once (a batch is split to stay under).
 BATCH_BYTES = 64 << 20
 
@@ -156,7 +158,7 @@ def _cells(batch: Any, cells: frozenset[str], done: int, path: str) -> tuple[Any
         struct = t.is_struct(column.type)
         data = pc.struct_field(column, "bytes") if struct else column
         sizes = pc.binary_length(data)
-        _bound(sizes, MAX_BYTES_CELL, f"column {name!r}: a file of", "a bytes cell", done, path)
+        _bound(sizes, f"row {{row}}, column {name!r}: a file", done, path, "file_cell")
         has_path = struct and "path" in {f.name for f in column.type}
         paths = pc.struct_field(column, "path").to_pylist() if has_path else None
         names = paths or [None] * len(sizes)
@@ -254,17 +256,16 @@ def cell_bytes(row: Mapping[str, Any], columns: Iterable[str]) -> dict[str, byte
 
 
 def _pieces(batch: Any, done: int, path: str) -> Iterator[Any]:
-    """``batch`` in slices of at most :data:`BATCH_BYTES` text bytes; raises for a cell
-    over :data:`MAX_CELL` (``done``: the rows before this batch)."""
+    """``batch`` in slices of at most :data:`BATCH_BYTES` bytes of values; raises for a
+    cell of any type over the budget's ``cell`` limit (``done``: the rows before this
+    batch), from the arrow sizes, before any cell becomes Python objects."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     per_row = None
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        sizes = _cell_sizes(column)
-        if sizes is None:
-            continue
-        sizes = pc.fill_null(sizes, 0)
-        _bound(sizes, MAX_CELL, f"column {name!r}: a cell of", "a list's cell", done, path)
+        sizes = pa.array(_cell_sizes(column))
+        _bound(sizes, f"row {{row}}, column {name!r}: a cell", done, path)
         per_row = sizes if per_row is None else pc.add(per_row, sizes)
     if per_row is None or (pc.sum(per_row).as_py() or 0) <= BATCH_BYTES:
         yield batch
@@ -278,28 +279,55 @@ def _pieces(batch: Any, done: int, path: str) -> Iterator[Any]:
     yield batch.slice(start)
 
 
-def _bound(sizes: Any, limit: int, what: str, cell: str, done: int, path: str) -> None:
-    """Raise for the first of ``sizes`` over ``limit`` (``done``: the rows before)."""
+def _bound(sizes: Any, what: str, done: int, path: str, kind: str = "cell") -> None:
+    """Refuse the list at the first of ``sizes`` over ``kind``'s limit in the budget
+    (``what`` names it, ``{row}`` its row; ``done``: the rows before)."""
     import pyarrow.compute as pc
 
     largest = pc.max(sizes).as_py() or 0
-    if largest > limit:
+    if largest > limit(kind):
         row = done + pc.index(sizes, largest).as_py() + 1
-        raise BuildError(
-            f"row {row}, {what} {largest} bytes; {cell} holds at most {limit}", url=path
-        )
+        allow(kind, largest, what=what.format(row=row), error=BuildError, url=path)
+
+
+#: What one value inside a list or struct cell costs beside its own bytes (its Python
+#: object's pointer): a list of a million empty strings is not an empty cell.
+_VALUE = 8
 
 
 def _cell_sizes(column: Any) -> Any:
-    """The bytes of each cell of a text or binary column (None for other columns)."""
+    """The bytes each cell of an arrow ``column`` of any type becomes (a numpy int64 array):
+    a text cell its length; a list, map or struct cell its values' bytes, each value
+    counted :data:`_VALUE` more; a number its width. Computed from the offsets and
+    buffers, never from Python objects."""
+    import numpy as np
     import pyarrow.compute as pc
     import pyarrow.types as t
 
-    if t.is_dictionary(column.type):
-        if not _is_text(column.type.value_type):
-            return None
-        return pc.take(pc.binary_length(column.dictionary), column.indices)
-    return pc.binary_length(column) if _is_text(column.type) else None
+    kind = column.type
+    if t.is_dictionary(kind):
+        values = _cell_sizes(column.dictionary)
+        indices = pc.fill_null(column.indices, 0).to_numpy(zero_copy_only=False)
+        return values[indices] if len(values) else np.zeros(len(column), np.int64)
+    if _is_text(kind):
+        return pc.fill_null(pc.binary_length(column), 0).to_numpy(zero_copy_only=False)
+    if t.is_list(kind) or t.is_large_list(kind) or t.is_map(kind):
+        offsets = column.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+        inner = _cell_sizes(column.values) + _VALUE
+        total = np.concatenate(([0], np.cumsum(inner, dtype=np.int64)))
+        return total[offsets[1:]] - total[offsets[:-1]]
+    if t.is_fixed_size_list(kind):
+        n = kind.list_size
+        values = column.values.slice(column.offset * n, len(column) * n)
+        inner = _cell_sizes(values) + _VALUE
+        return inner.reshape(len(column), n).sum(axis=1) if n else np.zeros(len(column), np.int64)
+    if t.is_struct(kind):
+        out = np.zeros(len(column), np.int64)
+        for i in range(kind.num_fields):
+            out += _cell_sizes(column.field(i)) + _VALUE
+        return out
+    width = max(1, getattr(kind, "bit_width", 8) // 8)
+    return np.full(len(column), width, np.int64)
 
 
 def _is_text(kind: Any) -> bool:
