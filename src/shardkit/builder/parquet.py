@@ -56,6 +56,8 @@ MAX_CELL = LIMITS["cell"].default
 MAX_BYTES_CELL = LIMITS["file_cell"].default
 #: The most text bytes turned into Python objects at once (a batch is split to stay under).
 BATCH_BYTES = 64 << 20
+#: About the most values (of lists, at every level) one batch read from a file holds.
+BATCH_VALUES = 1 << 22
 
 
 def parquet_rows(path: str) -> Iterator[dict[str, Any]]:
@@ -73,9 +75,32 @@ def parquet_rows(path: str) -> Iterator[dict[str, Any]]:
             # Text columns stay dictionary-encoded as read: a repeated value is held once.
             texts = [f.name for f in schema if _is_text(f.type) and f.name not in cells]
             parquet = pq.ParquetFile(f, metadata=first.metadata, read_dictionary=texts)
-            yield from arrow_rows(parquet.iter_batches(batch_size=BATCH_ROWS), cells, path)
+            yield from arrow_rows(_batches(parquet, cells, path), cells, path)
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"cannot read the list: {exc}", url=path) from exc
+
+
+def _batches(parquet: Any, cells: frozenset[str], path: str) -> Iterator[Any]:
+    """The record batches of ``parquet``, a row group at a time, each of as many rows as
+    hold about :data:`BATCH_VALUES` values (from the footer): reading a batch holds its
+    values, so a row group of a few rows of a million values each is read a row at a time,
+    and one whose values cannot fit in its rows' cells is refused before it is read."""
+    metadata = parquet.metadata
+    done = 0
+    for group in range(metadata.num_row_groups):
+        meta = metadata.row_group(group)
+        rows, values = meta.num_rows, 0
+        for j in range(meta.num_columns):
+            leaf = meta.column(j)
+            if leaf.path_in_schema.split(".", 1)[0] not in cells:
+                values = max(values, leaf.num_values)
+        if rows and values * _VALUE > rows * limit("cell"):  # some cell of them is over
+            span = f"row {done + 1}" if rows == 1 else f"rows {done + 1}-{done + rows}"
+            what = f"{span}: cells that hold {values:,} values"
+            allow("cell", values * _VALUE // rows, what=what, error=BuildError, url=path)
+        size = max(1, min(BATCH_ROWS, rows * BATCH_VALUES // max(values, 1)))
+        yield from parquet.iter_batches(batch_size=size, row_groups=[group])
+        done += rows
 
 
 def arrow_rows(
@@ -298,36 +323,59 @@ _VALUE = 8
 def _cell_sizes(column: Any) -> Any:
     """The bytes each cell of an arrow ``column`` of any type becomes (a numpy int64 array):
     a text cell its length; a list, map or struct cell its values' bytes, each value
-    counted :data:`_VALUE` more; a number its width. Computed from the offsets and
-    buffers, never from Python objects."""
+    counted :data:`_VALUE` more; a number its width. Computed from the offsets of each
+    level, a few numbers per row: never from the values one by one, nor Python objects."""
+    import numpy as np
+
+    ends = _prefix(column, np.arange(len(column) + 1, dtype=np.int64))
+    return np.diff(ends) - _VALUE
+
+
+def _prefix(column: Any, at: Any) -> Any:
+    """The bytes of ``column``'s first ``at`` values (a numpy array of counts), each value
+    counted :data:`_VALUE` more."""
     import numpy as np
     import pyarrow.compute as pc
     import pyarrow.types as t
 
     kind = column.type
-    if t.is_dictionary(kind):
-        values = _cell_sizes(column.dictionary)
+    if t.is_dictionary(kind):  # by value: a dictionary column holds a few distinct ones
+        values = np.diff(_prefix(column.dictionary, np.arange(len(column.dictionary) + 1)))
         indices = pc.fill_null(column.indices, 0).to_numpy(zero_copy_only=False)
-        return values[indices] if len(values) else np.zeros(len(column), np.int64)
-    if _is_text(kind):
-        return pc.fill_null(pc.binary_length(column), 0).to_numpy(zero_copy_only=False)
-    if t.is_list(kind) or t.is_large_list(kind) or t.is_map(kind):
-        offsets = column.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-        inner = _cell_sizes(column.values) + _VALUE
-        total = np.concatenate(([0], np.cumsum(inner, dtype=np.int64)))
-        return total[offsets[1:]] - total[offsets[:-1]]
+        taken = values[indices] if len(values) else np.full(len(column), _VALUE)
+        return np.concatenate(([0], np.cumsum(taken, dtype=np.int64)))[at]
+    if _is_text(kind) or t.is_list(kind) or t.is_large_list(kind) or t.is_map(kind):
+        offsets = _offsets(column)
+        first, last = offsets[:1], offsets[at]
+        if _is_text(kind):
+            inner = last - first
+        else:
+            inner = _prefix(column.values, last) - _prefix(column.values, first)
+        return inner + _VALUE * at
     if t.is_fixed_size_list(kind):
         n = kind.list_size
-        values = column.values.slice(column.offset * n, len(column) * n)
-        inner = _cell_sizes(values) + _VALUE
-        return inner.reshape(len(column), n).sum(axis=1) if n else np.zeros(len(column), np.int64)
+        first = np.array([column.offset * n], np.int64)
+        inner = _prefix(column.values, first + at * n) - _prefix(column.values, first)
+        return inner + _VALUE * at
     if t.is_struct(kind):
-        out = np.zeros(len(column), np.int64)
+        total = _VALUE * at
         for i in range(kind.num_fields):
-            out += _cell_sizes(column.field(i)) + _VALUE
-        return out
+            total = total + _prefix(column.field(i), at)
+        return total
     width = max(1, getattr(kind, "bit_width", 8) // 8)
-    return np.full(len(column), width, np.int64)
+    return (width + _VALUE) * at
+
+
+def _offsets(column: Any) -> Any:
+    """The value offsets of a text or list ``column`` (its ``len + 1``, from its buffer: no
+    copy), as int64."""
+    import numpy as np
+    import pyarrow.types as t
+
+    kind = column.type
+    wide = t.is_large_string(kind) or t.is_large_binary(kind) or t.is_large_list(kind)
+    raw = np.frombuffer(column.buffers()[1], np.int64 if wide else np.int32)
+    return raw[column.offset : column.offset + len(column) + 1].astype(np.int64)
 
 
 def _is_text(kind: Any) -> bool:

@@ -596,7 +596,10 @@ def _parse_features(
                 raise _past_end(end)
         else:
             pos, stop = _read_length(buf, pos, end)
-        name, values = _parse_entry(buf, pos, stop, room - held)
+        try:
+            name, values = _parse_entry(buf, pos, stop, room - held)
+        except TooMany as exc:
+            raise TooMany(held + exc.count) from None
         held += len(values) - len(out.get(name, ()))  # a repeated name replaces its values
         out[name] = values
         pos = stop
@@ -614,7 +617,11 @@ def parse_example(buf: bytes, room: int) -> dict[str, FeatureValues]:
         tag, pos = _read_tag(buf, pos)
         if tag == 0x0A:
             pos, stop = _read_length(buf, pos, end)
-            _parse_features(buf, pos, stop, out, room - sum(map(len, out.values())))
+            held = sum(map(len, out.values()))
+            try:
+                _parse_features(buf, pos, stop, out, room - held)
+            except TooMany as exc:
+                raise TooMany(held + exc.count) from None
             pos = stop
         else:
             pos = _skip_field(buf, pos, tag)
