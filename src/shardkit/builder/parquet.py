@@ -326,7 +326,11 @@ def _cell_sizes(column: Any) -> Any:
     counted :data:`_VALUE` more; a number its width. Computed from the offsets of each
     level, a few numbers per row: never from the values one by one, nor Python objects."""
     import numpy as np
+    import pyarrow as pa
 
+    if isinstance(column, pa.ChunkedArray):  # a table's column (a datasets.Dataset's batch)
+        parts = [_cell_sizes(chunk) for chunk in column.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
     ends = _prefix(column, np.arange(len(column) + 1, dtype=np.int64))
     return np.diff(ends) - _VALUE
 
