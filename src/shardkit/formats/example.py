@@ -112,7 +112,7 @@ def decode_example(
     try:
         return parse_example(buf, limit("list_items"))
     except TooMany as exc:
-        what = "a tf.train.Example's lists"
+        what = "a tf.train.Example's lists (counted up to past the limit)"
         refuse("list_items", exc.count, what=what, error=FormatLimitError, url=url, offset=offset)
     except Malformed as exc:
         message, pos = exc.message, exc.pos
