@@ -327,3 +327,18 @@ def test_limits_are_read_per_call_so_a_raised_one_applies(
     monkeypatch.setenv("SHARDKIT_MAX_IMAGE_PIXELS", str(10**10))
     assert check_image(_png_header(50000, 50000), "png") == "png"
     assert os.environ["SHARDKIT_MAX_IMAGE_PIXELS"] == str(10**10)
+
+
+def test_a_jsonl_line_over_the_row_limit_is_refused_before_it_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JSONL row holding a list of 10 Mi zeros (20 MB of line, a list of 80 MB made of
+    it): the line is read up to the row limit and refused there."""
+    path = tmp_path / "rows.jsonl"
+    with open(path, "w") as f:
+        f.write('{"path": "a.jpg", "label": 1}\n')
+        f.write('{"path": "b.jpg", "tokens": [' + "0," * (10 << 20) + "0]}\n")
+    with pytest.raises(shardkit.BuildError) as info:
+        shardkit.build(str(path), str(tmp_path / "out"))
+    assert "line 2: 16,777,217 bytes declared, over the limit of 16,777,216" in str(info.value)
+    assert "SHARDKIT_MAX_ROW" in str(info.value)

@@ -25,6 +25,7 @@ kind               default        what it bounds
 ``cell``           64 KiB         a list cell of any type (text, list, struct), as its
                                   values' bytes, before it is made into Python values
 ``file_cell``      1 GiB          a bytes cell of a list (a sample's file in a parquet)
+``row``            16 MiB         a line of a JSONL list, read and parsed whole
 ``document``       512 MiB        a JSON document read whole
 ``json_depth``     128            the nesting of containers in such a document
 =================  =============  ======================================================
@@ -61,6 +62,7 @@ LIMITS: dict[str, Limit] = {
     "image_pixels": Limit(178_956_970, "pixels", "an image's or a video frame's pixels"),
     "video_clip": Limit(1 << 30, "bytes", "a decoded video clip (frames x pixels x 3)"),
     "cell": Limit(1 << 16, "bytes", "a list cell's values"),
+    "row": Limit(16 << 20, "bytes", "a row of a JSONL list (a line)"),
     "file_cell": Limit(1 << 30, "bytes", "a bytes cell of a list (a sample's file)"),
     "document": Limit(512 << 20, "bytes", "a JSON document read whole"),
     "json_depth": Limit(128, "levels", "the nesting of a JSON document"),
