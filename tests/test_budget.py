@@ -227,14 +227,18 @@ def _mp4(size: int, frames: int = 2) -> bytes:
 
 def test_case_4_a_clip_over_the_budget_is_refused_before_numpy_allocates() -> None:
     """2048x2048 frames, 86 of them: 1.08 GB. It was allocated up front (a raw MemoryError
-    under a cap); now refused from the header, before a frame is decoded."""
+    under a cap); now refused from the header, before a frame is decoded: a clip request
+    never allocates more than 1 GB."""
     from shardkit.codecs import VideoSpec
 
     data = _mp4(2048)
     with address_space_cap(600 << 20), pytest.raises(ShardkitError) as info:
         VideoSpec(frames=86)("mp4", data)
     assert type(info.value).__name__ == "DecodeLimitError"
-    assert "a clip of 86 frames of 2048x2048: 1,082,130,432 bytes declared" in str(info.value)
+    assert (
+        "a clip of 86 frames of 2048x2048: 1,082,130,432 bytes declared, over the limit of "
+        "1,000,000,000 bytes" in str(info.value)
+    )
     assert "SHARDKIT_MAX_VIDEO_CLIP" in str(info.value)
     clip = VideoSpec(frames=2, start=0.0)("mp4", data)
     assert clip is not None and clip.frames.shape == (2, 2048, 2048, 3)

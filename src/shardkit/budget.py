@@ -21,7 +21,7 @@ kind               default        what it bounds
 ``audio``          1 GiB          decoded audio: frames x channels x 4 bytes (float32)
 ``image_pixels``   178,956,970    an image's or a video frame's width x height (Pillow's
                                   decompression-bomb limit)
-``video_clip``     1 GiB          a decoded clip: frames x width x height x 3 bytes
+``video_clip``     1 GB           a decoded clip: frames x width x height x 3 bytes
 ``cell``           64 KiB         a list cell of any type (text, list, struct), as its
                                   values' bytes, before it is made into Python values
 ``file_cell``      1 GiB          a bytes cell of a list (a sample's file in a parquet)
@@ -60,7 +60,7 @@ LIMITS: dict[str, Limit] = {
     "list_items": Limit(1 << 24, "items", "the values of one tf.train.Example's lists"),
     "audio": Limit(1 << 30, "bytes", "decoded audio (frames x channels x 4)"),
     "image_pixels": Limit(178_956_970, "pixels", "an image's or a video frame's pixels"),
-    "video_clip": Limit(1 << 30, "bytes", "a decoded video clip (frames x pixels x 3)"),
+    "video_clip": Limit(10**9, "bytes", "a decoded video clip (frames x pixels x 3)"),
     "cell": Limit(1 << 16, "bytes", "a list cell's values"),
     "row": Limit(16 << 20, "bytes", "a row of a JSONL list (a line)"),
     "file_cell": Limit(1 << 30, "bytes", "a bytes cell of a list (a sample's file)"),
