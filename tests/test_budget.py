@@ -346,3 +346,24 @@ def test_a_jsonl_line_over_the_row_limit_is_refused_before_it_is_read_whole(
         shardkit.build(str(path), str(tmp_path / "out"))
     assert "line 2: 16,777,217 bytes declared, over the limit of 16,777,216" in str(info.value)
     assert "SHARDKIT_MAX_ROW" in str(info.value)
+
+
+def test_a_build_skips_the_image_every_reader_would_refuse_naming_the_limit(
+    tmp_path: Path,
+) -> None:
+    import json
+    import random
+
+    from shardkit.demo import make_jpeg
+
+    (tmp_path / "src" / "cat").mkdir(parents=True)
+    (tmp_path / "src" / "cat" / "huge.png").write_bytes(_png_header(50000, 50000))
+    jpeg = make_jpeg(random.Random(0), 0, min_side=16, max_side=24)
+    (tmp_path / "src" / "cat" / "ok.jpg").write_bytes(jpeg)
+    shardkit.build(str(tmp_path / "src"), str(tmp_path / "out"))
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [s["samples"] for s in manifest["shards"]] == [1]
+    [skipped] = manifest["skipped"]
+    assert skipped["path"] == "cat/huge.png"
+    assert "2,500,000,000 pixels declared" in skipped["reason"]
+    assert "SHARDKIT_MAX_IMAGE_PIXELS" in skipped["reason"]
