@@ -126,6 +126,13 @@ def _dataset(case: Case) -> None:
     list(shardkit.Dataset(case.manifest))
 
 
+def _decoded(case: Case) -> None:
+    """A Dataset that decodes every kind of field: images, audio, video and the codecs'."""
+    import shardkit
+
+    list(shardkit.Dataset(case.src).decode("rgb8", shardkit.audio(), shardkit.video(frames=1)))
+
+
 def _samples(case: Case) -> list[dict[str, Any]]:
     from shardkit.tools import iter_cat
 
@@ -250,6 +257,7 @@ def _entries() -> dict[str, tuple[frozenset[str], Callable[[Case], Any]]]:
         "write_tsv": (read | {j}, lambda c: tools.write_tsv([c.src], "json.label", io.StringIO())),
         # shardkit
         "Dataset": (counted | {m}, _dataset),
+        "Dataset.decode": (read | {j}, _decoded),
         "IndexedDataset": (counted, lambda c: list(shardkit.IndexedDataset(c.src))),
         "mix": (
             read,
@@ -479,6 +487,45 @@ def _link_out(case: Case) -> None:
             _link(case.path("src", f".{name}.idx.tmp-{suffix}"), case.path("outside", "secret"))
 
 
+def _giant_fields(case: Case) -> None:
+    """The budget kind (issue 28): the second shard's samples hold fields whose headers
+    declare giant sizes (2^40 pixels, 2^36 audio frames, an array of 2^40 bytes), each a
+    few hundred bytes; every entry that decodes them must refuse them in one line, never
+    allocate what they declare (the child's address space is capped at 8 GiB)."""
+    import struct
+    import zlib
+
+    from shardkit.writer import ShardWriter
+
+    side = 1 << 20
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr
+    png += struct.pack(">I", zlib.crc32(b"IHDR" + ihdr)) + bytes(4) + b"IEND\xaeB`\x82"
+    head = repr({"descr": "|u1", "fortran_order": False, "shape": (1 << 40,)}).encode()
+    head += b" " * (-(len(head) + 11) % 64) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head + bytes(16)
+    fields = [("flac", _giant_flac()), ("npy", npy), ("png", png)]  # one per sample
+    os.unlink(case.path("src", "shard-000001.tar"))
+    with ShardWriter(case.path("src", "shard-%06d.tar"), max_count=6, start_index=1) as sink:
+        for i in range(6):
+            ext, data = fields[i % 3]
+            sink.write({"__key__": f"g{i:03d}", ext: data, "cls": i % 3})
+    _index(case.path("src", "shard-000001.tar"))
+
+
+def _giant_flac() -> bytes:
+    """A FLAC whose STREAMINFO claims 2^36 - 1 frames of 8 channels (2 TiB of float32)."""
+    import numpy as np
+    import soundfile as sf
+
+    buffer = io.BytesIO()
+    sf.write(buffer, np.zeros((4096, 8), np.float32), 16000, format="FLAC")
+    data = bytearray(buffer.getvalue())
+    field = int.from_bytes(data[18:26], "big") | ((1 << 36) - 1)
+    data[18:26] = field.to_bytes(8, "big")
+    return bytes(data[:300])
+
+
 @dataclass(frozen=True)
 class Kind:
     attacks: str
@@ -506,6 +553,7 @@ KINDS |= {
     "deep json field": Kind(JSON_FIELD, _deep_json_field, False),
     "deep list row": Kind(LIST, _deep_list_row, True),
     "links out of the folder": Kind(WRITES, _link_out, False),
+    "budget": Kind(SHARD, _giant_fields, False),
     "full disk": Kind(WRITES, lambda case: None, True, full_disk=True),
 }
 KINDS |= {  # foreign state: another dataset's, or tampered; every state-taking entry refuses it

@@ -203,12 +203,10 @@ def test_parquet_fields_name_the_bytes_and_value_columns(tmp_path: Any) -> None:
 def test_a_bytes_cell_over_its_bound_stops_the_listing(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shardkit.builder import parquet
-
-    monkeypatch.setattr(parquet, "MAX_BYTES_CELL", 100)
+    monkeypatch.setenv("SHARDKIT_MAX_FILE_CELL", "100B")
     path = f"{tmp_path}/hf.parquet"
     pq.write_table(_hf_table([make_corpus_jpeg(0)], [None]), path)
-    with pytest.raises(BuildError, match=r"row 1, column 'image': a file of .* at most 100"):
+    with pytest.raises(BuildError, match=r"row 1, column 'image': a file: .* limit of 100 bytes"):
         shardkit.build(path, f"{tmp_path}/out")
     assert not os.path.exists(f"{tmp_path}/out/manifest.json")
 

@@ -155,7 +155,8 @@ def test_a_huge_value_repeated_over_the_rows_is_refused_before_it_is_repeated(
     result = run_measured(_HUGE_CELL.format(path=path, out=out))
     assert result["file"] < 4096
     assert result["error"] == (
-        f"{path}: row 1, column 'note': a cell of 20000000 bytes; a list's cell holds at most 65536"
+        f"{path}: row 1, column 'note': a cell: 20,000,000 bytes declared, over the limit of "
+        "65,536 bytes for a list cell's values (SHARDKIT_MAX_CELL raises it)"
     )
     assert result["peak_mb"] < 400, result
     assert not os.path.exists(out)

@@ -13,6 +13,7 @@ __all__ = [
     "cache_dir",
     "cpu_quota",
     "default_workers",
+    "limit_setting",
     "node_info",
     "pipe_policy",
     "rendezvous_variable",
@@ -60,6 +61,12 @@ def pipe_policy() -> PipePolicy:
 def allow_pipe_urls() -> bool:
     """Whether a ``pipe:`` URL the caller passes directly may run (see :func:`pipe_policy`)."""
     return pipe_policy() != "off"
+
+
+def limit_setting(name: str) -> str | None:
+    """The value of ``SHARDKIT_MAX_<NAME>`` (``name`` upper-cased), a limit of
+    :mod:`shardkit.budget` raised or lowered for this process; None where it is unset."""
+    return _env(f"SHARDKIT_MAX_{name.upper()}")
 
 
 def cache_dir() -> str | None:

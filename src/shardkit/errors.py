@@ -17,7 +17,10 @@ already catch a builtin, the error subclasses it too (``FormatError`` is a ``Val
     │   ├── FormatError                   malformed tar / TFRecord / Example
     │   │   ├── TruncatedShardError       the shard ends in the middle of a record
     │   │   └── ChecksumError             a CRC or sha256 does not match
+    │   │   └── FormatLimitError (+ LimitError)   a shard declares a size over its limit
     │   ├── DecodeError                   a field does not decode
+    │   │   └── DecodeLimitError (+ LimitError)   a field declares a size over its limit
+    │   ├── LimitError                    a declared size, length or count over its limit
     │   ├── MissingFieldError (KeyError)  a sample lacks a field a stage needs
     │   └── EncodeError (also TypeError)  a value cannot be encoded
     ├── UnsafeDataError                   refusing to unpickle without opt-in
@@ -44,9 +47,12 @@ __all__ = [
     "ConfigError",
     "DataError",
     "DecodeError",
+    "DecodeLimitError",
     "EmptyBuildError",
     "EncodeError",
     "FormatError",
+    "FormatLimitError",
+    "LimitError",
     "ManifestError",
     "MissingDependencyError",
     "MissingFieldError",
@@ -186,6 +192,23 @@ class DecodeError(DataError):
 
 class MissingFieldError(DataError, KeyError):
     """A sample lacks a field that ``map_dict``, ``to_tuple`` or ``rename`` needs."""
+
+
+class LimitError(DataError):
+    """A size, length, count or dimension read from the data (a header, an index, a list
+    cell) is over its limit in :mod:`shardkit.budget`: refused before anything is
+    allocated. The message names what was refused, the size declared and the limit, and
+    the environment variable that raises it."""
+
+
+class FormatLimitError(LimitError, FormatError):
+    """A shard's own structure (a tar header chain, a TFRecord Example's lists) declares
+    more than its limit: a FormatError, as the shard's other malformations are."""
+
+
+class DecodeLimitError(LimitError, DecodeError):
+    """A field declares more than its limit (audio frames, video or image pixels): a
+    DecodeError, as the field's other failures are."""
 
 
 class EncodeError(DataError, TypeError):

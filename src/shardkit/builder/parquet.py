@@ -7,9 +7,10 @@ JSON line would hold them; a column of another type (a timestamp, bytes, a decim
 has no JSON form, so it is an error of the list naming the column. A local file is read
 where it lies; a remote one through its filesystem's seekable file (ranged reads), so
 only the footer and one batch at a time are held. Text columns are read as dictionaries
-(a value repeated in many rows is held once), a text cell holds at most :data:`MAX_CELL`
-bytes (checked before the rows become Python objects), and a batch becomes Python
-objects in slices of at most :data:`BATCH_BYTES` text bytes.
+(a value repeated in many rows is held once), a cell of any type (text, a list, a struct,
+nested) holds at most the budget's ``cell`` limit (:data:`MAX_CELL` bytes by default;
+counted from arrow's offsets and buffers before the rows become Python objects), and a
+batch becomes Python objects in slices of at most :data:`BATCH_BYTES` bytes of values.
 
 A bytes column (the Hugging Face layout: ``binary``, or ``struct<bytes, path>`` as
 ``datasets``' ``Image`` and ``Audio`` features store it) holds the samples' files: the
@@ -29,6 +30,7 @@ from typing import Any
 
 from .. import storage
 from .._optional import require
+from ..budget import LIMITS, allow, limit
 from ..errors import BuildError, StorageError
 
 __all__ = [
@@ -48,12 +50,14 @@ BATCH_ROWS = 8192
 #: The most bytes one text or binary cell may hold: a list's row names a file and a few
 #: values. Parquet stores a repeated value once (a dictionary page), so a small file can
 #: name a huge value in every row: it is refused from its size, before it is repeated.
-MAX_CELL = 1 << 16
+MAX_CELL = LIMITS["cell"].default
 #: The most bytes one cell of a bytes column may hold (a sample's file: it is read by a
 #: worker, never by the listing, so the bound is a file's, not a list cell's).
-MAX_BYTES_CELL = 1 << 30
+MAX_BYTES_CELL = LIMITS["file_cell"].default
 #: The most text bytes turned into Python objects at once (a batch is split to stay under).
 BATCH_BYTES = 64 << 20
+#: About the most values (of lists, at every level) one batch read from a file holds.
+BATCH_VALUES = 1 << 22
 
 
 def parquet_rows(path: str) -> Iterator[dict[str, Any]]:
@@ -71,9 +75,32 @@ def parquet_rows(path: str) -> Iterator[dict[str, Any]]:
             # Text columns stay dictionary-encoded as read: a repeated value is held once.
             texts = [f.name for f in schema if _is_text(f.type) and f.name not in cells]
             parquet = pq.ParquetFile(f, metadata=first.metadata, read_dictionary=texts)
-            yield from arrow_rows(parquet.iter_batches(batch_size=BATCH_ROWS), cells, path)
+            yield from arrow_rows(_batches(parquet, cells, path), cells, path)
     except (OSError, pa.ArrowException) as exc:
         raise BuildError(f"cannot read the list: {exc}", url=path) from exc
+
+
+def _batches(parquet: Any, cells: frozenset[str], path: str) -> Iterator[Any]:
+    """The record batches of ``parquet``, a row group at a time, each of as many rows as
+    hold about :data:`BATCH_VALUES` values (from the footer): reading a batch holds its
+    values, so a row group of a few rows of a million values each is read a row at a time,
+    and one whose values cannot fit in its rows' cells is refused before it is read."""
+    metadata = parquet.metadata
+    done = 0
+    for group in range(metadata.num_row_groups):
+        meta = metadata.row_group(group)
+        rows, values = meta.num_rows, 0
+        for j in range(meta.num_columns):
+            leaf = meta.column(j)
+            if leaf.path_in_schema.split(".", 1)[0] not in cells:
+                values = max(values, leaf.num_values)
+        if rows and values * _VALUE > rows * limit("cell"):  # some cell of them is over
+            span = f"row {done + 1}" if rows == 1 else f"rows {done + 1}-{done + rows}"
+            what = f"{span}: cells that hold {values:,} values"
+            allow("cell", values * _VALUE // rows, what=what, error=BuildError, url=path)
+        size = max(1, min(BATCH_ROWS, rows * BATCH_VALUES // max(values, 1)))
+        yield from parquet.iter_batches(batch_size=size, row_groups=[group])
+        done += rows
 
 
 def arrow_rows(
@@ -156,7 +183,7 @@ def _cells(batch: Any, cells: frozenset[str], done: int, path: str) -> tuple[Any
         struct = t.is_struct(column.type)
         data = pc.struct_field(column, "bytes") if struct else column
         sizes = pc.binary_length(data)
-        _bound(sizes, MAX_BYTES_CELL, f"column {name!r}: a file of", "a bytes cell", done, path)
+        _bound(sizes, f"row {{row}}, column {name!r}: a file", done, path, "file_cell")
         has_path = struct and "path" in {f.name for f in column.type}
         paths = pc.struct_field(column, "path").to_pylist() if has_path else None
         names = paths or [None] * len(sizes)
@@ -254,17 +281,16 @@ def cell_bytes(row: Mapping[str, Any], columns: Iterable[str]) -> dict[str, byte
 
 
 def _pieces(batch: Any, done: int, path: str) -> Iterator[Any]:
-    """``batch`` in slices of at most :data:`BATCH_BYTES` text bytes; raises for a cell
-    over :data:`MAX_CELL` (``done``: the rows before this batch)."""
+    """``batch`` in slices of at most :data:`BATCH_BYTES` bytes of values; raises for a
+    cell of any type over the budget's ``cell`` limit (``done``: the rows before this
+    batch), from the arrow sizes, before any cell becomes Python objects."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     per_row = None
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        sizes = _cell_sizes(column)
-        if sizes is None:
-            continue
-        sizes = pc.fill_null(sizes, 0)
-        _bound(sizes, MAX_CELL, f"column {name!r}: a cell of", "a list's cell", done, path)
+        sizes = pa.array(_cell_sizes(column))
+        _bound(sizes, f"row {{row}}, column {name!r}: a cell", done, path)
         per_row = sizes if per_row is None else pc.add(per_row, sizes)
     if per_row is None or (pc.sum(per_row).as_py() or 0) <= BATCH_BYTES:
         yield batch
@@ -278,28 +304,82 @@ def _pieces(batch: Any, done: int, path: str) -> Iterator[Any]:
     yield batch.slice(start)
 
 
-def _bound(sizes: Any, limit: int, what: str, cell: str, done: int, path: str) -> None:
-    """Raise for the first of ``sizes`` over ``limit`` (``done``: the rows before)."""
+def _bound(sizes: Any, what: str, done: int, path: str, kind: str = "cell") -> None:
+    """Refuse the list at the first of ``sizes`` over ``kind``'s limit in the budget
+    (``what`` names it, ``{row}`` its row; ``done``: the rows before)."""
     import pyarrow.compute as pc
 
     largest = pc.max(sizes).as_py() or 0
-    if largest > limit:
+    if largest > limit(kind):
         row = done + pc.index(sizes, largest).as_py() + 1
-        raise BuildError(
-            f"row {row}, {what} {largest} bytes; {cell} holds at most {limit}", url=path
-        )
+        allow(kind, largest, what=what.format(row=row), error=BuildError, url=path)
+
+
+#: What one value inside a list or struct cell costs beside its own bytes (its Python
+#: object's pointer): a list of a million empty strings is not an empty cell.
+_VALUE = 8
 
 
 def _cell_sizes(column: Any) -> Any:
-    """The bytes of each cell of a text or binary column (None for other columns)."""
+    """The bytes each cell of an arrow ``column`` of any type becomes (a numpy int64 array):
+    a text cell its length; a list, map or struct cell its values' bytes, each value
+    counted :data:`_VALUE` more; a number its width. Computed from the offsets of each
+    level, a few numbers per row: never from the values one by one, nor Python objects."""
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):  # a table's column (a datasets.Dataset's batch)
+        parts = [_cell_sizes(chunk) for chunk in column.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    ends = _prefix(column, np.arange(len(column) + 1, dtype=np.int64))
+    return np.diff(ends) - _VALUE
+
+
+def _prefix(column: Any, at: Any) -> Any:
+    """The bytes of ``column``'s first ``at`` values (a numpy array of counts), each value
+    counted :data:`_VALUE` more."""
+    import numpy as np
     import pyarrow.compute as pc
     import pyarrow.types as t
 
-    if t.is_dictionary(column.type):
-        if not _is_text(column.type.value_type):
-            return None
-        return pc.take(pc.binary_length(column.dictionary), column.indices)
-    return pc.binary_length(column) if _is_text(column.type) else None
+    kind = column.type
+    if t.is_dictionary(kind):  # by value: a dictionary column holds a few distinct ones
+        values = np.diff(_prefix(column.dictionary, np.arange(len(column.dictionary) + 1)))
+        indices = pc.fill_null(column.indices, 0).to_numpy(zero_copy_only=False)
+        taken = values[indices] if len(values) else np.full(len(column), _VALUE)
+        return np.concatenate(([0], np.cumsum(taken, dtype=np.int64)))[at]
+    if _is_text(kind) or t.is_list(kind) or t.is_large_list(kind) or t.is_map(kind):
+        offsets = _offsets(column)
+        first, last = offsets[:1], offsets[at]
+        if _is_text(kind):
+            inner = last - first
+        else:
+            inner = _prefix(column.values, last) - _prefix(column.values, first)
+        return inner + _VALUE * at
+    if t.is_fixed_size_list(kind):
+        n = kind.list_size
+        first = np.array([column.offset * n], np.int64)
+        inner = _prefix(column.values, first + at * n) - _prefix(column.values, first)
+        return inner + _VALUE * at
+    if t.is_struct(kind):
+        total = _VALUE * at
+        for i in range(kind.num_fields):
+            total = total + _prefix(column.field(i), at)
+        return total
+    width = max(1, getattr(kind, "bit_width", 8) // 8)
+    return (width + _VALUE) * at
+
+
+def _offsets(column: Any) -> Any:
+    """The value offsets of a text or list ``column`` (its ``len + 1``, from its buffer: no
+    copy), as int64."""
+    import numpy as np
+    import pyarrow.types as t
+
+    kind = column.type
+    wide = t.is_large_string(kind) or t.is_large_binary(kind) or t.is_large_list(kind)
+    raw = np.frombuffer(column.buffers()[1], np.int64 if wide else np.int32)
+    return raw[column.offset : column.offset + len(column) + 1].astype(np.int64)
 
 
 def _is_text(kind: Any) -> bool:

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from .. import storage
 from .._optional import require
+from ..budget import allow, limit
 from ..errors import BuildError, ConfigError, MissingDependencyError
 from ..formats.jsondoc import load_json
 from ..formats.names import encode_name, lone_surrogate
@@ -430,8 +431,15 @@ def _rows(path: str) -> Iterator[dict[str, Any]]:
         raise BuildError(f"cannot read the list: {exc}", url=path) from exc
 
 
-def _json_lines(lines: Iterator[str], path: str) -> Iterator[dict[str, Any]]:
-    for number, line in enumerate(lines, start=1):
+def _json_lines(f: Any, path: str) -> Iterator[dict[str, Any]]:
+    """The rows of a JSONL list, each line read up to the budget's ``row`` limit (a line
+    over it is refused before it is parsed: its lists would be Python objects)."""
+    bound = limit("row")
+    number = 0
+    while line := f.readline(bound + 1):
+        number += 1
+        if len(line) > bound and not line.endswith("\n"):
+            allow("row", len(line), what=f"line {number}", error=BuildError, url=path)
         if not line.strip():
             continue
         try:

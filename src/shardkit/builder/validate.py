@@ -6,7 +6,8 @@ IEND chunk; GIF: the trailer byte; BMP/WebP: the size in the header; PNM: header
 size). That catches zero-byte files, non-images and truncated files, the failures that
 otherwise crash training at decode time, for the cost of reading a few bytes at each end.
 ``full`` also decodes every image with Pillow (catching corrupt data *inside* a complete
-file). ``none`` checks nothing.
+file). ``none`` checks nothing. Both ``header`` and ``full`` refuse an image whose header
+declares more pixels than the readers decode (the budget's ``image_pixels``).
 
 :func:`check_image` returns the extension to store the bytes under: the file's own when
 the content agrees with it, else the one the content shows (a PNG named ``.jpg`` is
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from .._optional import require
-from ..codecs import IMAGE_EXTENSIONS, check_field, image_failures
+from ..codecs import IMAGE_EXTENSIONS, check_field, check_pixels, image_failures
 from ..errors import DataError
 from .sources import SampleFileError
 
@@ -84,6 +85,7 @@ def check_image(data: bytes, ext: str, mode: str = "header") -> str:
     if mode == "none":  # a URL whose name gives no extension: the bytes give it
         return kind
     _CHECKS[_FAMILY[kind]](data)
+    check_pixels(data)  # the pixel limit every reader applies
     if mode == "full":
         _decode(data)
     return ext if _FAMILY.get(ext) == _FAMILY[kind] else kind

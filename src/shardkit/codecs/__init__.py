@@ -68,6 +68,7 @@ from ._images import (
     normalize_image_extension,
 )
 from ._imagespecs import IMAGE_SPECS, RESIZE_MODES, SizedImageSpec
+from ._pixels import check_pixels, header_size
 from ._registry import Codecs, FieldDecoder, FieldEncoder, default_codecs, register
 from ._text import nests_within, parse_json
 from ._video import VIDEO_EXTENSIONS, Clip, VideoSpec
@@ -96,11 +97,13 @@ __all__ = [
     "ViewFile",
     "audio",
     "check_field",
+    "check_pixels",
     "decode_sample",
     "default_codecs",
     "encode_image",
     "encode_sample",
     "field_check",
+    "header_size",
     "image",
     "image_extension",
     "image_failures",

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 from .._optional import require
-from ..errors import DataError, DecodeError
+from ..budget import allow, empty
+from ..errors import DataError, DecodeError, DecodeLimitError
 from ._images import last_component
 from ._viewfile import Field, ViewFile
 
@@ -60,6 +61,8 @@ def check_audio(data: bytes, ext: str) -> None:
             frames = f.frames
             if frames <= 0:
                 raise DataError(f"no audio frames ({f.format} header)")
+            what = f"{f.format} audio of {frames:,} frames x {f.channels} channels"
+            allow("audio", frames * f.channels * 4, what=what)  # what audio() would decode
             tail = min(frames, _TAIL_FRAMES)
             f.seek(frames - tail)
             got = len(f.read(tail, dtype="float32", always_2d=True))
@@ -190,7 +193,9 @@ def decode_audio(data: Field, *, mono: bool = False, to_torch: bool = False) -> 
     try:
         with sf.SoundFile(ViewFile(data)) as f:
             rate = f.samplerate
-            out = np.empty((1 if mono else f.channels, f.frames), np.float32)
+            shape = (1 if mono else f.channels, f.frames)
+            what = f"{f.format} audio of {f.frames:,} frames x {f.channels} channels"
+            out = empty("audio", shape, np.float32, what=what, error=DecodeLimitError)
             done = 0
             if f.channels == 1:  # [frames, 1] is [1, frames]: libsndfile writes the result
                 done = len(f.read(out.shape[1], dtype="float32", always_2d=True, out=out.T))
@@ -202,6 +207,8 @@ def decode_audio(data: Field, *, mono: bool = False, to_torch: bool = False) -> 
                 part = block.mean(axis=1, dtype=np.float32) if mono else block.T
                 out[:, done : done + len(block)] = part
                 done += len(block)
+    except DecodeLimitError:
+        raise
     except _failures(sf) as exc:
         raise DecodeError(f"{type(exc).__name__}: {exc}") from exc
     if done < out.shape[1]:  # the header declared more frames than the stream holds

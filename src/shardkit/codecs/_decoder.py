@@ -199,7 +199,7 @@ def _guarded(
     try:
         return fn(*args)
     except DecodeError as exc:  # a decoder that names its library's error itself
-        raise DecodeError(
+        raise type(exc)(
             f"cannot decode field {field!r}: {exc.message}", key=exc.key, url=exc.url
         ) from (exc.__cause__ or exc)
     except ShardkitError:  # ours already say what they are (ConfigError is a ValueError)

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._optional import optional, require
-from ..errors import ConfigError, DecodeError
+from ..budget import allow
+from ..errors import ConfigError, DecodeError, DecodeLimitError
 from ._failures import image_failures
 from ._images import IMAGE_FEATURE, image_extension, last_component
+from ._pixels import check_pixels
 
 __all__ = ["IMAGE_SPECS", "RESIZE_MODES", "SizedImageSpec", "check_spec", "decode_image"]
 
@@ -85,6 +87,7 @@ def _open_pil(data: bytes, mode: _Mode) -> Any:
     require("PIL.Image", "decoding images")
     import PIL.Image
 
+    check_pixels(data, error=DecodeLimitError)
     with PIL.Image.open(io.BytesIO(data), formats=_pil_formats()) as img:
         img.load()
         return img.convert(mode)
@@ -102,6 +105,7 @@ def _decode_jpeg(data: bytes, mode: _Mode) -> Any:
         height, width, colorspace, _ = sj.decode_jpeg_header(data)
     except ValueError:
         return None  # not a JPEG after all, or damaged: Pillow decides
+    allow("image_pixels", width * height, what=f"a {width}x{height} JPEG", error=DecodeLimitError)
     limit = PIL.Image.MAX_IMAGE_PIXELS
     if colorspace not in ("YCbCr", "Gray") or (limit is not None and height * width > limit):
         return None  # CMYK/YCCK convert differently; big images get Pillow's bomb check
@@ -136,7 +140,7 @@ def _channels_first(arr: Any) -> Any:
     ~230 µs (a third of decoding the JPEG)."""
     import numpy as np
 
-    out = np.empty((arr.shape[2], *arr.shape[:2]), arr.dtype)
+    out = np.empty((arr.shape[2], *arr.shape[:2]), arr.dtype)  # budget: arr's own, decoded
     cv2 = _opencv()
     if cv2 is None or arr.dtype != np.uint8 or not arr.flags.c_contiguous or not arr.size:
         np.copyto(out, arr.transpose(2, 0, 1))
@@ -255,6 +259,7 @@ class SizedImageSpec:
         import numpy as np
         import PIL.Image
 
+        check_pixels(data, error=DecodeLimitError)
         with PIL.Image.open(io.BytesIO(data), formats=_pil_formats()) as img:
             width, height = img.size
             m = _eighths(width, height, self.size, self.mode == "center-crop")
@@ -281,7 +286,7 @@ class SizedImageSpec:
         fitted = _resize_box(arr, (0, 0, width, height), scale, out_w, out_h)
         if self.mode == "keep-ratio":
             return fitted
-        canvas = np.zeros((size, size, *arr.shape[2:]), arr.dtype)
+        canvas = np.zeros((size, size, *arr.shape[2:]), arr.dtype)  # budget: size is the option
         top, left = (size - out_h) // 2, (size - out_w) // 2
         canvas[top : top + out_h, left : left + out_w] = fitted
         return canvas
@@ -338,6 +343,7 @@ def _decode_jpeg_scaled(
         height, width, colorspace, _ = sj.decode_jpeg_header(data)
     except ValueError:
         return None
+    allow("image_pixels", width * height, what=f"a {width}x{height} JPEG", error=DecodeLimitError)
     limit = PIL.Image.MAX_IMAGE_PIXELS
     if colorspace not in ("YCbCr", "Gray") or (limit is not None and height * width > limit):
         return None

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, NamedTuple
 
 from .._optional import require
-from ..errors import ConfigError, DataError, DecodeError
+from ..budget import allow, empty
+from ..errors import ConfigError, DataError, DecodeError, DecodeLimitError
 from ._images import last_component
 from ._viewfile import Field, ViewFile
 
@@ -60,10 +61,24 @@ def check_video(data: bytes, ext: str) -> None:
         with av.open(ViewFile(data), mode="r") as container:
             if not container.streams.video:
                 raise DataError(f"no video stream in {ext.upper()} file")
+            _frame_size(container.streams.video[0])  # what video() would refuse
     except DataError:
         raise
     except _failures(av) as exc:
         raise DataError(f"not a readable {ext.upper()} video: {exc}") from exc
+
+
+def _frame_size(stream: Any) -> tuple[int, int]:
+    """(width, height) of a video stream's frames as its header declares them: each
+    within the image pixel limit, or a DecodeLimitError naming the video."""
+    width, height = int(stream.width or 0), int(stream.height or 0)
+    what = f"a video of {width}x{height} frames"
+    allow("image_pixels", width * height, what=what, error=DecodeLimitError)
+    return width, height
+
+
+def _clip(frames: int, width: int, height: int) -> str:
+    return f"a clip of {frames} frames of {width}x{height}"
 
 
 def _check_mp4(data: bytes) -> None:
@@ -153,6 +168,9 @@ def read_clip(data: Field, frames: int, *, start: float | None, fraction: float)
             if not container.streams.video:
                 raise DecodeError("no video stream")
             stream = container.streams.video[0]
+            width, height = _frame_size(stream)
+            what = _clip(frames, width, height)
+            allow("video_clip", frames * width * height * 3, what=what, error=DecodeLimitError)
             base = stream.time_base
             first = stream.start_time or 0
             if start is None:
@@ -166,15 +184,17 @@ def read_clip(data: Field, frames: int, *, start: float | None, fraction: float)
             if target > first:
                 container.seek(target, stream=stream, backward=True, any_frame=False)
             out: Any = None
-            times = np.empty(frames, np.float64)
+            times = np.empty(frames, np.float64)  # budget: frames is bounded with the clip
             got = decoded = 0
             for frame in container.decode(stream):
                 decoded += 1
                 if frame.pts is not None and frame.pts < target:
                     continue
                 rgb = frame.to_ndarray(format="rgb24")
-                if out is None:
-                    out = np.empty((frames, *rgb.shape), np.uint8)
+                if out is None:  # the frame's own size, which the header may not have given
+                    what = _clip(frames, rgb.shape[1], rgb.shape[0])
+                    shape = (frames, *rgb.shape)
+                    out = empty("video_clip", shape, np.uint8, what=what, error=DecodeLimitError)
                 out[got] = rgb
                 times[got] = float(frame.pts * base) if frame.pts is not None else np.nan
                 got += 1

@@ -17,7 +17,7 @@ from typing import Any
 
 from shardkit.errors import EncodeError
 
-__all__ = ["FeatureValues", "Malformed", "encode_features", "parse_example"]
+__all__ = ["FeatureValues", "Malformed", "TooMany", "encode_features", "parse_example"]
 
 FeatureValues = list[bytes] | list[int] | list[float]
 """The decoded values of one feature."""
@@ -272,6 +272,36 @@ class Malformed(Exception):
         self.pos = pos
 
 
+class TooMany(Exception):
+    """Internal: the Example's lists hold more values than their budget; ``count`` of them
+    are declared so far."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.count = count
+
+
+#: The bytes of a varint that another byte follows (a packed list of N values has N others).
+_CONTINUED = bytes(range(0x80, 0x100))
+_WINDOW = 1 << 20
+
+
+def _count_varints(buf: bytes, pos: int, stop: int, most: int) -> int:
+    """The varints in ``buf[pos:stop]`` (the bytes that no other byte of one follows),
+    counted a window at a time: stops once past ``most``, having copied a window."""
+    count = 0
+    while pos < stop and count <= most:
+        window = buf[pos : min(stop, pos + _WINDOW)]
+        count += len(window.translate(None, _CONTINUED))
+        pos += len(window)
+    return count
+
+
+def _fits(count: int, room: int) -> None:
+    if count > room:
+        raise TooMany(count)
+
+
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
@@ -353,7 +383,7 @@ def _past_end(end: int) -> Malformed:
     return Malformed("a field runs past the end of its message", end)
 
 
-def _parse_bytes_list(buf: bytes, pos: int, end: int) -> list[bytes]:
+def _parse_bytes_list(buf: bytes, pos: int, end: int, room: int) -> list[bytes]:
     out: list[bytes] = []
     while pos < end:
         tag = buf[pos]
@@ -372,6 +402,8 @@ def _parse_bytes_list(buf: bytes, pos: int, end: int) -> list[bytes]:
             pos, stop = _read_length(buf, pos, end)
         out.append(buf[pos:stop])
         pos = stop
+        if len(out) > room:
+            raise TooMany(len(out))
     if pos != end:
         raise _past_end(end)
     return out
@@ -387,7 +419,7 @@ def _unpack_floats(buf: bytes, pos: int, stop: int) -> list[float]:
     return values.tolist()
 
 
-def _parse_float_list(buf: bytes, pos: int, end: int) -> list[float]:
+def _parse_float_list(buf: bytes, pos: int, end: int, room: int) -> list[float]:
     out: list[float] = []
     while pos < end:
         tag = buf[pos]
@@ -397,6 +429,7 @@ def _parse_float_list(buf: bytes, pos: int, end: int) -> list[float]:
             tag, pos = _read_tag(buf, pos)
         if tag == 0x0A:  # packed
             pos, stop = _read_length(buf, pos, end)
+            _fits(len(out) + (stop - pos) // 4, room)
             out += _unpack_floats(buf, pos, stop)
             pos = stop
         elif tag == 0x0D:  # one fixed32 value
@@ -404,6 +437,7 @@ def _parse_float_list(buf: bytes, pos: int, end: int) -> list[float]:
                 raise _past_end(end)
             out.append(_F32.unpack_from(buf, pos)[0])
             pos += 4
+            _fits(len(out), room)
         else:
             pos = _skip_field(buf, pos, tag)
     if pos != end:
@@ -432,7 +466,7 @@ def _unpack_ints(buf: bytes, pos: int, stop: int) -> list[int]:
     return out
 
 
-def _parse_int64_list(buf: bytes, pos: int, end: int) -> list[int]:
+def _parse_int64_list(buf: bytes, pos: int, end: int, room: int) -> list[int]:
     out: list[int] = []
     while pos < end:
         tag = buf[pos]
@@ -449,6 +483,8 @@ def _parse_int64_list(buf: bytes, pos: int, end: int) -> list[int]:
                     raise _past_end(end)
             else:
                 pos, stop = _read_length(buf, pos, end)
+            if stop - pos > room - len(out):  # more bytes than room: count the values
+                _fits(len(out) + _count_varints(buf, pos, stop, room - len(out)), room)
             chunk = buf[pos:stop]
             if max(chunk, default=0) < 0x80:  # every value is a one-byte varint
                 out += chunk
@@ -458,6 +494,7 @@ def _parse_int64_list(buf: bytes, pos: int, end: int) -> list[int]:
         elif tag == 0x08:  # one varint value
             value, pos = _read_varint(buf, pos)
             out.append(_to_int64(value))
+            _fits(len(out), room)
         else:
             pos = _skip_field(buf, pos, tag)
     if pos != end:
@@ -472,7 +509,7 @@ _LIST_PARSERS: dict[int, Any] = {
 }
 
 
-def _parse_feature(buf: bytes, pos: int, end: int) -> FeatureValues:
+def _parse_feature(buf: bytes, pos: int, end: int, room: int) -> FeatureValues:
     kind = 0
     values: Any = []
     while pos < end:
@@ -493,7 +530,7 @@ def _parse_feature(buf: bytes, pos: int, end: int) -> FeatureValues:
                 raise _past_end(end)
         else:
             pos, stop = _read_length(buf, pos, end)
-        parsed = parser(buf, pos, stop)
+        parsed = parser(buf, pos, stop, room - len(values) if tag == kind else room)
         if tag == kind:  # a repeated message field merges: its lists concatenate
             values += parsed
         else:  # a different member of the oneof replaces the previous one
@@ -504,7 +541,7 @@ def _parse_feature(buf: bytes, pos: int, end: int) -> FeatureValues:
     return values  # type: ignore[no-any-return]
 
 
-def _parse_entry(buf: bytes, pos: int, end: int) -> tuple[str, FeatureValues]:
+def _parse_entry(buf: bytes, pos: int, end: int, room: int) -> tuple[str, FeatureValues]:
     name = ""
     values: FeatureValues = []
     while pos < end:
@@ -530,14 +567,18 @@ def _parse_entry(buf: bytes, pos: int, end: int) -> tuple[str, FeatureValues]:
             except UnicodeDecodeError:
                 raise Malformed("feature name is not valid UTF-8", pos) from None
         else:
-            values = _parse_feature(buf, pos, stop)
+            values = _parse_feature(buf, pos, stop, room)
         pos = stop
     if pos != end:
         raise _past_end(end)
     return name, values
 
 
-def _parse_features(buf: bytes, pos: int, end: int, out: dict[str, FeatureValues]) -> None:
+def _parse_features(
+    buf: bytes, pos: int, end: int, out: dict[str, FeatureValues], room: int
+) -> int:
+    """Parse a Features message into ``out``; the values it holds (at most ``room``)."""
+    held = 0
     while pos < end:
         tag = buf[pos]
         if tag < 0x80:
@@ -555,21 +596,32 @@ def _parse_features(buf: bytes, pos: int, end: int, out: dict[str, FeatureValues
                 raise _past_end(end)
         else:
             pos, stop = _read_length(buf, pos, end)
-        name, values = _parse_entry(buf, pos, stop)
+        try:
+            name, values = _parse_entry(buf, pos, stop, room - held)
+        except TooMany as exc:
+            raise TooMany(held + exc.count) from None
+        held += len(values) - len(out.get(name, ()))  # a repeated name replaces its values
         out[name] = values
         pos = stop
     if pos != end:
         raise _past_end(end)
+    return held
 
 
-def parse_example(buf: bytes) -> dict[str, FeatureValues]:
+def parse_example(buf: bytes, room: int) -> dict[str, FeatureValues]:
+    """The features of an Example whose lists hold at most ``room`` values in all
+    (:class:`TooMany` past it, before the list over it is made)."""
     out: dict[str, FeatureValues] = {}
     pos, end = 0, len(buf)
     while pos < end:
         tag, pos = _read_tag(buf, pos)
         if tag == 0x0A:
             pos, stop = _read_length(buf, pos, end)
-            _parse_features(buf, pos, stop, out)
+            held = sum(map(len, out.values()))
+            try:
+                _parse_features(buf, pos, stop, out, room - held)
+            except TooMany as exc:
+                raise TooMany(held + exc.count) from None
             pos = stop
         else:
             pos = _skip_field(buf, pos, tag)

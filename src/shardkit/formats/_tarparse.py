@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO, NamedTuple
 from zlib import adler32
 
-from ..errors import FormatError, TruncatedShardError
+from ..budget import allow
+from ..errors import FormatError, FormatLimitError, TruncatedShardError
 from ._io import read_bounded
 from .limits import MAX_MEMBER_SIZE, MAX_SKIPPED_SIZE, MAX_TAR_META_SIZE, check_limit
 
@@ -573,6 +574,7 @@ class TarScanner:
         parts: list[bytes] = []
         long_name: str | None = None
         pax: dict[str, str] = {}
+        chain = 0  # payload bytes of the extended headers so far, bounded by the budget
         while True:
             try:
                 header = self._header()
@@ -592,6 +594,9 @@ class TarScanner:
             size, typeflag = self._parse(header, pax)
             if typeflag not in _META_TYPES:
                 break
+            chain += size
+            what = "a chain of extended tar headers (PAX, GNU long name)"
+            allow("tar_chain", chain, what=what, error=FormatLimitError, url=self.url, offset=start)
             payload = self._meta_payload(size)
             parts.append(payload[1])
             if typeflag == 0x4C:

@@ -68,9 +68,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shardkit.errors import EncodeError, FormatError
+from shardkit.budget import limit, refuse
+from shardkit.errors import EncodeError, FormatError, FormatLimitError
 
-from ._protobuf import FeatureValues, Malformed, encode_features, parse_example
+from ._protobuf import FeatureValues, Malformed, TooMany, encode_features, parse_example
 
 __all__ = [
     "FeatureValues",
@@ -109,7 +110,10 @@ def decode_example(
     """
     buf = data if isinstance(data, bytes) else bytes(data)
     try:
-        return parse_example(buf)
+        return parse_example(buf, limit("list_items"))
+    except TooMany as exc:
+        what = "a tf.train.Example's lists (counted up to past the limit)"
+        refuse("list_items", exc.count, what=what, error=FormatLimitError, url=url, offset=offset)
     except Malformed as exc:
         message, pos = exc.message, exc.pos
     except IndexError:

@@ -2,8 +2,9 @@
 :func:`load_json`, over the one parse :func:`shardkit.codecs.parse_json` (manifests,
 ``.idx`` files, the build journal, list rows, ``json`` fields shown or converted).
 
-A document is untrusted: its size is bounded (:data:`~shardkit.formats.limits.MAX_DOCUMENT_SIZE`)
-before it is parsed, and its nesting (:data:`~shardkit.formats.limits.MAX_JSON_DEPTH`) after:
+A document is untrusted: its size is bounded (the budget's ``document`` limit,
+:data:`~shardkit.formats.limits.MAX_DOCUMENT_SIZE` by default) before it is parsed, and its
+nesting (``json_depth``, :data:`~shardkit.formats.limits.MAX_JSON_DEPTH`) after:
 a document nested 200,000 deep is one clear error line, never a ``RecursionError``, and
 whatever walks a document afterwards (re-encoding names, comparing options) stays far from
 the interpreter's recursion limit.
@@ -13,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..budget import allow, limit
 from ..codecs import parse_json
 from ..errors import FormatError, ShardkitError
-from .limits import MAX_DOCUMENT_SIZE, MAX_JSON_DEPTH
 
 __all__ = ["load_json"]
 
@@ -26,14 +27,19 @@ def load_json(
     url: str | None = None,
     what: str = "JSON document",
     error: type[ShardkitError] = FormatError,
-    max_size: int = MAX_DOCUMENT_SIZE,
-    max_depth: int = MAX_JSON_DEPTH,
+    max_size: int | None = None,
+    max_depth: int | None = None,
 ) -> Any:
-    """``data`` parsed as JSON, bounded in size and depth; ``error`` (a FormatError by
-    default, always a ValueError for the standard ones) naming ``url`` and ``what`` when
-    it is not valid JSON or is over a bound."""
-    if len(data) > max_size:
+    """``data`` parsed as JSON, bounded in size and depth (``max_size`` and ``max_depth``,
+    by default the budget's ``document`` and ``json_depth`` limits); ``error`` (a
+    FormatError by default, always a ValueError for the standard ones) naming ``url`` and
+    ``what`` when it is not valid JSON or is over a bound."""
+    if max_size is None:
+        allow("document", len(data), what=what, error=error, url=url)
+    elif len(data) > max_size:
         raise error(f"{what} is {len(data)} bytes, over the {max_size}-byte limit", url=url)
+    if max_depth is None:
+        max_depth = limit("json_depth")
     if isinstance(data, memoryview):
         data = bytes(data)
     try:

@@ -20,10 +20,15 @@ limit                  default  what it bounds
                                 ``json`` field, a journal line) (:mod:`.jsondoc`)
 ``MAX_JSON_DEPTH``     128      the nesting of containers in such a document
 =====================  =======  ==========================================================
+
+The last two, and the limits on what a member or record declares inside it (a chain of
+tar headers, an Example's lists, audio frames, video and image pixels, list cells), are
+rows of :data:`shardkit.budget.LIMITS`, the one checker every decoder allocates through.
 """
 
 from __future__ import annotations
 
+from ..budget import LIMITS
 from ..errors import ConfigError
 
 __all__ = [
@@ -53,12 +58,14 @@ within :data:`MAX_TAR_META_SIZE`."""
 MAX_SKIPPED_SIZE = 1 << 40
 """The largest non-regular member streamed past (1 TiB): only an absurd size is an error."""
 
-MAX_DOCUMENT_SIZE = 512 << 20
-"""The largest JSON document parsed whole (512 MiB): an index of ten million samples fits."""
+MAX_DOCUMENT_SIZE = LIMITS["document"].default
+"""The largest JSON document parsed whole (512 MiB): an index of ten million samples fits.
+The budget's ``document`` limit (``SHARDKIT_MAX_DOCUMENT`` changes it)."""
 
-MAX_JSON_DEPTH = 128
+MAX_JSON_DEPTH = LIMITS["json_depth"].default
 """The deepest nesting of lists and objects in a JSON document read (far past any manifest,
-index or state; the interpreter's own limit is a RecursionError near 1000)."""
+index or state; the interpreter's own limit is a RecursionError near 1000). The budget's
+``json_depth`` limit (``SHARDKIT_MAX_JSON_DEPTH`` changes it)."""
 
 
 def check_limit(name: str, value: object) -> int:
