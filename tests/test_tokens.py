@@ -24,7 +24,7 @@ from shardkit.formats.megatron import MAGIC
 
 tokenizers = pytest.importorskip("tokenizers")
 
-WORDS = "alpha beta gamma delta shard token pack epoch rank seed model data loader".split()
+WORDS = ["alpha", "beta", "gamma", "delta", "shard", "token", "pack", "epoch", "rank", "seed"]
 
 
 def _texts(n: int, seed: int) -> list[str]:
@@ -49,8 +49,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             if i == 10:
                 f.write(json.dumps({"text": ""}) + "\n")
                 f.write(json.dumps({"text": 7}) + "\n")
-    expected = [tokenizers.Tokenizer.from_file(str(root / "tokenizer.json")).encode(t).ids for t in texts]
-    options = shardkit.BuildOptions(tokenizer=str(root / "tokenizer.json"), max_count=800, workers=1)
+    expected = [
+        tokenizers.Tokenizer.from_file(str(root / "tokenizer.json")).encode(t).ids for t in texts
+    ]
+    options = shardkit.BuildOptions(
+        tokenizer=str(root / "tokenizer.json"), max_count=800, workers=1
+    )
     result = shardkit.build(str(root / "docs.jsonl"), str(root / "out"), options=options)
     return {"root": root, "out": str(root / "out"), "expected": expected, "result": result}
 
@@ -96,7 +100,9 @@ def test_packed_items_hold_every_document_once(corpus: dict[str, Any]) -> None:
     assert all(len(i["input_ids"]) == 512 for i in items[:-1])
     assert _sorted(_documents(items)) == _sorted(corpus["expected"])
     again = list(shardkit.Dataset(corpus["out"], seed=0).pack(512))
-    assert all(np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(items, again))
+    assert all(
+        np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(items, again, strict=True)
+    )
     other = shardkit.Dataset(corpus["out"], seed=0).pack(512)
     other.set_epoch(1)
     assert not np.array_equal(next(iter(other))["input_ids"], items[0]["input_ids"])
@@ -111,7 +117,10 @@ def test_three_ranks_share_the_documents(corpus: dict[str, Any]) -> None:
         assert not any(short[:-1]) and (not short[-1] or r == 2)
     whole = [item for items in ranks for item in items]  # rank slices are contiguous
     assert _sorted(_documents(whole)) == _sorted(corpus["expected"])
-    drop = [list(shardkit.Dataset(corpus["out"], node=(r, 3)).pack(333, drop_last=True)) for r in range(3)]
+    drop = [
+        list(shardkit.Dataset(corpus["out"], node=(r, 3)).pack(333, drop_last=True))
+        for r in range(3)
+    ]
     assert sum(map(len, drop)) == sum(counts) - 1
 
 
@@ -126,7 +135,7 @@ def test_resume_item_for_item(corpus: dict[str, Any]) -> None:
     resumed.load_state_dict(state)
     tail = list(resumed)
     assert len(head) + len(tail) == len(full)
-    for a, b in zip(head + tail, full):
+    for a, b in zip(head + tail, full, strict=True):
         assert np.array_equal(a["input_ids"], b["input_ids"])
         assert np.array_equal(a["position_ids"], b["position_ids"])
     wrong = shardkit.Dataset(corpus["out"], seed=1).pack(128)
@@ -233,7 +242,9 @@ def test_bad_tokenizer_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     docs.write_text('{"text": "a b"}\n')
     (tmp_path / "broken.json").write_text("{not json")
     for name in ("missing.json", "broken.json"):
-        code = main(["build", str(docs), str(tmp_path / "out"), "--tokenizer", str(tmp_path / name)])
+        code = main(
+            ["build", str(docs), str(tmp_path / "out"), "--tokenizer", str(tmp_path / name)]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and err[0].startswith("Error:") and name in err[0]
 
@@ -255,7 +266,9 @@ def test_resume_with_another_tokenizer_refused(corpus: dict[str, Any], tmp_path:
 def test_resume_after_a_kill_keeps_finished_shards(corpus: dict[str, Any], tmp_path: Path) -> None:
     root = corpus["root"]
     out = tmp_path / "out"
-    options = shardkit.BuildOptions(tokenizer=str(root / "tokenizer.json"), max_count=800, workers=1)
+    options = shardkit.BuildOptions(
+        tokenizer=str(root / "tokenizer.json"), max_count=800, workers=1
+    )
     shardkit.build(str(root / "docs.jsonl"), str(out), options=options)
     first = {p.name: p.read_bytes() for p in out.glob("*.tar")}
     # as if killed after two shards: the journal lists them, the manifest is not written
@@ -265,11 +278,29 @@ def test_resume_after_a_kill_keeps_finished_shards(corpus: dict[str, Any], tmp_p
     (out / "manifest.json").unlink()
     (out / "shard-000002.tar").unlink()
     (out / "shard-000003.tar").unlink()
-    lines = [json.dumps({"tokens_journal": 1, "source": str(root / "docs.jsonl"),
-                         "tokenizer": manifest["tokenizer"], "options": manifest["options"]},
-                        sort_keys=True)]
+    lines = [
+        json.dumps(
+            {
+                "tokens_journal": 1,
+                "source": str(root / "docs.jsonl"),
+                "tokenizer": manifest["tokenizer"],
+                "options": manifest["options"],
+            },
+            sort_keys=True,
+        )
+    ]
     for i, s in enumerate(manifest["shards"][:2]):
-        lines.append(json.dumps({"index": i, **{k: s[k] for k in ("name", "samples", "bytes", "digest", "documents", "tokens")}}))
+        lines.append(
+            json.dumps(
+                {
+                    "index": i,
+                    **{
+                        k: s[k]
+                        for k in ("name", "samples", "bytes", "digest", "documents", "tokens")
+                    },
+                }
+            )
+        )
     (out / JOURNAL_NAME).write_text("\n".join(lines) + "\n")
     result = shardkit.build(str(root / "docs.jsonl"), str(out), options=options)
     assert result.resumed_tasks == 2

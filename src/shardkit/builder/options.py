@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 

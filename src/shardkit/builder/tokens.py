@@ -170,17 +170,21 @@ def build_tokens(
 def _header(
     source: Any, options: BuildOptions, tokenizer: Tokenizer | None, megatron: bool
 ) -> tuple[str, dict[str, Any]]:
-    if tokenizer is not None:
-        field_name = token_dtype(tokenizer.vocab_size)
-    else:
-        field_name = "tokens.u32"  # a Megatron source: set from its dtype below
-    described = os.fspath(source) if isinstance(source, (str, os.PathLike)) else type(source).__name__
+    # a Megatron source: set from its tokens below
+    field_name = "tokens.u32" if tokenizer is None else token_dtype(tokenizer.vocab_size)
+    described = (
+        os.fspath(source) if isinstance(source, (str, os.PathLike)) else type(source).__name__
+    )
     header = {
         "tokens_journal": 1,
         "source": described,
         "tokenizer": None
         if tokenizer is None
-        else {"path": tokenizer.path, "sha256": tokenizer.sha256, "vocab_size": tokenizer.vocab_size},
+        else {
+            "path": tokenizer.path,
+            "sha256": tokenizer.sha256,
+            "vocab_size": tokenizer.vocab_size,
+        },
         "options": {
             "max_count": options.max_count,
             "prefix": options.prefix,
@@ -257,7 +261,9 @@ def _run(
     pending: list[Future[_Done] | _Done] = []
     try:
         for task in _tasks(rows, options, skipped):
-            if task.index in done and os.path.exists(os.path.join(out, done[task.index].record.name)):
+            if task.index in done and os.path.exists(
+                os.path.join(out, done[task.index].record.name)
+            ):
                 pending.append(done[task.index])
             else:
                 pending.append(executor.submit(_write_shard, task))
@@ -318,7 +324,7 @@ def _tasks(
 
 
 def _init(context: Any, reporter: Any) -> Any:
-    out, prefix, hash_name, field_name, text = context
+    out, _prefix, hash_name, field_name, text = context
     tokenizer = None
     if text is not None:
         tokenizer = require("tokenizers", "building token shards").Tokenizer.from_str(text)
@@ -356,7 +362,9 @@ def _write_shard(task: _Task) -> _Done:
     return _Done(task.index, record, count, tokens)
 
 
-def _write_group(shard: ShardFile, task: _Task, number: int, group: list[Any], field_name: str) -> None:
+def _write_group(
+    shard: ShardFile, task: _Task, number: int, group: list[Any], field_name: str
+) -> None:
     key = f"{task.index:06d}-{number:06d}"
     chunks, size = tar_chunks(key, encode_group(group, field_name))
     shard.writev(key, chunks, size)

@@ -90,8 +90,7 @@ def _check_sequences(
     expected = np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64) * itemsize))
     if len(sizes) and not np.array_equal(pointers, expected):
         raise FormatError(
-            "its sequence offsets are not the sizes back to back from 0 (as Megatron "
-            "writes them)",
+            "its sequence offsets are not the sizes back to back from 0 (as Megatron writes them)",
             url=url,
         )
 

@@ -73,9 +73,7 @@ def decode_group(
     return tokens, lengths
 
 
-def _array(
-    data: Any, dtype: str, name: str, url: str | None, key: Any
-) -> np.ndarray[Any, Any]:
+def _array(data: Any, dtype: str, name: str, url: str | None, key: Any) -> np.ndarray[Any, Any]:
     view = memoryview(data).cast("B")
     size = np.dtype(dtype).itemsize
     if len(view) % size:

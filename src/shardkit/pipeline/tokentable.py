@@ -119,7 +119,9 @@ def _shards(urls: tuple[str, ...]) -> TokenTable:
 
 def _megatron(url: str) -> TokenTable:
     stem = url[: -len(".bin")]
-    index = parse_index(_map(_local(stem + ".idx", "a Megatron .idx"), stem + ".idx"), url=stem + ".idx")
+    index = parse_index(
+        _map(_local(stem + ".idx", "a Megatron .idx"), stem + ".idx"), url=stem + ".idx"
+    )
     data = _map(_local(url, "a Megatron .bin"), url)
     check_bin_size(index, len(data), url=url)
     itemsize = np.dtype(index.dtype).itemsize
