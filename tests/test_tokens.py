@@ -305,3 +305,27 @@ def test_resume_after_a_kill_keeps_finished_shards(corpus: dict[str, Any], tmp_p
     result = shardkit.build(str(root / "docs.jsonl"), str(out), options=options)
     assert result.resumed_tasks == 2
     assert {p.name: p.read_bytes() for p in out.glob("*.tar")} == first
+
+
+def _key(item: dict[str, Any]) -> tuple[bytes, bytes]:
+    return (
+        np.asarray(item["input_ids"]).tobytes(),
+        np.asarray(item["position_ids"]).tobytes(),
+    )
+
+
+def test_loader_workers_read_every_item_once(corpus: dict[str, Any]) -> None:
+    pytest.importorskip("torch")
+    alone = list(shardkit.Dataset(corpus["out"], seed=0).pack(700))  # exact: tested above
+    ds = shardkit.Dataset(corpus["out"], seed=0).pack(700)
+    items = list(shardkit.Loader(ds, num_workers=2))
+    assert sorted(map(_key, items)) == sorted(map(_key, alone))
+    loader = shardkit.Loader(shardkit.Dataset(corpus["out"], seed=0).pack(700), num_workers=2)
+    it = iter(loader)
+    head = [next(it) for _ in range(9)]
+    state = loader.state_dict()
+    del it
+    again = shardkit.Loader(shardkit.Dataset(corpus["out"], seed=0).pack(700), num_workers=2)
+    again.load_state_dict(state)
+    tail = list(again)
+    assert [_key(i) for i in head + tail] == [_key(i) for i in items]

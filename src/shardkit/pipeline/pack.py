@@ -35,7 +35,10 @@ from .urls import ShardList
 if TYPE_CHECKING:
     from .dataset import Dataset
 
-__all__ = ["PackRecipe", "Packer", "packed"]
+__all__ = ["CHUNK", "PackRecipe", "Packer", "packed"]
+
+#: items made by one gather (each item a view of it)
+CHUNK = 64
 
 
 class Packer:
@@ -62,26 +65,43 @@ class Packer:
         self._bounds = bounds
         self._epoch = (seed, epoch)
 
-    def item(self, i: int) -> dict[str, np.ndarray[Any, Any]]:
-        """Item ``i`` of the epoch laid out last."""
-        bounds, order, table = self._bounds, self._order, self.table
-        a = i * self.seq_len
-        b = min(a + self.seq_len, int(bounds[-1]))
-        ids = np.empty(b - a, dtype=np.int64)
-        positions = np.empty(b - a, dtype=np.int64)
-        j = int(np.searchsorted(bounds, a, side="right")) - 1
-        at = a
-        while at < b:
-            start, end = int(bounds[j]), int(bounds[j + 1])
-            if end > at:
-                lo, hi = at - start, min(b, end) - start
-                d = int(order[j])
-                s = int(table.start[d])
-                ids[at - a : at - a + hi - lo] = table.pools[int(table.pool[d])][s + lo : s + hi]
-                positions[at - a : at - a + hi - lo] = np.arange(lo, hi)
-                at += hi - lo
-            j += 1
-        return {"input_ids": ids, "position_ids": positions}
+    def items(self, first: int, stop: int) -> Iterator[dict[str, np.ndarray[Any, Any]]]:
+        """Items ``[first, stop)`` of the epoch laid out last, made :data:`CHUNK` at a time
+        (one gather each; the items are views of it)."""
+        n = self.seq_len
+        for at in range(first, stop, CHUNK):
+            upto = min(stop, at + CHUNK)
+            ids, positions = self._tokens(at * n, min(upto * n, int(self._bounds[-1])))
+            for k in range(upto - at):
+                window = slice(k * n, (k + 1) * n)
+                yield {"input_ids": ids[window], "position_ids": positions[window]}
+
+    def _tokens(self, a: int, b: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Tokens ``[a, b)`` of the epoch's stream and each one's position in its document."""
+        bounds, table = self._bounds, self.table
+        first = int(np.searchsorted(bounds, a, side="right")) - 1
+        last = int(np.searchsorted(bounds, b, side="left"))
+        span = np.arange(first, max(last, first + 1))
+        docs = self._order[span]
+        lo = np.maximum(bounds[span], a) - bounds[span]
+        hi = np.minimum(bounds[span + 1], b) - bounds[span]
+        starts = table.start[docs]
+        pools = table.pools
+        pieces = [
+            pools[p][s + x : s + y]
+            for p, s, x, y in zip(
+                table.pool[docs].tolist(),
+                starts.tolist(),
+                lo.tolist(),
+                hi.tolist(),
+                strict=True,
+            )
+        ]
+        ids = np.concatenate(pieces, dtype=np.int64)
+        lengths = hi - lo
+        offsets = np.cumsum(lengths) - lengths
+        positions = np.arange(b - a, dtype=np.int64) + np.repeat(lo - offsets, lengths)
+        return ids, positions
 
 
 @dataclass(frozen=True)
@@ -141,8 +161,7 @@ class PackRecipe(Recipe):
         packer = Packer(self.tokens.table, self.seq_len, self.shuffle_documents)
         packer.epoch(ctx.seed, ctx.epoch)
         for segment in segments:
-            for i in range(segment.skip, segment.skip + (segment.take or 0)):
-                yield packer.item(i)
+            yield from packer.items(segment.skip, segment.skip + (segment.take or 0))
 
 
 def packed(
