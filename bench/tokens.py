@@ -46,9 +46,14 @@ def _tokenizer(corpus: str, path: str) -> None:
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    texts = (json.loads(line)["text"] for line in open(corpus))
+    texts = _texts(corpus)
     tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=4000, special_tokens=["[UNK]"]))
     tok.save(path)
+
+
+def _texts(corpus: str) -> list[str]:
+    with open(corpus) as f:
+        return [json.loads(line)["text"] for line in f]
 
 
 _TOKENIZER: Any = None
@@ -91,11 +96,12 @@ def main() -> None:
         )
         shardkit.build(corpus, out, options=options)
         ours_build = time.perf_counter() - t
-        tokens = json.load(open(os.path.join(out, "manifest.json")))["tokens"]
+        with open(os.path.join(out, "manifest.json")) as f:
+            tokens = json.load(f)["tokens"]
 
         lit = os.path.join(root, "litdata")
         step = 2000
-        texts = [json.loads(line)["text"] for line in open(corpus)]
+        texts = _texts(corpus)
         inputs = [(tok, texts[a : a + step]) for a in range(0, args.docs, step)]
         t = time.perf_counter()
         litdata.optimize(

@@ -113,6 +113,9 @@ def build_tokens(
         raise ConfigError("building token shards needs a tokenizer (--tokenizer)")
     if megatron and tokenizer is not None:
         raise ConfigError("a Megatron .bin is tokenized already: build it without --tokenizer")
+    if "://" in out and not out.startswith("file:"):
+        raise ConfigError(f"a token build writes into a local folder, not {out} (copy it after)")
+    out = storage.local_path(out)
     os.makedirs(out, exist_ok=True)
     manifest = os.path.join(out, MANIFEST_NAME)
     journal = os.path.join(out, JOURNAL_NAME)

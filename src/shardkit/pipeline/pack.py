@@ -51,6 +51,10 @@ class Packer:
         self._epoch: tuple[int, int] | None = None
         self._order = np.arange(table.documents, dtype=np.int64)
         self._bounds = np.zeros(1, dtype=np.int64)
+        self.dtype = id_dtype(table)
+        longest = int(table.length.max()) if table.documents else 0
+        self.positions = np.int32 if longest < 2**31 else np.int64
+        self._count = np.arange(CHUNK * seq_len, dtype=self.positions)
 
     def epoch(self, seed: int, epoch: int) -> None:
         """Lay out the documents of ``epoch`` (seeded by ``seed``)."""
@@ -97,11 +101,20 @@ class Packer:
                 strict=True,
             )
         ]
-        ids = np.concatenate(pieces, dtype=np.int64)
+        ids = np.concatenate(pieces, dtype=self.dtype)
         lengths = hi - lo
         offsets = np.cumsum(lengths) - lengths
-        positions = np.arange(b - a, dtype=np.int64) + np.repeat(lo - offsets, lengths)
+        positions = np.repeat((lo - offsets).astype(self.positions), lengths)
+        positions += self._count[: b - a]
         return ids, positions
+
+
+def id_dtype(table: TokenTable) -> type[np.signedinteger[Any]]:
+    """``int32`` for the ``input_ids`` of every token dtype it holds, else ``int64``."""
+    small = all(np.dtype(pool.dtype).kind in "ui" for pool in table.pools) and all(
+        np.can_cast(pool.dtype, np.int32) for pool in table.pools
+    )
+    return np.int32 if small else np.int64
 
 
 @dataclass(frozen=True)
