@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=20000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default="bench/results/tokens.json")
+    parser.add_argument("--reads", type=int, default=1, help="read passes measured (best)")
     args = parser.parse_args()
 
     import litdata
@@ -115,9 +116,12 @@ def main() -> None:
         lit_build = time.perf_counter() - t
 
         ds = shardkit.Dataset(out, seed=0).pack(seq_len=2048)
-        ours_read = _steady(lambda: sum(len(i["input_ids"]) for i in ds))
         lds = litdata.StreamingDataset(lit, item_loader=TokensLoader(block_size=2049))
-        lit_read = _steady(lambda: sum(len(x) for x in lds))
+        ours_read, lit_read = (0, 0.0), (0, 0.0)
+        for _ in range(args.reads):  # alternating, the best of each (a noisy machine)
+            ours = _steady(lambda: sum(len(i["input_ids"]) for i in ds))
+            theirs = _steady(lambda: sum(len(x) for x in lds))
+            ours_read, lit_read = max(ours_read, ours), max(lit_read, theirs)
         result = {
             "docs": args.docs,
             "tokens": tokens,

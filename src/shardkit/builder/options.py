@@ -48,6 +48,8 @@ _LATER_DEFAULTS: dict[str, Any] = {
     "hash": "sha256",
     "layout": "classes",
     "fields": (),
+    "tokenizer": None,
+    "text_column": "text",
 }
 _PREFIX_FORBIDDEN = frozenset("/\\\0")
 

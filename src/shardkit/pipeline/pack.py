@@ -55,6 +55,9 @@ class Packer:
         longest = int(table.length.max()) if table.documents else 0
         self.positions = np.int32 if longest < 2**31 else np.int64
         self._count = np.arange(CHUNK * seq_len, dtype=self.positions)
+        # byte views of the pools: slicing one and joining the slices is the fast gather
+        self._source = np.dtype(table.pools[0].dtype) if table.pools else np.dtype("<u2")
+        self._views = [memoryview(pool).cast("B") for pool in table.pools]
 
     def epoch(self, seed: int, epoch: int) -> None:
         """Lay out the documents of ``epoch`` (seeded by ``seed``)."""
@@ -89,19 +92,17 @@ class Packer:
         docs = self._order[span]
         lo = np.maximum(bounds[span], a) - bounds[span]
         hi = np.minimum(bounds[span + 1], b) - bounds[span]
-        starts = table.start[docs]
-        pools = table.pools
-        pieces = [
-            pools[p][s + x : s + y]
-            for p, s, x, y in zip(
-                table.pool[docs].tolist(),
-                starts.tolist(),
-                lo.tolist(),
-                hi.tolist(),
-                strict=True,
-            )
-        ]
-        ids = np.concatenate(pieces, dtype=self.dtype)
+        size = self._source.itemsize
+        first_byte = ((table.start[docs] + lo) * size).tolist()
+        last_byte = ((table.start[docs] + hi) * size).tolist()
+        views = self._views
+        data = b"".join(
+            [
+                views[p][x:y]
+                for p, x, y in zip(table.pool[docs].tolist(), first_byte, last_byte, strict=True)
+            ]
+        )
+        ids = np.frombuffer(data, dtype=self._source).astype(self.dtype)
         lengths = hi - lo
         offsets = np.cumsum(lengths) - lengths
         positions = np.repeat((lo - offsets).astype(self.positions), lengths)

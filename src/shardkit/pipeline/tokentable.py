@@ -105,6 +105,12 @@ def _shards(urls: tuple[str, ...]) -> TokenTable:
             lengths.append(counts)
     if not pools:
         raise FormatError("no token samples in the dataset", url=urls[0] if urls else None)
+    if len({pool.dtype for pool in pools}) > 1:
+        raise FormatError(
+            "its token shards hold two token dtypes (tokens.u16 and tokens.u32): read the "
+            "builds apart, or build them again with one tokenizer",
+            url=urls[0],
+        )
     length = np.concatenate(lengths).astype(np.int64)
     pool = np.repeat(np.arange(len(pools), dtype=np.int64), [len(c) for c in lengths])
     start = np.zeros(len(length), dtype=np.int64)
