@@ -329,3 +329,36 @@ def test_loader_workers_read_every_item_once(corpus: dict[str, Any]) -> None:
     again.load_state_dict(state)
     tail = list(again)
     assert [_key(i) for i in head + tail] == [_key(i) for i in items]
+
+
+def _documents_of(out: str) -> list[tuple[int, ...]]:
+    return _sorted(_documents(list(shardkit.Dataset(out).pack(64, shuffle=False))))
+
+
+def test_every_text_source_gives_the_same_documents(corpus: dict[str, Any], tmp_path: Path) -> None:
+    """A CSV list, a parquet list, a folder of .txt files and a datasets.Dataset give the
+    documents the JSONL list gives."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    root = corpus["root"]
+    tok = str(root / "tokenizer.json")
+    texts = _texts(60, 5)
+    expected = _sorted(tokenizers.Tokenizer.from_file(tok).encode(t).ids for t in texts)
+    options = shardkit.BuildOptions(tokenizer=tok, workers=1, text_column="body")
+    (tmp_path / "d.csv").write_text("body\n" + "\n".join(texts) + "\n")
+    pq.write_table(pa.table({"body": texts}), tmp_path / "d.parquet")
+    (tmp_path / "txt").mkdir()
+    for i, text in enumerate(texts):
+        (tmp_path / "txt" / f"{i:03d}.txt").write_text(text)
+    sources: list[Any] = [
+        str(tmp_path / "d.csv"),
+        str(tmp_path / "d.parquet"),
+        str(tmp_path / "txt"),
+    ]
+    datasets = pytest.importorskip("datasets")
+    sources.append(datasets.Dataset.from_dict({"body": texts}))
+    for i, source in enumerate(sources):
+        out = str(tmp_path / f"out{i}")
+        shardkit.build(source, out, options=options)
+        assert _documents_of(out) == expected, source
