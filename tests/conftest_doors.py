@@ -304,8 +304,6 @@ def _entries() -> dict[str, tuple[frozenset[str], Callable[[Case], Any]]]:
         "cli tsv": (read | {j}, lambda c: _cli("tsv", c.src, "-f", "__key__,json.label")),
         "cli verify": (counted, lambda c: _cli("verify", c.src)),
         "cli view": (counted, _view),
-        # token streams (docs/tokens.md): the shards' token groups, memory-mapped
-        "Dataset.pack": (read, lambda c: list(shardkit.Dataset(c.src).pack(8))),
         "class_names": (
             frozenset({f, m}),
             lambda c: tools.class_names(tools.resolve_inputs([c.manifest, c.src])),

@@ -42,7 +42,7 @@ from ..formats.tokens import encode_group, token_dtype
 from ..writer import ShardFile
 from .manifest import write_manifest
 from .options import BuildOptions
-from .results import BuildResult, ProgressFn
+from .results import BuildProgress, BuildResult, ProgressFn
 
 __all__ = ["GROUP_TOKENS", "JOURNAL_NAME", "build_tokens", "load_tokenizer"]
 
@@ -129,7 +129,8 @@ def build_tokens(
     done = _resume(journal, header)
     rows = _megatron_documents(os.fspath(source)) if megatron else _text_rows(source, options)
     skipped: list[tuple[str, str]] = []
-    results = _run(out, options, tokenizer, field_name, rows, done, journal, header, skipped)
+    report = _Report(progress, skipped, started)
+    results = _run(out, options, tokenizer, field_name, rows, done, journal, report)
     records = [r.record for r in results]
     document = {
         "shardkit_manifest": 1,
@@ -252,8 +253,7 @@ def _run(
     rows: Iterator[tuple[str, Any]],
     done: dict[int, _Done],
     journal: str,
-    header: dict[str, Any],
-    skipped: list[tuple[str, str]],
+    report: _Report,
 ) -> list[_Done]:
     workers = options.workers or default_workers()
     context = (out, options.prefix, options.hash, field_name, tokenizer.text if tokenizer else None)
@@ -263,7 +263,7 @@ def _run(
     results: list[_Done] = []
     pending: list[Future[_Done] | _Done] = []
     try:
-        for task in _tasks(rows, options, skipped):
+        for task in _tasks(rows, options, report.skipped):
             if task.index in done and os.path.exists(
                 os.path.join(out, done[task.index].record.name)
             ):
@@ -271,16 +271,37 @@ def _run(
             else:
                 pending.append(executor.submit(_write_shard, task))
             while len(pending) > 2 * workers:
-                results.append(_collect(pending.pop(0), journal, done))
+                results.append(report(_collect(pending.pop(0), journal, done)))
         while pending:
-            results.append(_collect(pending.pop(0), journal, done))
+            results.append(report(_collect(pending.pop(0), journal, done)))
     except BaseException:
         executor.close(cancel=True)
         raise
     executor.close()
     if not results:
-        raise BuildError("no documents to build: every row was skipped", url=header["source"])
+        raise BuildError("no documents to build: every row was skipped")
     return results
+
+
+class _Report:
+    """Hands the ``progress`` callback a snapshot as each shard is committed."""
+
+    def __init__(
+        self, progress: ProgressFn | None, skipped: list[tuple[str, str]], started: float
+    ) -> None:
+        self.progress = progress
+        self.skipped = skipped
+        self.started = started
+        self.samples = self.shards = 0
+
+    def __call__(self, done: _Done) -> _Done:
+        self.samples += done.record.samples
+        self.shards += 1
+        if self.progress is not None:
+            elapsed = time.monotonic() - self.started
+            snapshot = BuildProgress(self.samples, len(self.skipped), None, 0, self.shards, elapsed)
+            self.progress(snapshot)
+        return done
 
 
 def _collect(item: Future[_Done] | _Done, journal: str, done: dict[int, _Done]) -> _Done:

@@ -57,7 +57,7 @@ class Packer:
         self._count = np.arange(CHUNK * seq_len, dtype=self.positions)
         # byte views of the pools: slicing one and joining the slices is the fast gather
         self._source = np.dtype(table.pools[0].dtype) if table.pools else np.dtype("<u2")
-        self._views = [memoryview(pool).cast("B") for pool in table.pools]
+        self._views = [pool.data.cast("B") for pool in table.pools]
 
     def epoch(self, seed: int, epoch: int) -> None:
         """Lay out the documents of ``epoch`` (seeded by ``seed``)."""
