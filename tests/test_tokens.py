@@ -362,3 +362,43 @@ def test_every_text_source_gives_the_same_documents(corpus: dict[str, Any], tmp_
         out = str(tmp_path / f"out{i}")
         shardkit.build(source, out, options=options)
         assert _documents_of(out) == expected, source
+
+
+def test_mix_of_packs_resumes_item_for_item(corpus: dict[str, Any], tmp_path: Path) -> None:
+    prefix = str(tmp_path / "m_text_document")
+    _write_megatron(prefix, [np.array(d, dtype=np.uint16) + 1000 for d in corpus["expected"]])
+
+    def make() -> shardkit.Dataset:
+        a = shardkit.Dataset(corpus["out"], seed=0).pack(256)
+        b = shardkit.Dataset(prefix + ".bin", seed=0).pack(256)
+        return shardkit.mix([a, b], weights=[3, 1], seed=4)
+
+    full = [_key(i) for i in make()]
+    assert len(full) == len(make())
+    run = make()
+    it = iter(run)
+    head = [_key(next(it)) for _ in range(50)]
+    state = run.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    assert head + [_key(i) for i in again] == full
+
+
+def test_loader_states_resume_elastically(corpus: dict[str, Any]) -> None:
+    pytest.importorskip("torch")
+
+    def make(rank: int, world: int) -> shardkit.Dataset:
+        return shardkit.Dataset(corpus["out"], seed=6, node=(rank, world)).pack(500)
+
+    seen, states = [], []
+    for rank in range(2):
+        loader = shardkit.Loader(make(rank, 2), num_workers=2)
+        it = iter(loader)
+        seen += [_key(next(it)) for _ in range(4 + rank)]
+        states.append(loader.state_dict())
+        del it
+    for rank in range(3):
+        again = shardkit.Loader(make(rank, 3), num_workers=1)
+        again.load_state_dict(states)
+        seen += [_key(i) for i in again]
+    assert sorted(seen) == sorted(_key(i) for i in make(0, 1))
