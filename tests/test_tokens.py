@@ -402,3 +402,40 @@ def test_loader_states_resume_elastically(corpus: dict[str, Any]) -> None:
         again.load_state_dict(states)
         seen += [_key(i) for i in again]
     assert sorted(seen) == sorted(_key(i) for i in make(0, 1))
+
+
+def test_killed_build_resumes_to_the_same_bytes(corpus: dict[str, Any], tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = corpus["root"]
+    out = tmp_path / "killed"
+    script = (
+        "import shardkit\n"
+        "if __name__ == '__main__':\n"
+        f"    o = shardkit.BuildOptions(tokenizer={str(root)!r}, max_count=100, workers=1)\n"
+        f"    shardkit.build({str(root / 'docs.jsonl')!r}, {str(out)!r}, options=o)\n"
+    )
+    (tmp_path / "run.py").write_text(script)
+    child = subprocess.Popen([sys.executable, str(tmp_path / "run.py")], env=os.environ.copy())
+    journal = out / ".shardkit-tokens-journal.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if journal.exists() and len(journal.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert not (out / "manifest.json").exists()  # killed mid-build
+    (out / ".shard-000020.tar.tmp-0123456789abcdef").write_bytes(b"cut short")  # as a kill leaves
+    options = shardkit.BuildOptions(tokenizer=str(root), max_count=100, workers=2)
+    result = shardkit.build(str(root / "docs.jsonl"), str(out), options=options)
+    assert result.resumed_tasks >= 3
+    whole = tmp_path / "whole"
+    shardkit.build(str(root / "docs.jsonl"), str(whole), options=options)
+    names = sorted(p.name for p in whole.glob("*.tar"))
+    assert sorted(p.name for p in out.glob("*.tar")) == names and len(names) == 25
+    assert all((out / n).read_bytes() == (whole / n).read_bytes() for n in names)
+    assert not list(out.glob(".*tmp*"))  # no temporary file left behind

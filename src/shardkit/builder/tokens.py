@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import storage
 from .._optional import require
+from .._temporary import is_temporary
 from .._version import __version__
 from ..config import default_workers
 from ..engines import make_executor, run_state
@@ -40,6 +41,7 @@ from ..formats.record import ShardRecord
 from ..formats.tar import tar_chunks
 from ..formats.tokens import encode_group, token_dtype
 from ..writer import ShardFile
+from .journal import output_lock
 from .manifest import write_manifest
 from .options import BuildOptions
 from .results import BuildProgress, BuildResult, ProgressFn
@@ -117,6 +119,32 @@ def build_tokens(
         raise ConfigError(f"a token build writes into a local folder, not {out} (copy it after)")
     out = storage.local_path(out)
     os.makedirs(out, exist_ok=True)
+    with output_lock(out):  # the build lock every build of a folder takes
+        _remove_temporaries(out, options.prefix)
+        results, done, skipped, document = _build_locked(
+            source, out, options, tokenizer, megatron, progress, started
+        )
+    resumed = sum(1 for r in results if r.index in done)
+    return BuildResult(
+        out,
+        os.path.join(out, MANIFEST_NAME),
+        [r.record for r in results],
+        document["samples"],
+        skipped,
+        resumed,
+        time.monotonic() - started,
+    )
+
+
+def _build_locked(
+    source: Any,
+    out: str,
+    options: BuildOptions,
+    tokenizer: Tokenizer | None,
+    megatron: bool,
+    progress: ProgressFn | None,
+    started: float,
+) -> tuple[list[_Done], dict[int, _Done], list[tuple[str, str]], dict[str, Any]]:
     manifest = os.path.join(out, MANIFEST_NAME)
     journal = os.path.join(out, JOURNAL_NAME)
     if options.overwrite:
@@ -159,16 +187,14 @@ def build_tokens(
     }
     write_manifest(manifest, document)
     os.remove(journal)
-    resumed = sum(1 for r in results if r.index in done)
-    return BuildResult(
-        out,
-        manifest,
-        records,
-        document["samples"],
-        skipped,
-        resumed,
-        time.monotonic() - started,
-    )
+    return results, done, skipped, document
+
+
+def _remove_temporaries(out: str, prefix: str) -> None:
+    """The temporary shard files a killed build left (this build holds the lock)."""
+    for name in os.listdir(out):
+        if name.startswith(f".{prefix}-") and is_temporary(name):
+            os.remove(os.path.join(out, name))
 
 
 def _header(
