@@ -9,10 +9,14 @@ are exactly ``Tokenizer.from_file(path).encode(text).ids``) and writes them as t
 groups (:mod:`shardkit.formats.tokens`), at most :data:`GROUP_TOKENS` tokens per sample.
 A row whose text is not a string, or is empty, is skipped and listed with its reason.
 
-The driver commits in order into a journal (a header naming the tokenizer's SHA-256 and
-the options, then one line per finished shard); a resumed build keeps the shards the
+The driver holds the output's build lock (:func:`.journal.output_lock`), runs the tasks on
+the build's engine (:func:`shardkit.engines.make_executor`), each shard committed
+atomically by its :class:`~shardkit.writer.ShardFile`, and journals them in order (a
+header naming the tokenizer's SHA-256 and the options, then one line per finished shard);
+a resumed build removes the temporary files a killed one left, keeps the shards the
 journal lists and refuses a journal of another tokenizer. ``manifest.json`` comes last,
-with the total ``tokens`` and ``documents``.
+with the total ``tokens`` and ``documents``. (It is a driver of its own, smaller than
+:mod:`.run`'s: one task is one shard, so there is no part assembly to do.)
 """
 
 from __future__ import annotations
