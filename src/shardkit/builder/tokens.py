@@ -188,6 +188,11 @@ def _build_locked(
         "options": header["options"],
         "tokenizer": header["tokenizer"],
         "shardkit_version": __version__,
+        "timing": {
+            "seconds": round(time.monotonic() - started, 3),
+            "workers": options.workers or default_workers(),
+            "resumed_tasks": sum(1 for r in results if r.index in done),
+        },
     }
     write_manifest(manifest, document)
     os.remove(journal)
