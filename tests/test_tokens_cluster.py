@@ -17,7 +17,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 @pytest.mark.parametrize("engine", ["ray", "dask"])
 def test_cluster_token_build_identical_to_local(engine: str, tmp_path: Path) -> None:
-    texts = [("alpha beta gamma %d " % i) * (i % 50 + 1) for i in range(600)]
+    texts = [f"alpha beta gamma {i} " * (i % 50 + 1) for i in range(600)]
     texts[7] = ""  # skipped, listed
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
