@@ -437,7 +437,8 @@ def _text_rows(source: Any, options: BuildOptions) -> Iterator[tuple[str, Any]]:
     if is_hf_dataset(source):
         if column not in source.column_names:
             raise ConfigError(f"the dataset has no column {column!r} (--text-column)")
-        for i, value in enumerate(source[column]):
+        rows = (v for batch in source.select_columns([column]).iter(1024) for v in batch[column])
+        for i, value in enumerate(rows):  # a batch at a time, never the whole column
             yield f"row {i}", value
         return
     if not isinstance(source, (str, os.PathLike)):
