@@ -34,6 +34,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pyarrow": ("parquet", "pyarrow"),
     "soundfile": ("audio", "soundfile"),
     "av": ("video", "av"),
+    "tokenizers": ("tokens", "tokenizers"),
 }
 
 

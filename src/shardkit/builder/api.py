@@ -35,6 +35,10 @@ def build(
     if not isinstance(options, BuildOptions):
         raise ConfigError(f"options must be a BuildOptions, not {type(options).__name__}")
     out_path = os.fspath(out)
+    if options.tokenizer is not None or _is_megatron(source):
+        from .tokens import build_tokens
+
+        return build_tokens(source, out_path, options, progress)
     if options.transforms:
         from .transform import check_available
 
@@ -62,6 +66,10 @@ def build(
 
 
 _LAYOUT_FOLDER = "layout='samples' applies to a folder"
+
+
+def _is_megatron(source: Any) -> bool:
+    return isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".bin")
 
 
 def _is_remote(out: str) -> bool:

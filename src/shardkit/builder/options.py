@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -47,6 +48,8 @@ _LATER_DEFAULTS: dict[str, Any] = {
     "hash": "sha256",
     "layout": "classes",
     "fields": (),
+    "tokenizer": None,
+    "text_column": "text",
 }
 _PREFIX_FORBIDDEN = frozenset("/\\\0")
 
@@ -104,8 +107,18 @@ class BuildOptions:
     # A list's fields, (ext, column) pairs in member order (docs/build.md, "Fields"):
     # a dict or pairs; () keeps path_column and label_column.
     fields: tuple[tuple[str, str], ...] = ()
+    # Token shards (docs/tokens.md): a Hugging Face tokenizers file (or a folder holding
+    # tokenizer.json) tokenizes each row's text_column into token shards.
+    tokenizer: str | None = None
+    text_column: str = "text"
 
     def __post_init__(self) -> None:
+        if self.tokenizer is not None and not isinstance(self.tokenizer, (str, os.PathLike)):
+            raise ConfigError(f"tokenizer must be a path, not {self.tokenizer!r}")
+        if self.tokenizer is not None:
+            object.__setattr__(self, "tokenizer", os.fspath(self.tokenizer))
+        if not isinstance(self.text_column, str) or not self.text_column:
+            raise ConfigError(f"text_column must be a column name, not {self.text_column!r}")
         object.__setattr__(self, "fields", _check_fields(self.fields))
         _positive_int("max_count", self.max_count)
         object.__setattr__(self, "max_size", Cut(self.max_count, self.max_size).max_size)

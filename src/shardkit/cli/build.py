@@ -131,6 +131,13 @@ def add_parser(sub: Any) -> None:
         choices=HASHES,
         metavar="ALGO",
     )
+    add(
+        "--tokenizer",
+        "tokenize each row's text into token shards: a Hugging Face tokenizer.json, or a "
+        "folder holding one (docs/tokens.md)",
+        metavar="FILE",
+    )
+    add("--text-column", "with --tokenizer: the column holding the text", metavar="NAME")
     parser.add_argument(  # not a BuildOptions field: the CLI indexes after the build
         "--index", action="store_true", help="then write each shard's .idx (random access)"
     )

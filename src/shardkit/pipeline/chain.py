@@ -62,8 +62,9 @@ class Recipe:
         endless = self.take is not None or self.passes is None
         return epochs.split_mode(shards, self.equalize, 1 if endless else None)
 
-    def length(self, shards: ShardList, world: int) -> int:
-        """Items a rank yields per epoch, over all its workers (see ``Dataset.__len__``)."""
+    def length(self, shards: ShardList, world: int, rank: int = 0) -> int:
+        """Items rank ``rank`` yields per epoch, over all its workers (see
+        ``Dataset.__len__``)."""
         if self.length_override is not None:
             return self.length_override
         take = self.take
@@ -73,7 +74,7 @@ class Recipe:
         elif self.passes is None:
             raise TypeError("len() is unknown for an endless stream: add .with_epoch(n)")
         else:
-            count = self.rank_samples(shards, world)
+            count = self.rank_count(shards, rank, world)
             after = self.stages
         batched = False
         for stage in after:
@@ -89,6 +90,11 @@ class Recipe:
                 batched = True
                 count = -(-count // stage.size) if stage.partial else count // stage.size
         return count
+
+    def rank_count(self, shards: ShardList, rank: int, world: int) -> int:
+        """Samples rank ``rank`` reads per epoch (all passes), before any stage; the same
+        on every rank but in the ``"exact"`` mode (packed items)."""
+        return self.rank_samples(shards, world)
 
     def rank_samples(self, shards: ShardList, world: int) -> int:
         """Samples a rank reads per epoch (all passes), before any stage; TypeError if

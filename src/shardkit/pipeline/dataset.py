@@ -382,6 +382,15 @@ class Dataset(_Base):
         _check_count(n, "with_length() takes a length", 0)
         return self._then(length_override=n)
 
+    def pack(self, seq_len: int, *, drop_last: bool = False, shuffle: bool = True) -> Dataset:
+        """Token documents (token shards, or a Megatron ``.bin``) packed into items of
+        ``seq_len`` tokens: dicts of ``input_ids`` and ``position_ids`` (see
+        :mod:`shardkit.pipeline.pack` and docs/tokens.md). ``shuffle``: the documents'
+        order is shuffled by seed and epoch; ``drop_last``: drop the one short item."""
+        from .pack import packed
+
+        return packed(self, seq_len, drop_last=drop_last, shuffle=shuffle)
+
     # ------------------------------------------------------------------ epochs
 
     @property
@@ -412,7 +421,8 @@ class Dataset(_Base):
         """Items this rank yields per epoch, over all its DataLoader workers: exact, and
         independent of the number of workers. Needs per-shard counts (a manifest) or
         :meth:`with_epoch`; raises TypeError otherwise, or after :meth:`select`."""
-        return self._recipe.length(self.shards, self._rank_and_world()[1])
+        rank, world = self._rank_and_world()
+        return self._recipe.length(self.shards, world, rank)
 
     # ------------------------------------------------------------------ iteration
 

@@ -28,7 +28,7 @@ __all__ = ["merge", "refusal"]
 
 def refusal(mode: SplitMode, passes: int | None, cut: int, counting: bool, handler: object) -> str:
     """Why a pipeline cannot resume on another topology ('' if it can)."""
-    if mode not in ("pad", "drop"):
+    if mode not in ("pad", "drop", "exact"):
         why = "with_epoch()/resampled streams" if mode == "cycle" else "shards without counts"
         return f"{why} have no global sample order (read a manifest, without with_epoch)"
     if passes != 1:

@@ -16,6 +16,9 @@ talks to another:
      samples. Its workers then split that slice by :func:`split_counts`, the same way on
      every rank, so worker w of every rank yields the same number of samples. Shards are
      cut at sample boundaries where slices meet.
+   * ``"exact"`` (packed token items, :mod:`shardkit.pipeline.pack`): as ``"pad"``, but
+     a rank takes its balanced slice as it is, ``floor(N / world)`` or one more: nothing
+     repeated, nothing left out.
    * ``"cycle"`` (``with_epoch(n)``, ``resampled=True``): a worker reads its whole shards
      (as in ``"shards"``) pass after pass, each pass freshly shuffled, with no end of its
      own; ``with_epoch``'s stage ends the epoch (see :mod:`shardkit.pipeline.counting`).
@@ -54,7 +57,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SplitMode = Literal["shards", "pad", "drop", "cycle"]
+SplitMode = Literal["shards", "pad", "drop", "exact", "cycle"]
 Intervals = tuple[tuple[int, int], ...]  # sorted, disjoint [start, stop) positions
 
 
@@ -202,7 +205,8 @@ def stream_ranges(
     base, extra = divmod(total, world)
     start = rank * base + min(rank, extra)
     own = base + (rank < extra)
-    sizes = split_counts(rank_samples(total, world, mode), workers, granularity)
+    count = own if mode == "exact" else rank_samples(total, world, mode)
+    sizes = split_counts(count, workers, granularity)
     lo = sum(sizes[:worker])
     hi = lo + sizes[worker]
     ranges = []
