@@ -119,7 +119,7 @@ def build_tokens(
         raise ConfigError("building token shards needs a tokenizer (--tokenizer)")
     if megatron and tokenizer is not None:
         raise ConfigError("a Megatron .bin is tokenized already: build it without --tokenizer")
-    if "://" in out and not out.startswith("file:"):
+    if not storage.is_local(out):
         raise ConfigError(f"a token build writes into a local folder, not {out} (copy it after)")
     out = storage.local_path(out)
     os.makedirs(out, exist_ok=True)
@@ -274,7 +274,8 @@ def _sha(header: Any) -> str:
 
 
 def _append(journal: str, entry: dict[str, Any], fresh: bool = False) -> None:
-    with open(journal, "w" if fresh else "a", encoding="utf-8") as f:
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh else os.O_APPEND)
+    with open(os.open(journal, flags, 0o644), "w", encoding="utf-8") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
