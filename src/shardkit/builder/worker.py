@@ -198,7 +198,7 @@ def run_task(task: Task) -> TaskResult:
     except BaseException:  # a part being written is never left behind, even by a signal
         writer.abort()
         raise
-    result.parts = [ShardRecord(*part) for part in parts]
+    result.parts = parts
     result.sizes = writer.sizes
     return result
 

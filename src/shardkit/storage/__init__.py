@@ -39,12 +39,13 @@ from ._urls import (
     join,
     local_path,
 )
-from ._writing import AtomicFile, Tally, open_atomic
+from ._writing import AtomicFile, CommitOrDiscard, Tally, open_atomic
 
 __all__ = [
     "READ_RETRIES",
     "REQUESTS_IN_FLIGHT",
     "AtomicFile",
+    "CommitOrDiscard",
     "Tally",
     "atomic_write",
     "basename",
