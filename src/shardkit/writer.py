@@ -30,7 +30,7 @@ from .formats.names import FORMATS, Format, check_pattern, format_from_name, sha
 from .formats.record import ShardInfo
 from .units import Size
 
-__all__ = ["Rotation", "ShardFile", "ShardWriter", "encode_sample"]
+__all__ = ["Rotation", "ShardFile", "ShardWriter", "copy_samples", "encode_sample"]
 
 
 def encode_sample(
@@ -363,6 +363,31 @@ class Rotation(storage.CommitOrDiscard):
         shard, self.current = self.current, None
         if shard is not None:
             shard.discard()
+
+
+def copy_samples(members: tar.TarScanner, sink: Rotation) -> bool:
+    """Copy the samples of one tar stream into ``sink``'s shards, member bytes as they are
+    (with the reader's checks); False once the sink is full. A pending copy goes out
+    before each commit (``sink.before_commit``) and after the stream (the caller's
+    ``members.flush_copy()``)."""
+    key: str | None = None
+    start = end = 0
+
+    def add(key: str, start: int, end: int) -> bool:
+        shard = sink.shard(key, end - start)
+        if shard is None:
+            return False
+        shard.copy(key, end - start, lambda write: members.copy_range(start, end, write))
+        return True
+
+    for member, prefix, _ext, new in tar.Grouping(members.url)(members):
+        if new:
+            if key is not None and not add(key, start, end):
+                return False
+            key, start = prefix, member.start
+            members.keep_from(start)
+        end = member.end
+    return key is None or add(key, start, end)
 
 
 _WEBDATASET_NAMES = {"maxcount": "max_count", "maxsize": "max_size", "start_shard": "start_index"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..formats import tar
 from ..formats.cut import Cut
+from ..formats.names import Format
 from ..formats.record import ShardRecord
 from ..writer import Rotation
 from .store import Pending, Store
@@ -26,7 +27,8 @@ class PartWriter:
     starting a new part where ``cut`` says (:class:`~shardkit.formats.cut.Cut`); each part
     ends with ``trailer`` (``cut.trailer`` bytes long: a tar's end-of-archive blocks, or
     nothing for TFRecord and for the samples-only chunks that the build's assembly cuts).
-    The parts are a :class:`~shardkit.writer.Rotation` (the key rule, the cut, the commit)."""
+    The parts are a :class:`~shardkit.writer.Rotation` (the key rule, the cut, the commit);
+    with ``index``, each part's ``.idx`` file is written beside it (the commit renames both)."""
 
     def __init__(
         self,
@@ -36,6 +38,8 @@ class PartWriter:
         cut: Cut,
         trailer: bytes = b"",
         keep_sizes: bool = False,
+        format: Format = "tar",
+        index: bool = False,
     ) -> None:
         if len(trailer) != cut.trailer:
             raise ValueError(f"a {len(trailer)}-byte trailer, but the cut counts {cut.trailer}")
@@ -45,7 +49,14 @@ class PartWriter:
         self.pattern = pattern
         self.sizes: list[int] = []  # of every sample, when ``keep_sizes``
         self._keep_sizes = keep_sizes
-        self._parts = Rotation(self._create, cut=cut, trailer=bool(trailer))
+        self._parts = Rotation(
+            self._create,
+            format,
+            cut=cut,
+            trailer=bool(trailer),
+            index=index,
+            storage_options=store.options,
+        )
 
     def _create(self, number: int) -> Pending:
         return self.store.create(self.pattern % number)

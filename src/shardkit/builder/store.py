@@ -53,6 +53,10 @@ class Store(Protocol):
 
     url: str
 
+    @property
+    def options(self) -> dict[str, Any] | None:
+        """The storage options of its files (None: a local folder)."""
+
     def join(self, name: str) -> str: ...
 
     def sizes(self, folder: str = "") -> dict[str, int]: ...
@@ -107,6 +111,7 @@ class LocalStore:
     """A local output folder."""
 
     def __init__(self, root: str, *, hash: str = DEFAULT_HASH) -> None:
+        self.options: dict[str, Any] | None = None
         self.root = root
         self.url = root
         self.hash = hash

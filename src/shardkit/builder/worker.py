@@ -238,7 +238,14 @@ def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
     options = context.options
     if context.assemble:  # one part, samples back to back; the driver cuts the shards
         return PartWriter(context.store, pattern, cut=Cut(), keep_sizes=True)
-    return PartWriter(context.store, pattern, cut=options.cut, trailer=options.trailer)
+    return PartWriter(
+        context.store,
+        pattern,
+        cut=options.cut,
+        trailer=options.trailer,
+        format=options.format,
+        index=options.index,
+    )
 
 
 def encode_item(

@@ -19,9 +19,9 @@ from ..digest import DEFAULT_HASH, HashName, check_hash
 from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
 from ..formats.record import ShardInfo
-from ..formats.tar import Grouping, TarScanner
+from ..formats.tar import TarScanner
 from ..units import Size
-from ..writer import Rotation
+from ..writer import Rotation, copy_samples
 from ._inputs import ShardRef, gzip_errors, open_shard
 
 __all__ = ["raw_shards", "split_raw"]
@@ -60,29 +60,6 @@ def raw_shards(
     )
 
 
-def _split_shard(members: TarScanner, sink: Rotation) -> bool:
-    """Feed ``sink`` the samples of one tar stream, with the reader's checks; False once
-    the sink is full."""
-    key: str | None = None
-    start = end = 0
-
-    def add(key: str, start: int, end: int) -> bool:
-        shard = sink.shard(key, end - start)
-        if shard is None:
-            return False
-        shard.copy(key, end - start, lambda write: members.copy_range(start, end, write))
-        return True
-
-    for member, prefix, _ext, new in Grouping(members.url)(members):
-        if new:
-            if key is not None and not add(key, start, end):
-                return False
-            key, start = prefix, member.start
-            members.keep_from(start)
-        end = member.end
-    return key is None or add(key, start, end)
-
-
 def split_raw(
     refs: Iterable[ShardRef],
     sink: Rotation,
@@ -98,7 +75,7 @@ def split_raw(
                 members = TarScanner(stream, url=ref.url, chunk_size=chunk_size)
                 sink.before_commit = members.flush_copy
                 with gzip_errors(ref.url):
-                    going = _split_shard(members, sink)
+                    going = copy_samples(members, sink)
                 members.flush_copy()
                 sink.before_commit = None
                 if not going:
