@@ -205,9 +205,9 @@ def _spill_error(exc: OSError, folder: str) -> BuildError:
 class Sorter:
     """Sort records (tuples, compared as they are) in runs of at most ``budget``."""
 
-    def __init__(self, spill: Spill, budget: int = ORDER_BUDGET) -> None:
+    def __init__(self, spill: Spill, budget: int | None = None) -> None:
         self.spill = spill
-        self.budget = budget
+        self.budget = ORDER_BUDGET if budget is None else budget
         self.count = 0
         self._run: list[Any] = []
         self._runs: list[RecordFile] = []
