@@ -1,7 +1,14 @@
 """Build benchmark: `shardkit build` against the usual ways of packing an image folder.
 
 Run: ``.venv/bin/python bench/build.py [--quick] [--targets /dev/shm,/tmp] [--repeat R]
-[--only NAME,...] [--base OTHER_CHECKOUT]``
+[--only NAME,...] [--base OTHER_CHECKOUT]``, or ``bench/build.py --vs-tar [--images N]
+[--repeat R] [--targets /dev/shm]``: the command ``shardkit build SRC OUT -q`` at its
+defaults (BLAKE3 digests, header validation, every core, ``.idx`` files) against
+``tar --sort=name -cf`` on the same corpus (12,000 images by default), each a whole process
+run directly (no wrapper), alternating within each round, with wall time, CPU seconds of
+every process and peak RSS; then ``shardkit.build`` timed in a process after its imports.
+It writes ``bench/results/build.json`` (GNU tar's wall time over shardkit's, per round, in
+the section title). shardkit's bytecode is compiled first, as an installed package has it.
 
 The corpus (default 20,000 JPEGs of 200-800 px in 100 classes, ~60 KB median, plus a few
 zero-byte, truncated and non-image files) is generated once and cached under
