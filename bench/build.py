@@ -1,7 +1,14 @@
 """Build benchmark: `shardkit build` against the usual ways of packing an image folder.
 
 Run: ``.venv/bin/python bench/build.py [--quick] [--targets /dev/shm,/tmp] [--repeat R]
-[--only NAME,...] [--base OTHER_CHECKOUT]``
+[--only NAME,...] [--base OTHER_CHECKOUT]``, or ``bench/build.py --vs-tar [--images N]
+[--repeat R] [--targets /dev/shm]``: the command ``shardkit build SRC OUT -q`` at its
+defaults (BLAKE3 digests, header validation, every core, ``.idx`` files) against
+``tar --sort=name -cf`` on the same corpus (12,000 images by default), each a whole process
+run directly (no wrapper), alternating within each round, with wall time, CPU seconds of
+every process and peak RSS; then ``shardkit.build`` timed in a process after its imports.
+It writes ``bench/results/build.json`` (GNU tar's wall time over shardkit's, per round, in
+the section title). shardkit's bytecode is compiled first, as an installed package has it.
 
 The corpus (default 20,000 JPEGs of 200-800 px in 100 classes, ~60 KB median, plus a few
 zero-byte, truncated and non-image files) is generated once and cached under
@@ -37,6 +44,7 @@ stage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import io
 import json
@@ -176,6 +184,13 @@ def c_shardkit(src: str, out: str, workers: int) -> dict[str, Any]:
     options = BuildOptions(workers=workers, max_size=SHARD_SIZE, max_count=SHARD_COUNT)
     result = build(src, out, options=options)
     return {"samples": result.samples}
+
+
+def c_shardkit_defaults(src: str, out: str, workers: int) -> dict[str, Any]:
+    """``shardkit.build`` at its defaults (BLAKE3, header validation, every core, .idx)."""
+    from shardkit import build
+
+    return {"samples": build(src, out).samples}
 
 
 def c_shardkit_sha256(src: str, out: str, workers: int) -> dict[str, Any]:
@@ -406,6 +421,7 @@ CONTENDERS: dict[str, tuple[str, Callable[[str, str, int], dict[str, Any]]]] = {
     "shardkit": ("pass", c_shardkit),
     "shardkit-1-worker": ("pass", c_shardkit_1worker),
     "shardkit-sha256": ("pass", c_shardkit_sha256),
+    "shardkit-defaults": ("pass", c_shardkit_defaults),
     "gnu-tar": ("pass", c_gnu_tar),
     "wds-single": ("pass", c_wds_single),
     "wds-manager-lock": ("pass", c_wds_manager),
@@ -434,6 +450,7 @@ _IMPORTS = {
     "shardkit": "shardkit.builder.api",
     "shardkit-1-worker": "shardkit.builder.api",
     "shardkit-sha256": "shardkit.builder.api",
+    "shardkit-defaults": "shardkit.builder.api",
     "shardkit-resize": "shardkit.builder.api",
 }
 
@@ -486,6 +503,132 @@ def _tree_hwm(root: int, peaks: dict[int, int], cpu: dict[int, float]) -> None:
             continue
 
 
+def run_tree(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``cmd`` in a new session; its wall time, the CPU seconds and the peak RSS (MB:
+    the largest process, and the sum) of every process in the session, and its stdout."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, env=env)
+    peaks: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            _tree_hwm(proc.pid, peaks, cpu)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    stdout, _ = proc.communicate()
+    stop.set()
+    thread.join()
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} failed with status {proc.returncode}")
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # what sampling missed, roughly
+    return {
+        "wall": wall,
+        "cpu": sum(cpu.values()),
+        "rss_max": max(peaks.values(), default=0) / 1024,
+        "rss_sum": sum(peaks.values()) / 1024,
+        "stdout": stdout.decode(),
+        "children_cpu": kids.ru_utime + kids.ru_stime,
+    }
+
+
+def vs_tar(args: argparse.Namespace) -> None:
+    """``shardkit build SRC OUT`` at its defaults against ``tar --sort=name -cf``, whole
+    process (interpreter start, imports, pool start, manifest and .idx files included),
+    alternating in each round on the same corpus and target; then ``shardkit.build`` in a
+    process after its imports (the in-process figure). Ratios are GNU tar's wall time over
+    shardkit's, per round (the machine's load moves both)."""
+    count = args.images or 12_000
+    src = os.path.join(args.cache, f"corpus-{count}-{args.classes}")
+    corpus = make_corpus(src, count, args.classes)
+    import compileall
+
+    import shardkit
+
+    # Bytecode, as an installed package has it (PYTHONDONTWRITEBYTECODE would otherwise
+    # make every run compile ~100 modules from source: a cost of this checkout, not of use).
+    compileall.compile_dir(os.path.dirname(shardkit.__file__), quiet=1)
+    target = args.targets.split(",")[0]
+    out = os.path.join(target, f"shardkit-bench-out-{os.getpid()}")
+    tar_out = os.path.join(target, f"shardkit-bench-tar-{os.getpid()}.tar")
+    commands = {
+        "GNU tar --sort=name -cf": ["tar", "--sort=name", "-cf", tar_out, "-C", src, "."],
+        "shardkit build (CLI, defaults)": [
+            sys.executable,
+            "-m",
+            "shardkit",
+            "build",
+            src,
+            out,
+            "-q",
+        ],
+    }
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in [*commands, "in-process"]}
+    for round_ in range(args.repeat):
+        for name, cmd in commands.items():
+            shutil.rmtree(out, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tar_out)
+            runs[name].append(run_tree(cmd))
+            print(f"[{round_ + 1}] {name}: {runs[name][-1]['wall']:.2f} s", file=sys.stderr)
+        runs["in-process"].append(measure("shardkit-defaults", src, out, args.workers))
+    shutil.rmtree(out, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tar_out)
+    tar, ours = runs["GNU tar --sort=name -cf"], runs["shardkit build (CLI, defaults)"]
+    ratios = sorted(t["wall"] / s["wall"] for t, s in zip(tar, ours, strict=True))
+    files, megabytes = corpus["files"], corpus["bytes"] / 1e6
+    print(f"\ncorpus: {corpus['images']} JPEGs + {len(corpus['bad'])} corrupt, {megabytes:.0f} MB")
+    print("| round | GNU tar wall s | shardkit wall s | tar/shardkit | CPU s tar / shardkit |")
+    print("| shardkit peak RSS MB (largest process / sum) | in-process s (after imports) |")
+    for i, (t, s, p) in enumerate(zip(tar, ours, runs["in-process"], strict=True)):
+        print(
+            f"| {i + 1} | {t['wall']:.2f} | {s['wall']:.2f} | {t['wall'] / s['wall']:.2f}x | "
+            f"{t['cpu']:.2f} / {s['cpu']:.2f} | {s['rss_max']:.0f} / {s['rss_sum']:.0f} | "
+            f"{p['seconds']:.2f} |"
+        )
+    print(f"tar/shardkit wall, median of {len(ratios)}: {ratios[len(ratios) // 2]:.2f}x")
+    best = {
+        name: min(r, key=lambda x: x["wall"]) for name, r in runs.items() if name != "in-process"
+    }
+    inproc = min(runs["in-process"], key=lambda x: x["seconds"])
+    results = Results("build")
+    results.section(
+        f"build, {count:,} JPEGs ({megabytes:.0f} MB), whole process, best of {args.repeat}; "
+        f"tar/shardkit per round: {', '.join(f'{r:.2f}x' for r in ratios)}",
+        "images/s",
+        [
+            {
+                "name": "shardkit build",
+                "rate": round(files / best[name]["wall"]),
+                "peak_mb": round(best[name]["rss_sum"]),
+            }
+            if name.startswith("shardkit")
+            else {
+                "name": name,
+                "rate": round(files / best[name]["wall"]),
+                "peak_mb": round(best[name]["rss_max"]),
+            }
+            for name in commands
+        ],
+    )
+    results.section(
+        f"shardkit.build in process (after imports), {count:,} JPEGs",
+        "images/s",
+        [
+            {
+                "name": "shardkit.build",
+                "rate": round(files / inproc["seconds"]),
+                "peak_mb": round(inproc["rss_sum"]),
+            }
+        ],
+    )
+    results.write(args.json)
+
+
 def measure(name: str, src: str, out: str, workers: int, base: str = "") -> dict[str, Any]:
     """Run contender ``name`` in its own process; ``NAME@base`` runs shardkit's contender
     ``NAME`` with ``base/src`` (another checkout) first on its path."""
@@ -500,29 +643,10 @@ def measure(name: str, src: str, out: str, workers: int, base: str = "") -> dict
         env = {**os.environ, "PYTHONPATH": os.path.join(base, "src")}
     cmd = [python, os.path.abspath(__file__), "--contender", name]
     cmd += ["--src", src, "--out", out, "--workers", str(workers)]
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, env=env)
-    peaks: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(0.2):
-            _tree_hwm(proc.pid, peaks, cpu)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    stdout, _ = proc.communicate()
-    stop.set()
-    thread.join()
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"{name} failed with status {proc.returncode}")
-    info: dict[str, Any] = json.loads(stdout.decode().strip().splitlines()[-1])
-    info["wall"] = wall
-    info["rss_max"] = max(peaks.values(), default=0) / 1024
-    info["rss_sum"] = sum(peaks.values()) / 1024
-    info["cpu"] = max(sum(cpu.values()), info.get("cpu", 0.0))
+    tree = run_tree(cmd, env)
+    info: dict[str, Any] = json.loads(tree.pop("stdout").strip().splitlines()[-1])
+    tree["cpu"] = max(tree["cpu"], info.get("cpu", 0.0))
+    info.update(tree)
     if "bad_packed" not in info:
         info["bad_packed"] = count_bad(out)
     shutil.rmtree(out, ignore_errors=True)
@@ -625,6 +749,12 @@ def main() -> None:
     parser.add_argument(
         "--base", default="", help="another checkout: adds its shardkit rows (NAME@base)"
     )
+    parser.add_argument(
+        "--vs-tar",
+        action="store_true",
+        help="shardkit build (defaults, whole process) against tar --sort=name, side by side "
+        "(default 12,000 images), and shardkit.build in process",
+    )
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -632,6 +762,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.contender:
         run_contender(args.contender, args.src, args.out, args.workers)
+        return
+    if args.vs_tar:
+        vs_tar(args)
         return
     count = args.images or (3_000 if args.quick else 20_000)
     src = os.path.join(args.cache, f"corpus-{count}-{args.classes}")

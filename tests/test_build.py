@@ -28,6 +28,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
     return make_corpus(str(tmp_path_factory.mktemp("build") / "src"), count=150)
 
 
+def _outputs(shards: list[str], *, skipped: bool) -> list[str]:
+    """What a build writes: the manifest, each shard with its .idx, and the skipped list."""
+    names = ["manifest.json", *shards, *(name + ".idx" for name in shards)]
+    return sorted([*names, "skipped.jsonl"] if skipped else names)
+
+
 def test_same_bytes_for_1_2_and_4_workers(corpus: str, tmp_path: Path) -> None:
     snaps = []
     for workers in (1, 2, 4):
@@ -37,7 +43,9 @@ def test_same_bytes_for_1_2_and_4_workers(corpus: str, tmp_path: Path) -> None:
         assert result.samples == 150 and len(result.shards) == 10
         snaps.append(snapshot(out))
     assert snaps[0] == snaps[1] == snaps[2]
-    assert sorted(snaps[0]) == ["manifest.json"] + [f"shard-{i:06d}.tar" for i in range(10)]
+    shards = [f"shard-{i:06d}.tar" for i in range(10)]
+    # Each shard with its .idx (the default): the same bytes for any number of workers too.
+    assert sorted(snaps[0]) == _outputs(shards, skipped=True)
 
 
 def test_every_good_image_packed_once_with_its_bytes(corpus: str, tmp_path: Path) -> None:
@@ -184,7 +192,8 @@ def test_manifest_fields(corpus: str, tmp_path: Path) -> None:
     assert "workers" not in manifest["options"]
     assert manifest["shardkit_version"] == shardkit.__version__
     assert set(manifest["timing"]) >= {"seconds", "workers"}
-    assert sorted(os.listdir(out)) == ["manifest.json"] + [s["name"] for s in manifest["shards"]]
+    names = [s["name"] for s in manifest["shards"]]
+    assert sorted(os.listdir(out)) == _outputs(names, skipped=bool(manifest["skipped_count"]))
 
 
 def test_progress_callback(corpus: str, tmp_path: Path) -> None:
@@ -211,7 +220,7 @@ def test_rerun_is_a_no_op_and_other_options_need_overwrite(corpus: str, tmp_path
     redo = shardkit.build(corpus, out, options=BuildOptions(max_count=30, overwrite=True))
     assert redo.samples == 150 and max(s.samples for s in redo.shards) == 30
     names = [f"shard-{i:06d}.tar" for i in range(len(redo.shards))]
-    assert sorted(os.listdir(out)) == ["manifest.json", *names]
+    assert sorted(os.listdir(out)) == _outputs(names, skipped=bool(redo.skipped_count))
 
 
 def test_changed_input_is_detected(tmp_path: Path) -> None:

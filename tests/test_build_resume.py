@@ -208,7 +208,10 @@ def test_second_concurrent_build_fails_fast(tmp_path: Path) -> None:
     finally:
         Path(release).touch()
         assert first.wait(timeout=120) == 0
-    assert sorted(os.listdir(out)) == ["manifest.json", "shard-000000.tar", "shard-000001.tar"]
+    shards = ["shard-000000.tar", "shard-000001.tar"]
+    assert sorted(os.listdir(out)) == sorted(
+        ["manifest.json", *shards, *(s + ".idx" for s in shards)]
+    )
 
 
 _UNGUARDED = """

@@ -214,7 +214,7 @@ def _keys_of(out: str) -> list[str]:
     return [
         s["__key__"]
         for name in sorted(os.listdir(out))
-        if name.startswith("shard-")
+        if name.startswith("shard-") and not name.endswith(".idx")
         for s in read_shard(os.path.join(out, name))
     ]
 

@@ -22,7 +22,7 @@ from shardkit.formats.cut import Cut
 from shardkit.formats.record import ShardRecord
 from shardkit.formats.tar import tar_chunks
 from shardkit.tools._inputs import ShardRef
-from shardkit.tools._rawsplit import RawShards, split_raw
+from shardkit.tools._rawsplit import raw_shards, split_raw
 from shardkit.writer import ShardWriter
 
 _NO_LIMIT = 1 << 40  # BuildOptions always has both limits
@@ -61,7 +61,7 @@ def _raw_split(folder: str, samples: list[dict[str, bytes | str]], cut: Cut) -> 
     source = os.path.join(folder, "in.tar")
     with open(source, "wb") as f:
         f.write(b"".join(map(tar.encode_sample, samples)) + tar.END_OF_ARCHIVE)
-    sink = RawShards(
+    sink = raw_shards(
         os.path.join(folder, "r-%04d.tar"), max_count=cut.max_count, max_size=cut.max_size
     )
     return [info.samples for info in split_raw([ShardRef(source, "tar", False)], sink)]
@@ -72,7 +72,7 @@ def _part_writer(folder: str, samples: list[dict[str, bytes | str]], cut: Cut) -
     for sample in samples:
         chunks, size = tar_chunks(str(sample["__key__"]), [("bin", bytes(sample["bin"]))])
         writer.add(str(sample["__key__"]), chunks, size)
-    return [samples for _, samples, _, _ in writer.close()]
+    return [part.samples for part in writer.close()]
 
 
 def _options(cut: Cut) -> BuildOptions:

@@ -99,7 +99,7 @@ def test_raw_split_gives_shardwriters_bytes_across_buffer_boundaries(
     import tempfile
 
     from shardkit.tools._inputs import ShardRef
-    from shardkit.tools._rawsplit import RawShards, split_raw
+    from shardkit.tools._rawsplit import raw_shards, split_raw
     from shardkit.writer import ShardWriter
 
     if max_count is None and max_size is None:
@@ -119,7 +119,9 @@ def test_raw_split_gives_shardwriters_bytes_across_buffer_boundaries(
                     for sample in items:
                         writer.write(sample)
                 inputs.append(ShardRef(writer.shards[0].url, "tar", False))
-        sink = RawShards(os.path.join(folder, "r-%03d.tar"), max_count=max_count, max_size=max_size)
+        sink = raw_shards(
+            os.path.join(folder, "r-%03d.tar"), max_count=max_count, max_size=max_size
+        )
         got = split_raw(inputs, sink, chunk_size=chunk)
         # Byte for byte what ShardWriter writes for the whole stream with these limits:
         with ShardWriter(

@@ -30,7 +30,7 @@ from .formats.names import FORMATS, Format, check_pattern, format_from_name, sha
 from .formats.record import ShardInfo
 from .units import Size
 
-__all__ = ["ShardFile", "ShardWriter", "encode_sample"]
+__all__ = ["Rotation", "ShardFile", "ShardWriter", "copy_samples", "encode_sample"]
 
 
 def encode_sample(
@@ -66,10 +66,9 @@ def _checked_key(key: object) -> str:
 
 
 _NO_CUT = Cut()
-Write = Callable[[memoryview], object]
 
 
-class ShardFile:
+class ShardFile(storage.CommitOrDiscard):
     """One shard file being written: the one object every writer of shards composes.
 
     It owns, for one file: the encoding by format (:meth:`write_sample`), the key rule (the
@@ -191,7 +190,7 @@ class ShardFile:
         self._note(key, size)
         self.file.writev(chunks, size)
 
-    def copy(self, key: str, size: int, emit: Callable[[Write], None]) -> None:
+    def copy(self, key: str, size: int, emit: Callable[[tar.Write], None]) -> None:
         """Append one sample of ``size`` bytes that ``emit(write)`` copies (uncompressed
         shards; the caller sends a pending copy out before :meth:`commit`)."""
         if self._gz is not None:
@@ -264,14 +263,131 @@ class ShardFile:
         """Drop the file: it never appears under its name."""
         self.file.discard()
 
-    def __enter__(self) -> ShardFile:
-        return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.discard()
+class Rotation(storage.CommitOrDiscard):
+    """Numbered shard files, one :class:`ShardFile` at a time: the one rotation that every
+    writer of numbered shards composes (:class:`ShardWriter`, ``split``'s byte copy, the
+    build's parts).
+
+    :meth:`shard` gives the file a sample goes into: the open one, or, when the cut says
+    it is full (:meth:`ShardFile.full`), the next one after this one is committed. The last
+    key is carried from each shard to the next (the key rule holds across a cut), each
+    committed shard is reported (:attr:`shards`, ``on_shard``) and, once ``max_shards`` are
+    committed, :attr:`full` is set and no shard is opened. ``open_file(n)`` makes the
+    atomic file of shard ``n`` (numbers start at ``start``); the other arguments are each
+    shard's (:class:`ShardFile`). ``before_commit`` runs before a shard is committed (a
+    pending copy goes out first).
+    """
+
+    def __init__(
+        self,
+        open_file: Callable[[int], storage.AtomicFile],
+        format: Format = "tar",
+        *,
+        gzip: bool = False,
+        cut: Cut = _NO_CUT,
+        trailer: bool = True,
+        index: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        start: int = 0,
+        max_shards: int | None = None,
+        on_shard: Callable[[ShardInfo], None] | None = None,
+    ) -> None:
+        if max_shards is not None and max_shards < 1:
+            raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
+        self.open_file = open_file
+        self.format: Format = format
+        self.gzip = gzip
+        self.cut = cut
+        self.trailer = trailer
+        self.index = index
+        self.storage_options = storage_options
+        self.number = start
+        self.max_shards = max_shards
+        self.on_shard = on_shard
+        self.before_commit: Callable[[], None] | None = None
+        self.shards: list[ShardInfo] = []
+        self.full = False  # max_shards committed: nothing more is written
+        self.current: ShardFile | None = None
+        self.last_key: str | None = None  # of the shards committed
+
+    def shard(self, key: str, sample: bytes | int) -> ShardFile | None:
+        """The shard that the sample ``key`` (its bytes, or its size for an uncompressed
+        shard) goes into, a new one when the open one is full; None once ``max_shards``
+        are committed. The key rule is checked first."""
+        shard = self.current
+        if shard is not None:
+            shard.check_key(key)
+            if not shard.full(sample):
+                return shard
+            self.cut_here()
+        if self.full:
+            return None
+        self.current = ShardFile(
+            self.open_file(self.number),
+            self.format,
+            gzip=self.gzip,
+            cut=self.cut,
+            trailer=self.trailer,
+            index=self.index,
+            last_key=self.last_key,
+            storage_options=self.storage_options,
+        )
+        return self.current
+
+    def cut_here(self) -> None:
+        """Commit the open shard (if any) and report it; the next sample opens the next."""
+        shard = self.current
+        if shard is None:
+            return
+        if self.before_commit is not None:
+            self.before_commit()
+        info = shard.commit(self.number)
+        self.current = None
+        self.last_key = shard.last_key
+        self.shards.append(info)
+        self.number += 1
+        if self.on_shard is not None:
+            self.on_shard(info)
+        if self.max_shards is not None and len(self.shards) >= self.max_shards:
+            self.full = True
+
+    def commit(self) -> list[ShardInfo]:
+        """Commit the last shard; returns every shard committed."""
+        self.cut_here()
+        return self.shards
+
+    def discard(self) -> None:
+        """Drop the shard in progress (it never appears under its name); those committed
+        stay."""
+        shard, self.current = self.current, None
+        if shard is not None:
+            shard.discard()
+
+
+def copy_samples(members: tar.TarScanner, sink: Rotation) -> bool:
+    """Copy the samples of one tar stream into ``sink``'s shards, member bytes as they are
+    (with the reader's checks); False once the sink is full. A pending copy goes out
+    before each commit (``sink.before_commit``) and after the stream (the caller's
+    ``members.flush_copy()``)."""
+    key: str | None = None
+    start = end = 0
+
+    def add(key: str, start: int, end: int) -> bool:
+        shard = sink.shard(key, end - start)
+        if shard is None:
+            return False
+        shard.copy(key, end - start, lambda write: members.copy_range(start, end, write))
+        return True
+
+    for member, prefix, _ext, new in tar.Grouping(members.url)(members):
+        if new:
+            if key is not None and not add(key, start, end):
+                return False
+            key, start = prefix, member.start
+            members.keep_from(start)
+        end = member.end
+    return key is None or add(key, start, end)
 
 
 _WEBDATASET_NAMES = {"maxcount": "max_count", "maxsize": "max_size", "start_shard": "start_index"}
@@ -302,7 +418,7 @@ def _webdataset_options(
     return ours["max_count"], ours["max_size"], ours["start_index"]
 
 
-class ShardWriter:
+class ShardWriter(storage.CommitOrDiscard):
     """Write samples to ``pattern % index`` shards (tar or TFRecord, optionally gzipped).
 
     >>> with ShardWriter("out/shard-%06d.tar", max_count=10_000, max_size=1 << 30) as sink:
@@ -319,7 +435,9 @@ class ShardWriter:
     webdataset's ``maxcount=``, ``maxsize=`` and ``start_shard=`` are the same options.
     ``index=True`` (the default) writes each shard's ``.idx`` file beside it as the shard is
     committed (what ``shardkit index`` would write), so ``len()``, equal ranks and
-    :func:`shardkit.mix` work on the output at once.
+    :func:`shardkit.mix` work on the output at once. With ``max_shards``, :meth:`write`
+    returns False (and writes nothing) once that many shards are committed.
+    The rotation is :class:`Rotation`'s.
     """
 
     def __init__(
@@ -336,6 +454,7 @@ class ShardWriter:
         on_shard: Callable[[ShardInfo], None] | None = None,
         hash: HashName = DEFAULT_HASH,
         index: bool = True,
+        max_shards: int | None = None,
         **webdataset: Any,
     ) -> None:
         if webdataset:
@@ -357,55 +476,46 @@ class ShardWriter:
         self.max_size = self.cut.max_size
         self.encode = encode
         self.storage_options = storage_options
-        self.on_shard = on_shard
         self.index = index
-        self.shards: list[ShardInfo] = []
-        self._number = start_index
-        self._shard: ShardFile | None = None
-        self._url = ""
-        self._last_key: str | None = None
         self._closed = False
-
-    # -- shard lifecycle
-    def _open(self) -> ShardFile:
-        self._url = shard_name(self.pattern, self._number)
-        self._shard = ShardFile.open(
-            self._url,
+        self._rotation = Rotation(
+            self._open_file,
             self.format,
             gzip=self.compress,
             cut=self.cut,
-            index=self.index,
-            last_key=self._last_key,
-            storage_options=self.storage_options,
-            hash=self.hash,
+            index=index,
+            storage_options=storage_options,
+            start=start_index,
+            max_shards=max_shards,
+            on_shard=on_shard,
         )
-        return self._shard
 
-    def _commit(self) -> None:
-        shard = self._shard
-        if shard is None:
-            return
-        with self._io():
-            info = shard.commit(self._number)
-            self._shard = None
-        self.shards.append(info)
-        self._number += 1
-        if self.on_shard is not None:
-            self.on_shard(info)
+    def _open_file(self, number: int) -> storage.AtomicFile:
+        url = shard_name(self.pattern, number)
+        return storage.open_atomic(url, storage_options=self.storage_options, hash=self.hash)
 
-    def write(self, sample: Mapping[str, Any]) -> None:
-        """Add one sample, starting a new shard first when this one is full."""
+    @property
+    def shards(self) -> list[ShardInfo]:
+        """The shards committed so far."""
+        return self._rotation.shards
+
+    @property
+    def full(self) -> bool:
+        """Whether ``max_shards`` shards are committed (nothing more is written)."""
+        return self._rotation.full
+
+    def write(self, sample: Mapping[str, Any]) -> bool:
+        """Add one sample, starting a new shard first when this one is full; False (the
+        sample not written) once ``max_shards`` shards are committed."""
         if self._closed:
             raise ConfigError("write() on a closed ShardWriter")
         key, data = encode_sample(sample, self.format, codecs=self.encode)
-        shard = self._shard if self._shard is not None else self._open()
-        shard.check_key(key)
-        if shard.full(data):
-            self._commit()
-            shard = self._open()
         with self._io():
+            shard = self._rotation.shard(key, data)
+            if shard is None:
+                return False
             shard.write(key, data)
-        self._last_key = key
+        return True
 
     @contextlib.contextmanager
     def _io(self) -> Iterator[None]:
@@ -414,33 +524,27 @@ class ShardWriter:
         try:
             yield
         except OSError as exc:
-            self.abort()
+            url = shard_name(self.pattern, self._rotation.number)
+            self.discard()
             if isinstance(exc, StorageError):
                 raise
-            raise StorageError(f"cannot write: {exc.strerror or exc}", url=self._url) from exc
+            raise StorageError(f"cannot write: {exc.strerror or exc}", url=url) from exc
 
-    def close(self) -> list[ShardInfo]:
+    def commit(self) -> list[ShardInfo]:
         """Commit the last shard; returns every shard written."""
         if not self._closed:
             self._closed = True
-            self._commit()
+            with self._io():
+                self._rotation.commit()
         return self.shards
 
-    def abort(self) -> None:
+    def discard(self) -> None:
         """Discard the shard in progress (it never appears under its name)."""
         self._closed = True
-        shard, self._shard = self._shard, None
-        if shard is not None:
-            shard.discard()
+        self._rotation.discard()
 
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
+    close = commit
+    abort = discard
 
     def __iter__(self) -> Iterator[ShardInfo]:
         return iter(self.shards)

@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from ..errors import StorageError
 from ..formats.record import ShardRecord
+from ..formats.tar import TarScanner
+from ..writer import Rotation, copy_samples
 from .commit import CommitPool, Namer
 from .journal import AssembledShard, Journal
 from .options import BuildOptions
@@ -121,14 +124,57 @@ class Cutter:
 
 
 def assemble_shard(plan: ShardPlan) -> ShardRecord:
-    """Worker side: copy ``plan``'s ranges into shard ``plan.name``; returns its record."""
-    store = current_run().context.store
+    """Worker side: copy ``plan``'s ranges into shard ``plan.name``; returns its record.
+    With ``index`` (a tar build's default), the shard goes through a
+    :class:`~shardkit.writer.Rotation` that writes its ``.idx`` file: its samples are found
+    by the reader's scanner as they are copied (the same bytes)."""
+    context = current_run().context
+    store = context.store
+    if context.options.index and context.options.format == "tar":
+        return _assemble_indexed(store, plan)
     with store.create(plan.name) as pending:  # a failure (a full disk) leaves nothing behind
         for part, offset, length in plan.ranges:
             for block in _read_range(store, part, offset, length):
                 pending.write(block)
         pending.write(plan.trailer)
     return ShardRecord(plan.name, plan.samples, pending.size, pending.digest)
+
+
+def _assemble_indexed(store: Store, plan: ShardPlan) -> ShardRecord:
+    shard = Rotation(lambda _: store.create(plan.name), index=True, storage_options=store.options)
+    members = TarScanner(cast(BinaryIO, _Ranges(store, plan)), url=store.join(plan.name))
+    shard.before_commit = members.flush_copy
+    try:
+        copy_samples(members, shard)
+        [info] = shard.commit()
+    except BaseException:
+        shard.discard()
+        raise
+    return ShardRecord(plan.name, info.samples, info.bytes, info.digest)
+
+
+class _Ranges:
+    """A readable stream of ``plan``'s ranges, then its trailer."""
+
+    def __init__(self, store: Store, plan: ShardPlan) -> None:
+        blocks = (
+            block
+            for part, offset, length in plan.ranges
+            for block in _read_range(store, part, offset, length)
+        )
+        self._blocks = itertools.chain(blocks, [plan.trailer])
+        self._held = memoryview(b"")
+
+    def read(self, size: int = -1) -> bytes:
+        if size < 0:
+            return bytes(self._held) + b"".join(self._blocks)
+        while not self._held:
+            block = next(self._blocks, None)
+            if block is None:
+                return b""
+            self._held = memoryview(block)
+        data, self._held = self._held[:size], self._held[size:]
+        return bytes(data)
 
 
 def _read_range(store: Store, part: str, offset: int, length: int) -> Iterator[bytes]:

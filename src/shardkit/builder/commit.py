@@ -22,6 +22,7 @@ object store alike; their journal records and part deletions go through the same
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .. import storage
+from ..formats.index import ShardIndex, index_url
 from ..formats.record import ShardRecord
 from .journal import Journal
 from .store import Store
@@ -81,9 +83,16 @@ class Renamer:
     """Commit tasks whose parts are already whole shards, by renaming them in order."""
 
     def __init__(
-        self, store: Store, journal: Journal, final_name: Namer, *, threads: int = 0
+        self,
+        store: Store,
+        journal: Journal,
+        final_name: Namer,
+        *,
+        threads: int = 0,
+        index: bool = False,
     ) -> None:
         self.store = store
+        self.index = index
         self.journal = journal
         self.final_name = final_name
         self.shards: list[ShardRecord] = []
@@ -140,11 +149,25 @@ class Renamer:
     def _rename(self, part: str, final: str, recorded: Future[Any] | None) -> None:
         if recorded is not None:
             recorded.result()  # journaled first (a failed record raises: no rename)
+        if self.index:
+            self._name_index(part, final)
         # A missing part was renamed before an interruption (resume verified it).
         with contextlib.suppress(FileNotFoundError):
             self.store.rename(part, final)
+        if self.index:
+            self.store.remove([index_url(part)])
         with self._lock:
             self._renamed += 1
+
+    def _name_index(self, part: str, final: str) -> None:
+        """Write the ``.idx`` of shard ``final`` from its part's (the same bytes under
+        another name: only the shard name it states changes), before the shard is renamed.
+        None left: it was written before an interruption."""
+        data = self.store.read_bytes(index_url(part))
+        if data is not None:
+            index = ShardIndex.from_json(data, url=self.store.join(index_url(part)))
+            named = dataclasses.replace(index, shard=final)
+            self.store.write_bytes(index_url(final), named.to_json())
 
     def finish(self) -> None:
         """Wait until every shard is renamed (the manifest comes after)."""

@@ -9,12 +9,14 @@ from typing import Any
 from .._temporary import is_temporary, temporary_prefix
 from ..digest import entry_digest
 from ..errors import BuildError
+from ..formats.index import INDEX_SUFFIX, index_url
 from ..formats.manifest import encode_names
 from ..formats.names import MANIFEST_NAME, decode_name
 from ..formats.record import ShardRecord
 from .journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from .manifest import read_manifest
 from .options import BuildOptions
+from .skipped import SKIPPED_NAME
 from .store import Store
 
 __all__ = ["OutputFolder"]
@@ -97,7 +99,9 @@ class OutputFolder:
         self.store.remove(
             name
             for name in self.store.sizes()
-            if (name in names and "/" not in name) or self.final.fullmatch(name)
+            if (name.removesuffix(INDEX_SUFFIX) in names and "/" not in name)
+            or name == SKIPPED_NAME
+            or self.final.fullmatch(name.removesuffix(INDEX_SUFFIX))
         )
         self.journal.remove()
         self.remove_strays()
@@ -118,7 +122,8 @@ class OutputFolder:
             return
         strays = set(hidden)  # what the output holds: the tasks are read back, not held
         for result in self.journal.results():
-            strays.difference_update(part.name for part in result.parts)
+            for part in result.parts:  # its index, if any, goes with it
+                strays.difference_update((part.name, index_url(part.name)))
         self.store.remove(name for name in hidden if name in strays)
 
 

@@ -30,10 +30,14 @@ def make_manifest(
     classes: list[str],
     class_counts: dict[int, int],
     skipped: list[tuple[str, str]],
+    skipped_count: int,
     timing: dict[str, Any],
     fetch: list[dict[str, int]] | None = None,
 ) -> dict[str, Any]:
     """The manifest as a dict (``identity`` is the journal header: options, seed, inputs).
+
+    ``skipped`` is the first skipped items (:mod:`.skipped`: every one is in
+    ``skipped.jsonl``), ``skipped_count`` how many there were.
 
     ``fetch`` holds each shard's http(s) download counts by outcome (a skipped download
     counts in the shard of the next sample packed after it); the manifest gets them, with
@@ -53,6 +57,7 @@ def make_manifest(
         "num_classes": len(classes),
         "class_counts": counts,
         "skipped": [{"path": path, "reason": reason} for path, reason in skipped],
+        "skipped_count": skipped_count,
         "options": options,
         "seed": options["seed"],
         "source": identity["source"],

@@ -36,7 +36,7 @@ ENCODE_FORMATS: tuple[EncodeFormat, ...] = ("keep", "jpg", "png", "webp")
 
 # Options that do not change the output bytes: they are left out of the stored fingerprint.
 _RUN_ONLY = frozenset(
-    {"workers", "overwrite", "engine", "address", "fetch_concurrency", "fetch_timeout"}
+    {"workers", "overwrite", "engine", "address", "fetch_concurrency", "fetch_timeout", "index"}
 )
 # Options added after the first release: left out of the fingerprint at their default, so
 # a dataset or an interrupted build from before them is still recognised as the same.
@@ -77,7 +77,9 @@ class BuildOptions:
     ``sha256``, ``xxh3-128`` or ``none``); it never changes the shards' bytes. ``layout``
     is a folder's: ``classes`` (``SRC/<class>/...``) or ``samples`` (no classes; keys are
     the paths without extensions); either way files sharing a path without their
-    extension form one sample (docs/build.md).
+    extension form one sample (docs/build.md). ``index`` (the default) writes each tar
+    shard's ``.idx`` file beside it (what ``shardkit index`` writes), so ``IndexedDataset``,
+    ``len()`` and the reading core use it at once; it never changes a shard's bytes.
     """
 
     format: OutputFormat = "tar"
@@ -111,6 +113,8 @@ class BuildOptions:
     # tokenizer.json) tokenizes each row's text_column into token shards.
     tokenizer: str | None = None
     text_column: str = "text"
+    # Each shard's .idx file beside it (random access, exact counts); never changes a shard.
+    index: bool = True
 
     def __post_init__(self) -> None:
         if self.tokenizer is not None and not isinstance(self.tokenizer, (str, os.PathLike)):
@@ -144,8 +148,9 @@ class BuildOptions:
         _check_prefix(self.prefix)
         check_hash(self.hash)
         check_engine(self.engine, self.address)
-        if not isinstance(self.shuffle, bool):
-            raise ConfigError(f"shuffle must be True or False, not {self.shuffle!r}")
+        for name in ("shuffle", "index"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")
 
     @property
     def size_limit(self) -> int:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from ..formats import tar
 from ..formats.cut import Cut
-from ..writer import ShardFile
-from .store import Store
+from ..formats.names import Format
+from ..formats.record import ShardRecord
+from ..writer import Rotation
+from .store import Pending, Store
 
 __all__ = ["PartWriter"]
 
@@ -25,7 +27,8 @@ class PartWriter:
     starting a new part where ``cut`` says (:class:`~shardkit.formats.cut.Cut`); each part
     ends with ``trailer`` (``cut.trailer`` bytes long: a tar's end-of-archive blocks, or
     nothing for TFRecord and for the samples-only chunks that the build's assembly cuts).
-    Each part is a :class:`~shardkit.writer.ShardFile` (the key rule, the cut, the commit)."""
+    The parts are a :class:`~shardkit.writer.Rotation` (the key rule, the cut, the commit);
+    with ``index``, each part's ``.idx`` file is written beside it (the commit renames both)."""
 
     def __init__(
         self,
@@ -35,6 +38,8 @@ class PartWriter:
         cut: Cut,
         trailer: bytes = b"",
         keep_sizes: bool = False,
+        format: Format = "tar",
+        index: bool = False,
     ) -> None:
         if len(trailer) != cut.trailer:
             raise ValueError(f"a {len(trailer)}-byte trailer, but the cut counts {cut.trailer}")
@@ -42,45 +47,36 @@ class PartWriter:
             raise ValueError("a part ends with a tar's end-of-archive blocks or nothing")
         self.store = store
         self.pattern = pattern
-        self.cut = cut
-        self.trailer = trailer
         self.sizes: list[int] = []  # of every sample, when ``keep_sizes``
         self._keep_sizes = keep_sizes
-        self.parts: list[tuple[str, int, int, str]] = []  # name, samples, bytes, digest
-        self._part: ShardFile | None = None
-        self._last_key: str | None = None
+        self._parts = Rotation(
+            self._create,
+            format,
+            cut=cut,
+            trailer=bool(trailer),
+            index=index,
+            storage_options=store.options,
+        )
+
+    def _create(self, number: int) -> Pending:
+        return self.store.create(self.pattern % number)
 
     def add(self, key: str, chunks: list[bytes], size: int) -> None:
         """Append one encoded sample (``chunks`` totalling ``size`` bytes)."""
-        part = self._part
-        if part is not None:
-            part.check_key(key)
-            if part.full(size):
-                self._finish(part)
-                part = None
-        if part is None:
-            file = self.store.create(self.pattern % len(self.parts))
-            part = self._part = ShardFile(
-                file, cut=self.cut, trailer=bool(self.trailer), last_key=self._last_key
-            )
+        part = self._parts.shard(key, size)
+        if part is None:  # pragma: no cover - a build's parts have no max_shards
+            raise RuntimeError("a part writer has no max_shards")
         part.writev(key, chunks, size)
-        self._last_key = key
         if self._keep_sizes:
             self.sizes.append(size)
 
-    def _finish(self, part: ShardFile) -> None:
-        self._part = None
-        info = part.commit()
-        self.parts.append((self.pattern % len(self.parts), info.samples, info.bytes, info.digest))
-
-    def close(self) -> list[tuple[str, int, int, str]]:
-        """Commit the last part; returns (name, samples, bytes, digest) of every part."""
-        if self._part is not None:
-            self._finish(self._part)
-        return self.parts
+    def close(self) -> list[ShardRecord]:
+        """Commit the last part; returns the record of every part (its name in the store)."""
+        return [
+            ShardRecord(self.pattern % info.index, info.samples, info.bytes, info.digest)
+            for info in self._parts.commit()
+        ]
 
     def abort(self) -> None:
         """Discard the part in progress."""
-        part, self._part = self._part, None
-        if part is not None:
-            part.discard()
+        self._parts.discard()

@@ -34,6 +34,13 @@ class BuildResult:
     resumed_tasks: int
     seconds: float
     fetch: dict[str, int] = field(default_factory=dict)  # http(s) downloads by outcome
+    # How many items were skipped: ``skipped`` holds the first 1,000 (by path), the
+    # output's ``skipped.jsonl`` every one (-1: as many as ``skipped`` holds).
+    skipped_count: int = -1
+
+    def __post_init__(self) -> None:
+        if self.skipped_count < 0:
+            object.__setattr__(self, "skipped_count", len(self.skipped))
 
     @property
     def bytes(self) -> int:

@@ -24,6 +24,7 @@ one file) or an object-store prefix (locked with a lease object, journal as obje
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +47,7 @@ from .manifest import make_manifest, write_manifest
 from .options import BuildOptions
 from .plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
 from .results import BuildProgress, BuildResult, ProgressFn
+from .skipped import IN_MANIFEST, SkippedLog, write_skipped
 from .sources import Listing
 from .spill import Spill
 from .store import Store
@@ -102,7 +104,11 @@ class _Driver:
         self.assemble = options.transforms or not listing.sizes_known
         self.chunk = min(CHUNK, options.max_count)  # items per task when assembling
         self.committer: Committer = Renamer(
-            store, self.journal, self.folder.final_name, threads=store.commit_threads
+            store,
+            self.journal,
+            self.folder.final_name,
+            threads=store.commit_threads,
+            index=options.index,
         )
         if self.assemble:  # workers assemble the shards the driver cuts
             self.committer = WorkerAssembler(
@@ -116,7 +122,12 @@ class _Driver:
         # What the manifest needs of the tasks committed so far, folded in as each one is
         # handed to the committer (its record is dropped then: it is in the journal).
         self.packed = _Tally()  # what committed tasks packed (their skips: self.skipped)
-        self.skipped: list[tuple[str, str]] = []  # grows with failures, not with items
+        # Every skipped item, sorted in bounded memory (spilled beyond a budget).
+        if isinstance(listing.skipped, SkippedLog):
+            self.skipped = listing.skipped
+        else:
+            self.skipped = SkippedLog(spill)
+            self.skipped.extend(listing.skipped)
         self.class_counts: dict[int, int] = {}
         self.fetch = FetchTally()
 
@@ -126,7 +137,9 @@ class _Driver:
         manifest = self.folder.check(self.identity)
         if manifest is not None:
             shards, skipped = self.folder.already_built(manifest)
-            return self._result(shards, skipped, resumed=-1, fetch=fetched(manifest))
+            count = manifest.get("skipped_count", len(skipped))
+            count = count if isinstance(count, int) else len(skipped)
+            return self._result(shards, (skipped, count), resumed=-1, fetch=fetched(manifest))
         resumed = self.journal.load()
         if resumed:
             for task in self.committer.resume():
@@ -269,7 +282,7 @@ class _Driver:
     def _fold(self, result: TaskResult) -> None:
         """Add a committed task to what the manifest counts."""
         self.packed.add(sum(p.samples for p in result.parts), result.input_bytes, 0)
-        self.skipped += result.skipped
+        self.skipped.extend(result.skipped)
         for label, n in result.class_counts.items():
             self.class_counts[label] = self.class_counts.get(label, 0) + n
 
@@ -317,8 +330,7 @@ class _Driver:
     def _finish(self) -> BuildResult:
         if self.journal.pending():  # every task is committed (in order) before this
             raise BuildError("tasks are left uncommitted after every task ran (a shardkit bug)")
-        skipped = sorted([*self.listing.skipped, *self.skipped])
-        self.counts = _Tally(self.packed.samples, self.packed.bytes, len(skipped))
+        self.counts = _Tally(self.packed.samples, self.packed.bytes, len(self.skipped))
         self._report(force=True)
         counts = self.class_counts
         timing = {
@@ -328,17 +340,20 @@ class _Driver:
         }
         shards = self.committer.shards
         if not any(shard.samples for shard in shards):
-            self._nothing_packed(skipped)
+            self._nothing_packed()
         if self.listing.kind in ("dataset", "iterable") and self.store.object_store is None:
             from .shards import refuse_written_repeats  # keys given as they were loaded
 
             refuse_written_repeats([self.store.join(s.name) for s in shards], self.store.url)
+        self.guard()
+        skipped, count = write_skipped(self.store, self.skipped.sorted())
         manifest = make_manifest(
             identity=self.identity,
             shards=shards,
             classes=self._classes(counts),
             class_counts=counts,
             skipped=skipped,
+            skipped_count=count,
             timing=timing,
             fetch=self.fetch.by_shard(self.committer.cut),
         )
@@ -347,21 +362,24 @@ class _Driver:
         write_manifest(self.store.join(MANIFEST_NAME), manifest, self.store.storage_options)
         self.journal.remove()
         self.folder.remove_strays()
-        return self._result(shards, skipped, resumed=self.resumed, fetch=fetched(manifest))
+        return self._result(shards, (skipped, count), self.resumed, fetched(manifest))
 
-    def _nothing_packed(self, skipped: list[tuple[str, str]]) -> None:
-        """Leave OUT without a manifest, journal or parts, so a rerun starts afresh; raise."""
+    def _nothing_packed(self) -> None:
+        """Leave OUT without a manifest, journal or parts, so a rerun starts afresh; raise
+        (with the first skipped items: the message counts them all)."""
         self.journal.remove()
         self.journal.clear()
         self.folder.remove_strays()
-        what = f"all {len(skipped)} items were skipped" if skipped else "the source has no items"
+        count = len(self.skipped)
+        first = list(itertools.islice(self.skipped.sorted(), IN_MANIFEST))
+        what = f"all {count} items were skipped" if count else "the source has no items"
         message = f"no sample was packed: {what}; nothing was written"
-        raise EmptyBuildError(message, skipped=skipped, url=self.store.url)
+        raise EmptyBuildError(message, skipped=first, url=self.store.url)
 
     def _result(
         self,
         shards: list[ShardRecord],
-        skipped: list[tuple[str, str]],
+        skipped: tuple[list[tuple[str, str]], int],
         resumed: int,
         fetch: dict[str, int],
     ) -> BuildResult:
@@ -370,10 +388,11 @@ class _Driver:
             manifest=self.store.join(MANIFEST_NAME),
             shards=shards,
             samples=sum(s.samples for s in shards),
-            skipped=skipped,
+            skipped=skipped[0],
             resumed_tasks=resumed,
             seconds=time.perf_counter() - self.started,
             fetch=fetch,
+            skipped_count=skipped[1],
         )
 
 
@@ -400,6 +419,7 @@ def run_build(
         finally:
             driver.committer.close()  # commits in flight end before the lock goes
             driver.journal.close()
+            driver.skipped.close()
 
 
 @contextlib.contextmanager

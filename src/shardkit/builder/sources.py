@@ -15,14 +15,20 @@ happens in the workers, so a source object must pickle small (a root folder, a d
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol, TypeAlias
 
 from ..codecs import normalize_image_extension
 from ..errors import BuildError, DataError, EmptyBuildError
 from .samples import FOLDER_EXTENSIONS
 from .spill import RecordFile
+
+if TYPE_CHECKING:
+    from .skipped import SkippedLog
+
+SkippedItems: TypeAlias = "list[tuple[str, str]] | SkippedLog"  # what a listing skipped
 
 __all__ = [
     "Item",
@@ -106,7 +112,7 @@ class Listing:
     source: Source
     items: Items | None  # None for a one-pass iterable
     classes: list[str]
-    skipped: list[tuple[str, str]] = field(default_factory=list)
+    skipped: SkippedItems = field(default_factory=list)
     fingerprint: str = ""
     stream: Iterator[Item] | None = None  # the items of a one-pass iterable
     sizes_known: bool = True  # item.size is the exact input size of every item
@@ -122,12 +128,14 @@ class Listing:
         return self
 
 
-def nothing_found(message: str, skipped: list[tuple[str, str]], url: str) -> NoReturn:
+def nothing_found(message: str, skipped: SkippedItems, url: str) -> NoReturn:
     """Raise for a listing with nothing to pack: with the reasons when files were skipped
-    (:class:`EmptyBuildError`), else a plain :class:`BuildError`."""
-    if skipped:
+    (:class:`EmptyBuildError`, the first of them: the message counts them all), else a
+    plain :class:`BuildError`."""
+    if len(skipped):
         what = f"{message}: all {len(skipped)} files found were skipped; nothing was written"
-        raise EmptyBuildError(what, skipped=skipped, url=url)
+        first = skipped if isinstance(skipped, list) else skipped.sorted()
+        raise EmptyBuildError(what, skipped=list(itertools.islice(first, 1000)), url=url)
     raise BuildError(message, url=url)
 
 

@@ -203,10 +203,11 @@ def _spill_error(exc: OSError, folder: str) -> BuildError:
 
 
 class Sorter:
-    """Sort records (tuples, compared as they are) in runs of at most ``ORDER_BUDGET``."""
+    """Sort records (tuples, compared as they are) in runs of at most ``budget``."""
 
-    def __init__(self, spill: Spill) -> None:
+    def __init__(self, spill: Spill, budget: int | None = None) -> None:
         self.spill = spill
+        self.budget = ORDER_BUDGET if budget is None else budget
         self.count = 0
         self._run: list[Any] = []
         self._runs: list[RecordFile] = []
@@ -218,7 +219,7 @@ class Sorter:
     def add(self, record: Any) -> None:
         self._run.append(record)
         self.count += 1
-        if len(self._run) >= ORDER_BUDGET:
+        if len(self._run) >= self.budget:
             self._spill_run()
 
     def _spill_run(self) -> None:
@@ -227,7 +228,7 @@ class Sorter:
         self._run = []
 
     def _write(self, records: Iterable[Any]) -> RecordFile:
-        run = self.spill.new_file(max(64, min(_BATCH, ORDER_BUDGET // _FAN_IN)))
+        run = self.spill.new_file(max(64, min(_BATCH, self.budget // _FAN_IN)))
         run.extend(records)
         run.flush()
         return run

@@ -76,6 +76,10 @@ class Store(Protocol):
         """This store as a worker on another machine (or in another folder) opens it."""
         ...
 
+    @property
+    def options(self) -> dict[str, Any] | None:
+        """The storage options of its files (None: a local folder)."""
+
     def join(self, name: str) -> str: ...
 
     def sizes(self, folder: str = "") -> dict[str, int]: ...
@@ -135,6 +139,7 @@ class LocalStore:
     object_store = None
 
     def __init__(self, root: str, *, hash: str = DEFAULT_HASH) -> None:
+        self.options: dict[str, Any] | None = None
         self.root = root
         self.url = root
         self.hash = hash

@@ -43,6 +43,7 @@ from ..formats.names import encode_name, lone_surrogate
 from .inputs import FileSource
 from .keys import key_base, path_key, relative_path, spilled_keys
 from .options import BuildOptions
+from .skipped import SkippedLog
 from .sources import (
     Item,
     Listing,
@@ -487,7 +488,7 @@ def _extra_file(cell: Any, column: str, root: str) -> tuple[tuple[str, int], str
 
 def _files(
     rows: Iterable[dict[str, Any]], root: str, columns: _Columns, path: str, spill: Spill
-) -> tuple[Iterator[Found], list[tuple[str, str]]]:
+) -> tuple[Iterator[Found], SkippedLog]:
     """(row, path, location, size, mtime_ns) of every usable row, as they are read, and
     the skipped ones with their reasons (filled as they are read): an empty path, a file
     an earlier row lists already, a missing label, a file that is missing or not an image.
@@ -498,7 +499,7 @@ def _files(
     """
     column = columns.column
     repeats = {} if columns.in_cells else _repeats(rows, root, column, spill)
-    skipped: list[tuple[str, str]] = []
+    skipped = SkippedLog(spill)  # any number of rows: bounded in memory
     schemes = _Schemes(path)
 
     def found() -> Iterator[Found]:

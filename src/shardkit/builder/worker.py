@@ -199,7 +199,7 @@ def run_task(task: Task) -> TaskResult:
     except BaseException:  # a part being written is never left behind, even by a signal
         writer.abort()
         raise
-    result.parts = [ShardRecord(*part) for part in parts]
+    result.parts = parts
     result.sizes = writer.sizes
     return result
 
@@ -239,7 +239,14 @@ def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
     options = context.options
     if context.assemble:  # one part, samples back to back; the driver cuts the shards
         return PartWriter(context.store, pattern, cut=Cut(), keep_sizes=True)
-    return PartWriter(context.store, pattern, cut=options.cut, trailer=options.trailer)
+    return PartWriter(
+        context.store,
+        pattern,
+        cut=options.cut,
+        trailer=options.trailer,
+        format=options.format,
+        index=options.index,
+    )
 
 
 def encode_item(

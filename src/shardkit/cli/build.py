@@ -39,7 +39,7 @@ and a label column (or --field EXT=COLUMN, one per field; a parquet's bytes colu
 files), or shards (a .tar/.tfrecord file or a pattern like 'in-{000000..000009}.tar').
 OUT gets {prefix}-000000.tar ... and manifest.json (written last). Rerunning the same
 command after an interruption resumes it; the output bytes do not depend on --workers.
---index then writes each shard's .idx (as `shardkit index OUT`), for IndexedDataset.
+Each shard gets its .idx beside it (as `shardkit index OUT` writes) unless --no-index.
 """
 
 
@@ -138,8 +138,11 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
     )
     add("--text-column", "with --tokenizer: the column holding the text", metavar="NAME")
-    parser.add_argument(  # not a BuildOptions field: the CLI indexes after the build
-        "--index", action="store_true", help="then write each shard's .idx (random access)"
+    parser.add_argument(
+        "--index",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write each shard's .idx beside it (the default; --no-index: none)",
     )
     parser.set_defaults(func=run)
 
@@ -169,7 +172,9 @@ def _field(text: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import storage
     from ..builder import build
+    from ..builder.skipped import SKIPPED_NAME
 
     options = options_from(args)
     try:
@@ -179,35 +184,46 @@ def run(args: argparse.Namespace) -> int:
         print_error(exc)
         _list_skipped(exc.skipped, every=args.verbose, file=sys.stderr)
         return 1
-    if args.index:
-        from .. import storage
-        from ..tools.index import write_indexes
-
-        write_indexes([storage.join(args.out, shard.name) for shard in result.shards])
     state = "already complete: " if result.resumed_tasks < 0 else ""
     print(
         f"{state}{plural(result.samples, 'sample')} in {plural(len(result.shards), 'shard')} "
-        f"({format_size(result.bytes)}), {len(result.skipped)} skipped, "
+        f"({format_size(result.bytes)}), {result.skipped_count} skipped, "
         f"{result.seconds:.1f} s -> {escape_controls(result.manifest)}"
     )
     if result.fetch:
         counts = ", ".join(f"{n} {escape_controls(what)}" for what, n in result.fetch.items())
         print(f"downloads: {counts}")
     if not args.quiet:
-        _list_skipped(result.skipped, every=args.verbose, file=sys.stdout)
+        listed_in = storage.join(result.out, SKIPPED_NAME)
+        _list_skipped(
+            result.skipped,
+            every=args.verbose,
+            file=sys.stdout,
+            count=result.skipped_count,
+            listed_in=listed_in,
+        )
     return 0
 
 
 _SHOWN = 10  # skipped files listed without -v
 
 
-def _list_skipped(skipped: list[tuple[str, str]], every: bool, file: TextIO) -> None:
+def _list_skipped(
+    skipped: list[tuple[str, str]],
+    every: bool,
+    file: TextIO,
+    count: int | None = None,
+    listed_in: str = "",
+) -> None:
+    """The first skipped items; ``count`` of them in all, every one in ``listed_in``."""
+    count = len(skipped) if count is None else count
     shown = skipped if every else skipped[:_SHOWN]
     for path, reason in shown:
         print(f"  skipped {escape_controls(path)}: {escape_controls(reason)}", file=file)
-    if len(skipped) > len(shown):
-        more = len(skipped) - len(shown)
-        print(f"  ... and {more} more (-v lists them all)", file=file)
+    if count > len(shown):
+        more = count - len(shown)
+        where = "-v lists them all" if count <= len(skipped) else f"all in {listed_in}"
+        print(f"  ... and {more} more ({escape_controls(where)})", file=file)
 
 
 class _ProgressBar:

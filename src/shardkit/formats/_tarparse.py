@@ -46,6 +46,7 @@ __all__ = [
     "REGULAR_TYPES",
     "RawMember",
     "TarScanner",
+    "Write",
     "member_kind",
     "plain_header",
     "plain_members",

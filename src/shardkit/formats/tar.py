@@ -51,7 +51,7 @@ from ..errors import FormatError
 from ..handlers import Handler, reraise
 from ._io import read_exact
 from ._targroup import Grouping, buffer_samples, iter_samples, span_sample
-from ._tarparse import BLOCK, DIRECTORY, REGULAR_TYPES, Buffer, RawMember, TarScanner
+from ._tarparse import BLOCK, DIRECTORY, REGULAR_TYPES, Buffer, RawMember, TarScanner, Write
 from ._tarrules import SAME_KEY, check_key_order, odd_member, split_name
 from ._tarwrite import END_OF_ARCHIVE, TarWriter, encode_sample, tar_chunks
 from .limits import MAX_MEMBER_SIZE
@@ -66,6 +66,7 @@ __all__ = [
     "TarMember",
     "TarScanner",
     "TarWriter",
+    "Write",
     "buffer_samples",
     "check_key_order",
     "encode_sample",

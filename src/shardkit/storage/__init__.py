@@ -41,12 +41,13 @@ from ._urls import (
     local_path,
     url_scheme,
 )
-from ._writing import AtomicFile, Tally, open_atomic
+from ._writing import AtomicFile, CommitOrDiscard, Tally, open_atomic
 
 __all__ = [
     "READ_RETRIES",
     "REQUESTS_IN_FLIGHT",
     "AtomicFile",
+    "CommitOrDiscard",
     "Tally",
     "atomic_write",
     "basename",

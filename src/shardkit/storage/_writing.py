@@ -7,7 +7,7 @@ import io
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from .._temporary import create_temporary, temporary_name
 from ..digest import format_digest, new_hasher
@@ -15,7 +15,30 @@ from ..errors import StorageError
 from ._filesystems import _fs, protocol
 from ._urls import is_local, local_path
 
-__all__ = ["AtomicFile", "Tally", "open_atomic"]
+__all__ = ["AtomicFile", "CommitOrDiscard", "Tally", "open_atomic"]
+
+_Self = TypeVar("_Self", bound="CommitOrDiscard")
+
+
+class CommitOrDiscard:
+    """``with`` over something written atomically: :meth:`commit` on a clean exit,
+    :meth:`discard` on an exception (a file, a shard, a rotation of shards, a tool's
+    output): the one exit rule, so nothing half-written ever keeps its name."""
+
+    def commit(self) -> object:
+        raise NotImplementedError
+
+    def discard(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
 
 
 class Tally:
@@ -52,7 +75,7 @@ class Tally:
         return format_digest(self.hash, self.hexdigest())
 
 
-class AtomicFile:
+class AtomicFile(CommitOrDiscard):
     """A file being written that appears under its name only on :meth:`commit`.
 
     A local file is written under a hidden temporary name in the same folder
@@ -236,15 +259,6 @@ class AtomicFile:
         if isinstance(exc, (StorageError, BrokenPipeError)):
             raise exc
         raise StorageError(f"cannot write: {exc.strerror or exc}", url=self.url) from exc
-
-    def __enter__(self) -> AtomicFile:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.discard()
 
 
 def open_atomic(

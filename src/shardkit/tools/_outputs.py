@@ -61,7 +61,7 @@ def prepare_output(url: str) -> None:
         )
 
 
-class Output:
+class Output(storage.CommitOrDiscard):
     """An open output: :meth:`write` samples; :attr:`raw` is the tar stream (or None)."""
 
     def __init__(
@@ -80,15 +80,11 @@ class Output:
             raise ConfigError(f"format must be 'tar' or 'tfrecord', not {format!r}")
         self.url = url
         self.samples = 0
-        self.full = False  # max_shards reached: stop writing
-        self._max_shards = max_shards
         self._on_shard_fn = on_shard
         self._writer: ShardWriter | None = None
         self._shard: ShardFile | None = None
         if is_pattern(url):
             check_pattern(url, option="output")
-            if max_shards is not None and max_shards < 1:
-                raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
             writer = ShardWriter(
                 url,
                 max_count=max_count,
@@ -96,8 +92,9 @@ class Output:
                 format=format,
                 encode=False,
                 storage_options=storage_options,
-                on_shard=self._on_shard,
+                on_shard=on_shard,
                 hash=hash,
+                max_shards=max_shards,
             )
             prepare_output(url)
             self._writer = writer
@@ -134,11 +131,10 @@ class Output:
             return None
         return shard.file  # type: ignore[return-value]
 
-    def _on_shard(self, info: ShardInfo) -> None:
-        if self._max_shards is not None and len(self.shards) >= self._max_shards:
-            self.full = True
-        if self._on_shard_fn is not None:
-            self._on_shard_fn(info)
+    @property
+    def full(self) -> bool:
+        """Whether ``max_shards`` shards are committed: stop writing."""
+        return self._writer is not None and self._writer.full
 
     def raw_sample(self, key: str) -> None:
         """Account for a sample the caller is about to copy to :attr:`raw` as raw members
@@ -154,35 +150,24 @@ class Output:
         if self.format == "tar":
             sample = tar_fields(sample)
         if self._writer is not None:
-            self._writer.write(sample)
-            if self.full:  # this sample opened shard max_shards + 1: drop that shard
-                self._writer.abort()
+            if not self._writer.write(sample):  # max_shards committed: not written
                 return
         elif self._shard is not None:
             self._shard.write_sample(sample)
         self.samples += 1
 
-    def close(self) -> None:
+    def commit(self) -> None:
         """Finish the output: commit the last shard, or end and commit the file."""
         if self._writer is not None:
-            self._writer.close()
+            self._writer.commit()
         if self._shard is not None:
             info = self._shard.commit()
             if self._on_shard_fn is not None:
                 self._on_shard_fn(info)
 
-    def abort(self) -> None:
+    def discard(self) -> None:
         """Discard what is not committed yet."""
         if self._writer is not None:
-            self._writer.abort()
+            self._writer.discard()
         if self._shard is not None:
             self._shard.discard()
-
-    def __enter__(self) -> Output:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()

@@ -14,7 +14,7 @@ from ..units import Size
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, prepare_output
 from ._progress import ToolProgressFn, track
-from ._rawsplit import RawShards, split_raw
+from ._rawsplit import raw_shards, split_raw
 
 __all__ = ["split", "write_shards"]
 
@@ -101,10 +101,8 @@ def split(
     if (format or kind) == "tar" and not gz and all(ref.format == "tar" for ref in refs):
         if max_count is None and max_size is None:
             raise ConfigError("give max_count and/or max_size (--max-count, --max-size)")
-        if max_shards is not None and max_shards < 1:
-            raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
         prepare_output(pattern)
-        sink = RawShards(
+        sink = raw_shards(
             pattern,
             max_count=max_count,
             max_size=max_size,
