@@ -5,10 +5,13 @@ only when it names none. The ``.idx`` files beside a pattern's shards count as a
 from __future__ import annotations
 
 import ast
+import contextlib
 import gzip
+import importlib
 import inspect
 import io
 import os
+import pkgutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -136,6 +139,17 @@ def _probe(obj: Any, param: str, probe: str, tmp: Path) -> type[BaseException] |
     return None
 
 
+def _import_every_module() -> None:
+    """Import every shardkit module now, so that none binds a stand-in below at its first
+    import (``from .urls import find_shards`` inside a module imported during the probe
+    would keep the stand-in after monkeypatch restores the names it set)."""
+    for found in pkgutil.walk_packages(shardkit.__path__, "shardkit."):
+        if found.name.endswith("__main__"):
+            continue
+        with contextlib.suppress(ImportError):  # a module of an extra not installed
+            importlib.import_module(found.name)
+
+
 def _entry_points(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> dict[str, set[str]]:
     """Every public callable of ``shardkit`` and ``shardkit.tools``, found by what it does
     with each argument that may be a string, whatever its name: called with a folder in
@@ -158,6 +172,7 @@ def _entry_points(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> dict[str, set[s
 
         return raw
 
+    _import_every_module()  # a module first imported under the patches would keep them
     original_parts = urls.resolve_parts
     original_find = urls.find_shards
     _patch_everywhere(monkeypatch, urls.resolve_parts, resolver)
