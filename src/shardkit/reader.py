@@ -27,7 +27,7 @@ import logging
 import mmap
 import zlib
 from collections.abc import Generator, Iterator
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from . import storage
 from .errors import DataError, FormatError
@@ -35,6 +35,9 @@ from .formats.limits import MAX_MEMBER_SIZE
 from .formats.manifest import ManifestContents, parse_manifest
 from .formats.names import Format, format_from_name
 from .handlers import Handler, reraise
+
+if TYPE_CHECKING:
+    from .formats.members import MemberTable
 
 __all__ = [
     "detect_format",
@@ -148,6 +151,7 @@ def read_shard(
     cache_dir: str | None = None,
     cache_limit: int | None = None,
     copy: bool = True,
+    members: MemberTable | None = None,
 ) -> Generator[dict[str, Any], None, None]:
     """Open ``url`` and yield its samples; the stream is closed when iteration ends.
 
@@ -164,6 +168,14 @@ def read_shard(
     refill; the samples, errors and limits are the stream's. There ``copy=False``
     makes the fields memoryviews of the mapping instead of ``bytes`` (no copy; each
     view keeps the mapping alive); elsewhere fields are ``bytes`` either way.
+
+    ``members``: the member table of the shard's checked index
+    (:mod:`shardkit.formats.members`, through :func:`shardkit.pipeline.idxfiles.load_index`).
+    Where the shard mapped has the size the table was made for, no header is parsed: the
+    table is checked once against the shard's bytes
+    (:func:`~shardkit.formats.members.verify_members`; the verdict is kept on the table)
+    and each sample is slices of the mapping. Without a table (no index, or an older
+    one) the shard is parsed.
     """
     kind, gz = detect_format(url, format)
     check = functools.partial(holds_whole_shard, format=kind) if cache_dir is not None else None
@@ -177,6 +189,9 @@ def read_shard(
     try:
         mapped = _map_tar(url, stream) if kind == "tar" and not gz else None
         if mapped is not None:
+            if members is not None and members.shard_bytes == len(mapped):
+                yield from _sliced_samples(mapped, members, url, handler, copy)
+                return
             yield from _mapped_samples(mapped, url, handler, max_member_size, copy)
             return
         yield from iter_shard_samples(
@@ -228,6 +243,42 @@ def _mapped_samples(
             if done - released >= _RELEASE and _DONTNEED is not None:
                 mapped.madvise(_DONTNEED, released, done - released)
                 released = done
+    except FormatError as exc:
+        handler(exc)
+    finally:
+        with contextlib.suppress(BufferError):  # views are out: it closes with the last
+            mapped.close()
+
+
+def _sliced_samples(
+    mapped: mmap.mmap,
+    table: MemberTable,
+    url: str,
+    handler: Handler,
+    copy: bool,
+) -> Iterator[dict[str, Any]]:
+    """The samples of a mapped tar shard as slices, from its index's member table; pages
+    behind the reader leave the resident set as in :func:`_mapped_samples`."""
+    from .formats.members import slice_samples, verify_members
+
+    offsets, total = table.offsets, len(table.offsets)
+    verified = table.verified
+    try:
+        # ~_RELEASE bytes of samples at a time (checked against the bytes on the first
+        # pass of this process), then their pages are let go
+        step = max(1, total * _RELEASE // max(len(mapped), 1))
+        released = 0
+        for first in range(0, total, step):
+            last = min(first + step, total)
+            if not verified:
+                verify_members(mapped, table, first, last, url=url)
+            yield from slice_samples(mapped, table, first, last, url=url, copy=copy)
+            if last < total and _DONTNEED is not None:
+                done = offsets[last] - offsets[last] % mmap.PAGESIZE
+                if done > released:
+                    mapped.madvise(_DONTNEED, released, done - released)
+                    released = done
+        table.verified = True
     except FormatError as exc:
         handler(exc)
     finally:
