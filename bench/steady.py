@@ -22,7 +22,6 @@ venv with torch 2.13, litdata, mosaicml-streaming, webdataset; ``bench/standins`
 from __future__ import annotations
 
 import argparse
-import io
 import itertools
 import json
 import os
@@ -47,7 +46,10 @@ def _folder(root: str, name: str, kind: str) -> str:
 
 
 def _text(rng: random.Random) -> bytes:
-    words = [rng.choice(("data", "shard", "sample", "tensor", "loader", "read", "token")) for _ in range(180)]
+    words = [
+        rng.choice(("data", "shard", "sample", "tensor", "loader", "read", "token"))
+        for _ in range(180)
+    ]
     return " ".join(words).encode()[: rng.randint(900, 1100)]
 
 
@@ -200,8 +202,14 @@ def main(args: argparse.Namespace, results: Any) -> None:
         for name in SETS:
             command = [args.peers, os.path.join(HERE, "read.py"), "--steady", "--data", args.data]
             command += ["--child", "prepare-peers", "--set", name]
-            path = [os.path.join(HERE, "standins"), HERE, os.path.join(os.path.dirname(HERE), "src")]
-            subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+            path = [
+                os.path.join(HERE, "standins"),
+                HERE,
+                os.path.join(os.path.dirname(HERE), "src"),
+            ]
+            subprocess.run(
+                command, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+            )
     names = [n for n in SETS if not args.only or args.only in n]
     for name in names:
         steady: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
@@ -213,7 +221,12 @@ def main(args: argparse.Namespace, results: Any) -> None:
         _report(name, steady, whole, results)
 
 
-def _report(name: str, steady: dict[str, list[dict[str, Any]]], whole: dict[str, list[dict[str, Any]]], results: Any) -> None:
+def _report(
+    name: str,
+    steady: dict[str, list[dict[str, Any]]],
+    whole: dict[str, list[dict[str, Any]]],
+    results: Any,
+) -> None:
     what = f"{SETS[name]:,} " + ("~1 KB text + cls" if name == "small" else "~67 KB JPEGs + cls")
     lit = max(r["rate"] for r in steady["litdata"]) if "litdata" in steady else None
     rows, whole_rows = [], []
@@ -225,11 +238,22 @@ def _report(name: str, steady: dict[str, list[dict[str, Any]]], whole: dict[str,
         cold_rate = cold["samples"] / cold["wall_s"]
         ratio = f"{rate / lit:.2f}x litdata" if lit else ""
         print(
-            f"  {contender:22s} {rate:10,.0f}/s  {ratio:14s} peak {peak:6.0f} MB   "
-            f"whole process {cold['wall_s']:.2f} s ({cold_rate:,.0f}/s, peak {cold['peak_mb']:.0f} MB)"
+            f"  {contender:26s} {rate:10,.0f}/s  {ratio:14s} peak {peak:6.0f} MB   "
+            f"whole process {cold['wall_s']:.2f} s ({cold_rate:,.0f}/s, "
+            f"peak {cold['peak_mb']:.0f} MB)"
         )
-        label = contender if contender.startswith(("shardkit", "base")) else {"litdata": "litdata StreamingDataset", "mds": "MDS StreamingDataset", "webdataset": "webdataset"}[contender]
+        label = (
+            contender
+            if contender.startswith(("shardkit", "base"))
+            else {
+                "litdata": "litdata StreamingDataset",
+                "mds": "MDS StreamingDataset",
+                "webdataset": "webdataset",
+            }[contender]
+        )
         rows.append({"name": label, "rate": round(rate), "peak_mb": round(peak)})
-        whole_rows.append({"name": label, "rate": round(cold_rate), "peak_mb": round(cold["peak_mb"])})
+        whole_rows.append(
+            {"name": label, "rate": round(cold_rate), "peak_mb": round(cold["peak_mb"])}
+        )
     results.section(f"read in-process steady state, {what}", "samples/s", rows)
     results.section(f"read whole process (one pass), {what}", "samples/s", whole_rows)

@@ -144,6 +144,7 @@ class MemberTable:
     ) -> None:
         """Check the table against the index's spans (see the module docs) and keep where
         each member's data lies; a FormatError naming ``url`` (the index) if it lies."""
+
         def bad(message: str) -> FormatError:
             return FormatError(f"bad index member table: {message}", url=url)
 
@@ -168,10 +169,12 @@ class MemberTable:
                 pos += -size % BLOCK
             m += counts[lid]
             if pos != offset + span:
-                raise bad(f"the members of sample {i} do not fill its span ({span} bytes at {offset})")
+                raise bad(
+                    f"the members of sample {i} do not fill its span ({span} bytes at {offset})"
+                )
         first.append(m)
         bounds = [*starts, len(offsets)]
-        self.runs = [(a, b, self.layout[a]) for a, b in zip(bounds, bounds[1:], strict=False)]
+        self.runs = [(a, b, self.layout[a]) for a, b in itertools.pairwise(bounds)]
         self.data, self.ends, self.first = data, ends, first
         self.offsets, self.shard_bytes = array("q", offsets), shard_bytes
         self._keys = "".join(key + "\0" for key in keys)
@@ -317,7 +320,7 @@ def verify_members(
             m += 1
 
 
-def _plain_as_listed(header: bytes, size: int) -> bool:
+def _plain_as_listed(header: bytes | bytearray, size: int) -> bool:
     """Whether a header is a plain regular file's (type ``0``, no name prefix), of
     ``size`` bytes, with a right checksum."""
     try:

@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 from .. import storage
 from ..errors import ConfigError, FormatError
-from ..formats.members import MemberTable
 from ..formats.index import (
     INDEX_SUFFIX,
     ShardIndex,
@@ -29,6 +28,7 @@ from ..formats.index import (
     index_url,
     prepared_members,
 )
+from ..formats.members import MemberTable
 
 __all__ = [
     "IndexCache",

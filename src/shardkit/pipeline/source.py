@@ -56,12 +56,12 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
     loaded once per process (``options.indexes``)."""
     members = None
     kind, gz = reader.detect_format(url, options.format)
-    if kind == "tar" and not gz and (options.cache_dir is not None or storage.is_local(url)):
-        if not storage.is_executing(url) and url != "-":
-            try:
-                members = options.indexes.get(url, options.storage_options)
-            except FormatError as exc:  # a bad or stale index: the shard is refused
-                return _refused(exc, options.handler)
+    mapped = options.cache_dir is not None or storage.is_local(url)  # a file it maps
+    if kind == "tar" and not gz and mapped and not storage.is_executing(url) and url != "-":
+        try:
+            members = options.indexes.get(url, options.storage_options)
+        except FormatError as exc:  # a bad or stale index: the shard is refused
+            return _refused(exc, options.handler)
     return reader.read_shard(
         url,
         format=options.format,

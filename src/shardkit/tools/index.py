@@ -15,8 +15,8 @@ from .. import storage
 from ..errors import ConfigError, FormatError, StorageError
 from ..formats.index import INDEX_SUFFIX, ShardIndex, index_url, indexed_sample
 from ..formats.members import MemberTable, TableBuilder
-from ..formats.tar import read_exact
 from ..formats.names import Format
+from ..formats.tar import read_exact
 from ._progress import ToolProgressFn, track
 from .verify import scan_shard
 
