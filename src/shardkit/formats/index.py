@@ -164,9 +164,9 @@ def check_index(index: ShardIndex, shard_name: str, *, url: str) -> None:
     (:meth:`~shardkit.formats.members.MemberTable.check`; that its members fill each
     span exactly, :func:`prepared_members` checks before a reader slices by it). Every
     consumer of an index (``Dataset``'s counts and reads, ``IndexedDataset``, the build
-    from shards) loads it through this check; what it cannot see without reading the shard (a span holding two
-    samples) is :func:`span_sample`'s to refuse, or, with a member table,
-    :func:`~shardkit.formats.members.verify_members`'s."""
+    from shards) loads it through this check; what it cannot see without reading the
+    shard (a span holding two samples) is :func:`span_sample`'s to refuse, or, with a
+    member table, :func:`~shardkit.formats.members.verify_members`'s."""
     size = index.shard_bytes
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise FormatError(f"bad index: shard size {size!r}", url=url)
