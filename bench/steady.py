@@ -35,7 +35,7 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETS = {"small": 200_000, "jpeg": 6_000}
-CAPS = {"mds": 5_000, "webdataset": 40_000}  # samples per pass of the slow peers
+CAPS = {"mds": 2_000, "webdataset": 20_000}  # samples per pass of the slow peers
 CONTENDERS = ["shardkit", "shardkit copy=False", "litdata", "mds", "webdataset"]
 PEERS = {"litdata", "mds", "webdataset"}
 _CHUNK = 64_000_000

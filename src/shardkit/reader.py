@@ -6,9 +6,13 @@ Samples are dicts of raw bytes fields plus ``__key__``, ``__url__`` and ``__offs
 (the byte offset where the sample starts in the uncompressed stream). TFRecord samples
 are their Example's features, mapped as :mod:`shardkit.formats.example` documents.
 
-A local uncompressed tar shard is memory-mapped and parsed over the mapping by the same
-parser (:func:`shardkit.formats.tar.buffer_samples`), with the same samples and errors;
-every other shard is read as a stream.
+A local uncompressed tar shard is memory-mapped: with an index that has a member table
+(:mod:`shardkit.formats.members`) its samples are slices of the mapping, no header
+parsed; without one it is parsed over the mapping by the same parser
+(:func:`shardkit.formats.tar.buffer_samples`), with the same samples and errors. A local
+uncompressed TFRecord shard is mapped too, its records sliced out
+(:func:`shardkit.formats.tfrecord.buffer_records`, CRCs checked). Every other shard is
+read as a stream.
 
 Untrusted shards are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError` (or a subclass), members and records are read
@@ -187,7 +191,12 @@ def read_shard(
         cache_check=check,
     )
     try:
-        mapped = _map_tar(url, stream) if kind == "tar" and not gz else None
+        mapped = _map_file(url, stream) if kind == "tar" and not gz else None
+        if kind == "tfrecord" and not gz:
+            records = _map_file(url, stream)  # a local file (or cache copy): sliced
+            if records is not None:
+                yield from _mapped_records(records, url, handler, verify, max_member_size)
+                return
         if mapped is not None:
             if members is not None and members.shard_bytes == len(mapped):
                 yield from _sliced_samples(mapped, members, url, handler, copy)
@@ -207,7 +216,41 @@ def read_shard(
         stream.close()
 
 
-def _map_tar(url: str, stream: BinaryIO) -> mmap.mmap | None:
+def _mapped_records(
+    mapped: mmap.mmap, url: str, handler: Handler, verify: bool, max_record_length: int
+) -> Iterator[dict[str, Any]]:
+    """The samples of a mapped TFRecord shard: its records sliced out of the mapping
+    (:func:`shardkit.formats.tfrecord.buffer_records`, CRCs checked), decoded as
+    :func:`iter_stream_samples` decodes them, pages behind the reader let go."""
+    from .formats.example import decode_example, example_to_sample
+    from .formats.tfrecord import buffer_records
+
+    released = 0
+    try:
+        records = buffer_records(
+            mapped, url=url, verify=verify, max_record_length=max_record_length
+        )
+        for index, (offset, record) in enumerate(records):
+            try:
+                features = decode_example(record, url=url, offset=offset)
+                sample = example_to_sample(features, key=f"{index:08d}", url=url)
+            except DataError as exc:
+                if not handler(exc):
+                    return
+                continue
+            sample["__offset__"] = offset
+            yield sample
+            done = offset - offset % mmap.PAGESIZE
+            if done - released >= _RELEASE and _DONTNEED is not None:
+                mapped.madvise(_DONTNEED, released, done - released)
+                released = done
+    except FormatError as exc:
+        handler(exc)
+    finally:
+        mapped.close()
+
+
+def _map_file(url: str, stream: BinaryIO) -> mmap.mmap | None:
     """The mapping of a shard opened from a local file at its start, unless it is empty
     or gzipped (by its magic bytes); None for any other stream."""
     if url == "-":
