@@ -30,7 +30,7 @@ def _both(path: str) -> tuple[list[Any], list[Any]]:
     for mapped in (True, False):
         seen: list[Exception] = []
 
-        def report(exc: Exception) -> bool:
+        def report(exc: Exception, seen: list[Exception] = seen) -> bool:
             seen.append(exc)
             return True
 

@@ -160,7 +160,7 @@ def iter_records(
 
 
 def buffer_records(
-    buffer: bytes | bytearray | mmap.mmap,
+    buffer: bytes | mmap.mmap,
     *,
     url: str | None = None,
     verify: bool = True,
