@@ -29,11 +29,13 @@ parser.
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import repeat
+from operator import add, and_, eq, ne, sub
 from typing import Any
 
 from ..errors import FormatError
@@ -151,34 +153,36 @@ class MemberTable:
         if self.first:
             return  # prepared before
         self.check(len(offsets), url=url)
+        # No Python per member: each member takes a header block and its padded data;
+        # the running total of those, shifted to each sample's offset, is where its data
+        # starts, and each sample's members must add up to its span.
         counts = [len(names) for names in self.layouts]
-        data, ends, first = array("q"), array("q"), array("q")
-        starts: list[int] = []  # the samples where a run of one layout starts
-        sizes, m, previous = self.sizes, 0, -1
-        for i, (lid, offset, span) in enumerate(zip(self.layout, offsets, spans, strict=True)):
-            if lid != previous:
-                starts.append(i)
-                previous = lid
-            first.append(m)
-            pos = offset
-            for size in sizes[m : m + counts[lid]]:
-                pos += BLOCK
-                data.append(pos)
-                pos += size
-                ends.append(pos)
-                pos += -size % BLOCK
-            m += counts[lid]
-            if pos != offset + span:
-                raise bad(
-                    f"the members of sample {i} do not fill its span ({span} bytes at {offset})"
-                )
-        first.append(m)
+        per_sample = array("q", map(counts.__getitem__, self.layout))
+        first = array("q", itertools.accumulate(per_sample, initial=0))
+        padded = map(and_, map(add, self.sizes, repeat(2 * BLOCK - 1)), repeat(-BLOCK))
+        total = array("q", itertools.accumulate(padded, initial=0))  # blocks before member m
+        at_first = array("q", map(total.__getitem__, first))
+        filled = map(sub, at_first[1:], at_first[:-1])
+        if not all(map(eq, filled, spans)):
+            filled_each = zip(filled_list(at_first), spans, strict=True)
+            i = next(i for i, (x, y) in enumerate(filled_each) if x != y)
+            raise bad(
+                f"the members of sample {i} do not fill its span ({spans[i]} bytes at {offsets[i]})"
+            )
+        shifts = map(sub, offsets, at_first)  # per sample: its offset less blocks before it
+        shift = itertools.chain.from_iterable(map(repeat, shifts, per_sample))
+        data = array("q", map(add, map(add, total[:-1], shift), repeat(BLOCK)))
+        ends = array("q", map(add, data, self.sizes))
+        layout = self.layout
+        starts = [0, *itertools.compress(itertools.count(1), map(ne, layout[1:], layout))]
+        starts = starts if layout else []
         bounds = [*starts, len(offsets)]
         self.runs = [(a, b, self.layout[a]) for a, b in itertools.pairwise(bounds)]
         self.data, self.ends, self.first = data, ends, first
         self.offsets, self.shard_bytes = array("q", offsets), shard_bytes
-        self._keys = "".join(key + "\0" for key in keys)
-        self._key_at = array("q", itertools.accumulate((len(key) + 1 for key in keys), initial=0))
+        self._keys = "\0".join(keys) + "\0" if keys else ""
+        lengths = map(add, map(len, keys), repeat(1))
+        self._key_at = array("q", itertools.accumulate(lengths, initial=0))
 
 
 def _list(value: Any) -> list[Any]:
@@ -191,6 +195,11 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError("an extension is not a string")
     return value
+
+
+def filled_list(at_first: array[int]) -> list[int]:
+    """Each sample's bytes, as its members take them (for the error message)."""
+    return [b - a for a, b in itertools.pairwise(at_first)]
 
 
 def _pack(numbers: array[int], code: str) -> str:
@@ -242,7 +251,7 @@ def table_sample(
     """Sample ``i`` from a buffer holding its span (``base``: the shard offset of
     ``buffer[0]``), its members checked against their headers first
     (:func:`verify_members`): random access by the member table."""
-    verify_members(buffer, table, i, i + 1, url=url, base=base)
+    verify_members(buffer, table, i, i + 1, url=url, base=base, checksums=True)
     get = buffer.__getitem__ if copy else memoryview(buffer).__getitem__
     m = table.first[i]
     (key,) = table.keys(i, i + 1)
@@ -278,12 +287,21 @@ class TableBuilder:
 
 
 def verify_members(
-    buffer: Buffer, table: MemberTable, start: int, stop: int, *, url: str, base: int = 0
+    buffer: Buffer,
+    table: MemberTable,
+    start: int,
+    stop: int,
+    *,
+    url: str,
+    base: int = 0,
+    checksums: bool = False,
 ) -> None:
     """FormatError (naming the shard) unless each member of samples ``start`` to ``stop``
     has, in the shard's bytes, a plain header naming its key and extension and holding
     its size: a stale or lying table never gives another sample's bytes. ``base`` is the
-    shard offset of ``buffer[0]``."""
+    shard offset of ``buffer[0]``. The members are compared in bulk first
+    (:func:`_all_as_listed`); ``checksums`` (random access, a sample at a time) checks
+    each member by the rules instead, its header checksum too."""
     first, data, sizes, layouts, layout = (
         table.first,
         table.data,
@@ -291,7 +309,9 @@ def verify_members(
         table.layouts,
         table.layout,
     )
-    for i, key in enumerate(table.keys(start, stop), start):
+    if not checksums and _all_as_listed(buffer, table, start, stop, base):
+        return
+    for i, key in enumerate(table.keys(start, stop), start):  # find it, and say what it is
         prefix = key + "."
         m = first[i]
         for ext in layouts[layout[i]]:
@@ -318,6 +338,42 @@ def verify_members(
                     key=key,
                 )
             m += 1
+
+
+def _all_as_listed(buffer: Buffer, table: MemberTable, start: int, stop: int, base: int) -> bool:
+    """Whether every member of samples ``start`` to ``stop`` has, in its header, the name
+    ``key.ext`` then NUL, type ``0`` and the size field ``%011o`` of its listed size:
+    compared in bulk, by ``map`` over the table's arrays, no Python per member (header
+    checksums are not summed here). False says only that one differs (an upper-case
+    extension, another writer's fields, or a lie): :func:`verify_members` then checks
+    each member by the rules."""
+    first, layouts = table.first, table.layouts
+    f, g = first[start], first[stop]
+    get = buffer.__getitem__
+    data = table.data[f:g]
+
+    def fields(a: int, b: int) -> Iterator[bytes]:
+        starts = map(add, data, repeat(a - BLOCK - base))
+        stops = map(add, data, repeat(b - BLOCK - base))
+        return map(get, map(slice, starts, stops))  # type: ignore[arg-type]
+
+    ids = table.layout[start:stop]
+    counts = map(len, map(layouts.__getitem__, ids))
+    keys = itertools.chain.from_iterable(map(repeat, table.keys(start, stop), counts))
+    exts = itertools.chain.from_iterable(map(_dotted, map(layouts.__getitem__, ids)))
+    names = list(map(str.encode, map(add, keys, exts), repeat("utf-8"), repeat("surrogateescape")))
+    heads = array("q", map(add, data, repeat(-BLOCK - base)))
+    found = map(get, map(slice, heads, map(add, heads, map(len, names))))
+    return (
+        all(map(eq, found, names))  # type: ignore[arg-type]
+        and all(map(eq, fields(124, 136), map(b"%011o\0".__mod__, table.sizes[f:g])))
+        and all(map(eq, fields(156, 157), repeat(b"0")))
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _dotted(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f".{name}\0" for name in names)
 
 
 def _plain_as_listed(header: bytes | bytearray, size: int) -> bool:
