@@ -33,7 +33,7 @@ import functools
 import itertools
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from operator import add, and_, eq, ne, sub
 from typing import Any
@@ -75,7 +75,6 @@ class MemberTable:
         self.shard_bytes = 0
         self.offsets = array("q")  # per sample: its span's offset
         self.data = array("q")  # per member: its data's shard offset
-        self.ends = array("q")  # per member: its data's end
         self.first = array("q")  # per sample: its first member; one past the last at the end
         self.runs: list[tuple[int, int, int]] = []  # (first sample, end sample, layout)
         self._keys = ""  # every key, each followed by NUL (no tar name holds one)
@@ -172,13 +171,12 @@ class MemberTable:
         shifts = map(sub, offsets, at_first)  # per sample: its offset less blocks before it
         shift = itertools.chain.from_iterable(map(repeat, shifts, per_sample))
         data = array("q", map(add, map(add, total[:-1], shift), repeat(BLOCK)))
-        ends = array("q", map(add, data, self.sizes))
         layout = self.layout
         starts = [0, *itertools.compress(itertools.count(1), map(ne, layout[1:], layout))]
         starts = starts if layout else []
         bounds = [*starts, len(offsets)]
         self.runs = [(a, b, self.layout[a]) for a, b in itertools.pairwise(bounds)]
-        self.data, self.ends, self.first = data, ends, first
+        self.data, self.first = data, first
         self.offsets, self.shard_bytes = array("q", offsets), shard_bytes
         self._keys = "\0".join(keys) + "\0" if keys else ""
         lengths = map(add, map(len, keys), repeat(1))
@@ -257,7 +255,8 @@ def table_sample(
     (key,) = table.keys(i, i + 1)
     sample: dict[str, Any] = {"__key__": key, "__url__": url, "__offset__": table.offsets[i]}
     for j, ext in enumerate(table.layouts[table.layout[i]]):
-        sample[ext] = get(slice(table.data[m + j] - base, table.ends[m + j] - base))
+        at = table.data[m + j] - base
+        sample[ext] = get(slice(at, at + table.sizes[m + j]))
     return sample
 
 
@@ -386,6 +385,11 @@ def _plain_as_listed(header: bytes | bytearray, size: int) -> bool:
     return header[156] == 0x30 and not header[345] and stated == size and checksum_ok(header)
 
 
+def _column(get: Callable[[slice], Any], starts: array[int], sizes: array[int]) -> Iterator[Any]:
+    """One field of a run of samples: ``get(slice(start, start + size))`` of each."""
+    return map(get, map(slice, starts, map(add, starts, sizes)))
+
+
 def slice_samples(
     buffer: Buffer, table: MemberTable, start: int, stop: int, *, url: str | None, copy: bool = True
 ) -> Iterator[dict[str, Any]]:
@@ -395,7 +399,7 @@ def slice_samples(
     No Python runs per member: a run of samples with one layout is built by ``map`` and
     ``zip`` over the table's arrays."""
     get = buffer.__getitem__ if copy else memoryview(buffer).__getitem__
-    data, ends, first, offsets = table.data, table.ends, table.first, table.offsets
+    data, sizes, first, offsets = table.data, table.sizes, table.first, table.offsets
     for a, b, lid in table.runs:
         a, b = max(a, start), min(b, stop)
         if a >= b:
@@ -403,6 +407,6 @@ def slice_samples(
         names = _HEAD + table.layouts[lid]
         n = len(names) - len(_HEAD)
         f, g = first[a], first[b]
-        columns = [map(get, map(slice, data[f + j : g : n], ends[f + j : g : n])) for j in range(n)]
+        columns = [_column(get, data[f + j : g : n], sizes[f + j : g : n]) for j in range(n)]
         rows = zip(table.keys(a, b), repeat(url), offsets[a:b], *columns)
         yield from map(dict, map(zip, repeat(names), rows))

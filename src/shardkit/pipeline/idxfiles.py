@@ -15,8 +15,8 @@ from __future__ import annotations
 import collections
 import logging
 import os
-from collections.abc import Collection, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Literal, TypeVar
 
 from .. import storage
 from ..errors import ConfigError, FormatError
@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_Kept = TypeVar("_Kept")
 
 Sizes = Sequence[int | None] | Literal["stat"] | None
 """Shard sizes to check indexes against: one per URL (None: ask the storage), ``"stat"``
@@ -93,8 +94,21 @@ def load_indexes(
     """:func:`load_index` for each shard (remote ones at most
     ``storage.REQUESTS_IN_FLIGHT`` at once); with ``required``, a ConfigError naming the
     first shard that has none; ``unchecked`` as for :func:`load_index`."""
+    return _each_index(urls, lambda index: index, storage_options, sizes, required, unchecked)
 
-    def load(i: int) -> ShardIndex | None:
+
+def _each_index(
+    urls: Sequence[str],
+    keep: Callable[[ShardIndex | None], _Kept],
+    storage_options: dict[str, Any] | None,
+    sizes: Sizes,
+    required: bool = False,
+    unchecked: Literal["raise", "ignore"] = "raise",
+) -> list[_Kept]:
+    """``keep(index)`` of each shard's index as :func:`load_indexes` loads them: what is
+    not kept is let go before the next is loaded."""
+
+    def load(i: int) -> _Kept:
         url = urls[i]
         size = None if sizes is None or sizes == "stat" else sizes[i]
         if sizes is not None and size is None:
@@ -105,7 +119,7 @@ def load_indexes(
                 f"{url} has no index ({storage.basename(index_url(url))}): "
                 "run `shardkit index` on its folder first"
             )
-        return index
+        return keep(index)
 
     if len(urls) <= 1 or all(storage.is_local(url) for url in urls):
         return [load(i) for i in range(len(urls))]
@@ -134,8 +148,11 @@ def index_counts(
             return None
     elif not storage.url_exists(index_url(urls[0]), storage_options):
         return None  # a list without indexes costs one look
-    indexes = load_indexes(urls, storage_options=storage_options, sizes=sizes)
-    counts = [index.samples for index in indexes if index is not None]
+    # only the counts are kept: one index is held at a time
+    found = _each_index(
+        urls, lambda index: None if index is None else index.samples, storage_options, sizes
+    )
+    counts = [count for count in found if count is not None]
     return tuple(counts) if len(counts) == len(urls) else None
 
 
