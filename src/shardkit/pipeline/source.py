@@ -51,13 +51,15 @@ class ReadOptions:
 def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], None, None]:
     """The raw samples of one shard (what :func:`shardkit.reader.read_shard` yields, with
     the local cache of ``options.cache_dir``). An uncompressed tar shard read from a
-    local file or a cache copy is read through its index, where it has one with a member
-    table (:mod:`shardkit.formats.members`): slices, no header parsed. The index is
-    loaded once per process (``options.indexes``)."""
+    local file is read through its index, where it has one with a member table
+    (:mod:`shardkit.formats.members`): slices, no header parsed. The index is loaded
+    once per process (``options.indexes``)."""
     members = None
     kind, gz = reader.detect_format(url, options.format)
-    mapped = options.cache_dir is not None or storage.is_local(url)  # a file it maps
-    if kind == "tar" and not gz and mapped and not storage.is_executing(url) and url != "-":
+    # A local file; a remote shard's cache copy is parsed over its mapping (its index
+    # would cost a request per run and shard, even once the shard is cached).
+    local = storage.is_local(url) and not storage.is_executing(url) and url != "-"
+    if kind == "tar" and not gz and local:
         try:
             members = options.indexes.get(url, options.storage_options)
         except FormatError as exc:  # a bad or stale index: the shard is refused
