@@ -61,6 +61,8 @@ _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 _GZIP_TAIL = 1 << 20
 # A mapped shard's pages are let go from the resident set in steps of this many bytes.
 _RELEASE = 1 << 22
+# Read by a member table, samples are sliced this many bytes' worth at a time.
+_SLICED = 1 << 20
 _DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
 
@@ -307,9 +309,9 @@ def _sliced_samples(
     offsets, total = table.offsets, len(table.offsets)
     verified = table.verified
     try:
-        # ~_RELEASE bytes of samples at a time (checked against the bytes on the first
+        # ~_SLICED bytes of samples at a time (checked against the bytes on the first
         # pass of this process), then their pages are let go
-        step = max(1, total * _RELEASE // max(len(mapped), 1))
+        step = max(1, total * _SLICED // max(len(mapped), 1))
         released = 0
         for first in range(0, total, step):
             last = min(first + step, total)
