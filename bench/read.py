@@ -1,6 +1,8 @@
 """Reading benchmark: shardkit against webdataset, a tarfile loop, tf.data, MDS and litdata.
 
-Run: ``.venv/bin/python bench/read.py [--quick] [--repeat R] [--data DIR]``
+Run: ``.venv/bin/python bench/read.py [--quick] [--repeat R] [--data DIR]``; with
+``--steady --peers PYTHON``: the in-process steady-state comparison of ``bench/steady.py``
+(``bench/results/read-steady.json``).
 
 The data (~20,000 samples of ~60 KB 384x384 JPEGs plus a ``cls`` field; ``--quick``:
 3,000) is generated once into ``/dev/shm/shardkit-bench-read`` as tar shards and as
@@ -82,6 +84,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import steady
 from _results import Results, add_json_option
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -855,7 +858,18 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     add_json_option(parser, "read")
+    steady.add_options(parser)
     args = parser.parse_args()
+    if args.steady:  # bench/steady.py: in-process steady state against the peers
+        if args.data == parser.get_default("data"):
+            args.data = "/dev/shm/shardkit-bench-steady"
+        if args.json == parser.get_default("json"):
+            args.json = os.path.join(os.path.dirname(args.json), "read-steady.json")
+        out = Results(os.path.splitext(os.path.basename(args.json))[0])
+        steady.main(args, out)
+        if not args.child:
+            out.write(args.json)
+        return
     samples = args.samples or (QUICK if args.quick else FULL)
     limit = args.limit or min(samples, 4000)  # decode and DataLoader groups
     if args.child == "prepare-peers":

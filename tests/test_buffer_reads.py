@@ -47,6 +47,7 @@ def _index(shard: str) -> dict[str, list[int]]:
 
 def _edit_sizes(shard: str, k: int, change: int) -> None:
     doc = _index(shard)
+    doc.pop("members", None)  # a lie in the spans of an index without a member table
     doc["sizes"][k] += change
     with open(shard + ".idx", "w") as f:
         json.dump(doc, f)
@@ -57,6 +58,7 @@ def _merge_entries(shard: str, k: int) -> None:
     the spans still tile the shard."""
     with open(shard + ".idx") as f:
         doc: dict[str, list[Any]] = json.load(f)
+    doc.pop("members", None)  # a lie in the spans of an index without a member table
     doc["sizes"][k] += doc["sizes"].pop(k + 1)
     del doc["offsets"][k + 1], doc["keys"][k + 1]
     with open(shard + ".idx", "w") as f:

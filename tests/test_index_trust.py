@@ -24,6 +24,9 @@ COUNTS = [10]
 def _edit(shard: str, edit: Any) -> None:
     with open(shard + ".idx") as f:
         doc: dict[str, list[Any]] = json.load(f)
+    # These lies are in the spans: an index without a member table (an older one) is read
+    # span by span; a lying table is tests/test_member_table.py's.
+    doc.pop("members", None)
     edit(doc)
     with open(shard + ".idx", "w") as f:
         json.dump(doc, f)

@@ -231,6 +231,7 @@ def test_an_index_with_no_entries_for_a_shard_with_samples_is_an_error(tmp_path:
     with open(path) as f:
         doc = json.load(f)
     doc.update(keys=[], offsets=[], sizes=[])
+    doc.pop("members", None)  # an index without a member table: a table's lies, test_member_table
     with open(path, "w") as f:
         json.dump(doc, f)
     with pytest.raises(FormatError, match="more samples than the 0"):

@@ -6,9 +6,13 @@ Samples are dicts of raw bytes fields plus ``__key__``, ``__url__`` and ``__offs
 (the byte offset where the sample starts in the uncompressed stream). TFRecord samples
 are their Example's features, mapped as :mod:`shardkit.formats.example` documents.
 
-A local uncompressed tar shard is memory-mapped and parsed over the mapping by the same
-parser (:func:`shardkit.formats.tar.buffer_samples`), with the same samples and errors;
-every other shard is read as a stream.
+A local uncompressed tar shard is memory-mapped: with an index that has a member table
+(:mod:`shardkit.formats.members`) its samples are slices of the mapping, no header
+parsed; without one it is parsed over the mapping by the same parser
+(:func:`shardkit.formats.tar.buffer_samples`), with the same samples and errors. A local
+uncompressed TFRecord shard is mapped too, its records sliced out
+(:func:`shardkit.formats.tfrecord.buffer_records`, CRCs checked). Every other shard is
+read as a stream.
 
 Untrusted shards are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError` (or a subclass), members and records are read
@@ -27,7 +31,7 @@ import logging
 import mmap
 import zlib
 from collections.abc import Generator, Iterator
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from . import storage
 from .errors import DataError, FormatError
@@ -35,6 +39,9 @@ from .formats.limits import MAX_MEMBER_SIZE
 from .formats.manifest import ManifestContents, parse_manifest
 from .formats.names import Format, format_from_name
 from .handlers import Handler, reraise
+
+if TYPE_CHECKING:
+    from .formats.members import MemberTable
 
 __all__ = [
     "detect_format",
@@ -54,6 +61,8 @@ _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 _GZIP_TAIL = 1 << 20
 # A mapped shard's pages are let go from the resident set in steps of this many bytes.
 _RELEASE = 1 << 22
+# Read by a member table, samples are sliced this many bytes' worth at a time.
+_SLICED = 1 << 20
 _DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
 
@@ -148,6 +157,7 @@ def read_shard(
     cache_dir: str | None = None,
     cache_limit: int | None = None,
     copy: bool = True,
+    members: MemberTable | None = None,
 ) -> Generator[dict[str, Any], None, None]:
     """Open ``url`` and yield its samples; the stream is closed when iteration ends.
 
@@ -164,6 +174,14 @@ def read_shard(
     refill; the samples, errors and limits are the stream's. There ``copy=False``
     makes the fields memoryviews of the mapping instead of ``bytes`` (no copy; each
     view keeps the mapping alive); elsewhere fields are ``bytes`` either way.
+
+    ``members``: the member table of the shard's checked index
+    (:mod:`shardkit.formats.members`, through :func:`shardkit.pipeline.idxfiles.load_index`).
+    Where the shard mapped has the size the table was made for, no header is parsed: the
+    table is checked once against the shard's bytes
+    (:func:`~shardkit.formats.members.verify_members`; the verdict is kept on the table)
+    and each sample is slices of the mapping. Without a table (no index, or an older
+    one) the shard is parsed.
     """
     kind, gz = detect_format(url, format)
     check = functools.partial(holds_whole_shard, format=kind) if cache_dir is not None else None
@@ -175,8 +193,16 @@ def read_shard(
         cache_check=check,
     )
     try:
-        mapped = _map_tar(url, stream) if kind == "tar" and not gz else None
+        mapped = _map_file(url, stream) if kind == "tar" and not gz else None
+        if kind == "tfrecord" and not gz:
+            records = _map_file(url, stream)  # a local file (or cache copy): sliced
+            if records is not None:
+                yield from _mapped_records(records, url, handler, verify, max_member_size)
+                return
         if mapped is not None:
+            if members is not None and members.shard_bytes == len(mapped):
+                yield from _sliced_samples(mapped, members, url, handler, copy)
+                return
             yield from _mapped_samples(mapped, url, handler, max_member_size, copy)
             return
         yield from iter_shard_samples(
@@ -192,7 +218,41 @@ def read_shard(
         stream.close()
 
 
-def _map_tar(url: str, stream: BinaryIO) -> mmap.mmap | None:
+def _mapped_records(
+    mapped: mmap.mmap, url: str, handler: Handler, verify: bool, max_record_length: int
+) -> Iterator[dict[str, Any]]:
+    """The samples of a mapped TFRecord shard: its records sliced out of the mapping
+    (:func:`shardkit.formats.tfrecord.buffer_records`, CRCs checked), decoded as
+    :func:`iter_stream_samples` decodes them, pages behind the reader let go."""
+    from .formats.example import decode_example, example_to_sample
+    from .formats.tfrecord import buffer_records
+
+    released = 0
+    try:
+        records = buffer_records(
+            mapped, url=url, verify=verify, max_record_length=max_record_length
+        )
+        for index, (offset, record) in enumerate(records):
+            try:
+                features = decode_example(record, url=url, offset=offset)
+                sample = example_to_sample(features, key=f"{index:08d}", url=url)
+            except DataError as exc:
+                if not handler(exc):
+                    return
+                continue
+            sample["__offset__"] = offset
+            yield sample
+            done = offset - offset % mmap.PAGESIZE
+            if done - released >= _RELEASE and _DONTNEED is not None:
+                mapped.madvise(_DONTNEED, released, done - released)
+                released = done
+    except FormatError as exc:
+        handler(exc)
+    finally:
+        mapped.close()
+
+
+def _map_file(url: str, stream: BinaryIO) -> mmap.mmap | None:
     """The mapping of a shard opened from a local file at its start, unless it is empty
     or gzipped (by its magic bytes); None for any other stream."""
     if url == "-":
@@ -228,6 +288,42 @@ def _mapped_samples(
             if done - released >= _RELEASE and _DONTNEED is not None:
                 mapped.madvise(_DONTNEED, released, done - released)
                 released = done
+    except FormatError as exc:
+        handler(exc)
+    finally:
+        with contextlib.suppress(BufferError):  # views are out: it closes with the last
+            mapped.close()
+
+
+def _sliced_samples(
+    mapped: mmap.mmap,
+    table: MemberTable,
+    url: str,
+    handler: Handler,
+    copy: bool,
+) -> Iterator[dict[str, Any]]:
+    """The samples of a mapped tar shard as slices, from its index's member table; pages
+    behind the reader leave the resident set as in :func:`_mapped_samples`."""
+    from .formats.members import slice_samples, verify_members
+
+    offsets, total = table.offsets, len(table.offsets)
+    verified = table.verified
+    try:
+        # ~_SLICED bytes of samples at a time (checked against the bytes on the first
+        # pass of this process), then their pages are let go
+        step = max(1, total * _SLICED // max(len(mapped), 1))
+        released = 0
+        for first in range(0, total, step):
+            last = min(first + step, total)
+            if not verified:
+                verify_members(mapped, table, first, last, url=url)
+            yield from slice_samples(mapped, table, first, last, url=url, copy=copy)
+            if last < total and _DONTNEED is not None:
+                done = offsets[last] - offsets[last] % mmap.PAGESIZE
+                if done > released:
+                    mapped.madvise(_DONTNEED, released, done - released)
+                    released = done
+        table.verified = True
     except FormatError as exc:
         handler(exc)
     finally:

@@ -26,6 +26,7 @@ from .formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE, Cut
 from .formats.gzframe import HEADER as GZIP_HEADER
 from .formats.gzframe import Deflate
 from .formats.index import ShardIndex, index_url
+from .formats.members import TableBuilder
 from .formats.names import FORMATS, Format, check_pattern, format_from_name, shard_name
 from .formats.record import ShardInfo
 from .units import Size
@@ -104,8 +105,11 @@ class ShardFile(storage.CommitOrDiscard):
         self._gz = Deflate() if gzip else None
         self._trial: tuple[bytes, bytes, Any] | None = None  # data, its bytes, compressor
         self._index: tuple[list[str], list[int], list[int]] | None = None
+        self._members: TableBuilder | None = None
         if index:
             self._index = ([], [], [])
+            if format == "tar" and not gzip:
+                self._members = TableBuilder()
         self._storage_options = storage_options
         self._copy_write = file.write  # one bound method: a scanner batches by its identity
         if gzip:
@@ -164,6 +168,8 @@ class ShardFile(storage.CommitOrDiscard):
         """Append one encoded sample."""
         self.check_key(key)
         self._note(key, len(data))
+        if self._members is not None:
+            self._members = self._members.add(key, data)
         if self._gz is None:
             self.file.write(data)
             return
@@ -188,6 +194,8 @@ class ShardFile(storage.CommitOrDiscard):
             return
         self.check_key(key)
         self._note(key, size)
+        if self._members is not None:
+            self._members = self._members.add(key, b"".join(chunks))
         self.file.writev(chunks, size)
 
     def copy(self, key: str, size: int, emit: Callable[[tar.Write], None]) -> None:
@@ -197,6 +205,7 @@ class ShardFile(storage.CommitOrDiscard):
             raise TypeError("raw copies go to uncompressed shards")
         self.check_key(key)
         self._note(key, size)
+        self._members = None  # bytes it does not see: the index goes without a table
         emit(self._copy_write)
 
     def start_copy(self, key: str) -> None:
@@ -250,6 +259,7 @@ class ShardFile(storage.CommitOrDiscard):
             tuple(keys),
             tuple(offsets),
             tuple(sizes),
+            members=None if self._members is None else self._members.build(),
         )
         out = storage.open_atomic(index_url(url), storage_options=self._storage_options)
         try:

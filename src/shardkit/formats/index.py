@@ -11,8 +11,14 @@ The index of ``data/shard-000000.tar`` is ``data/shard-000000.tar.idx``, a JSON 
       "sha256": null,                  # its sha256, when indexed with sha256=True
       "keys": ["a/0001", ...],         # one entry per sample, in order
       "offsets": [0, 5120, ...],       # where the sample starts (first header / record)
-      "sizes": [5120, 3584, ...]       # its bytes: all its members, padding included
+      "sizes": [5120, 3584, ...],      # its bytes: all its members, padding included
+      "members": {...}                 # optional (uncompressed tar): the member table
     }
+
+The member table (:mod:`shardkit.formats.members`) says what each span holds, so that a
+reader slices a sample's fields out of the mapped shard without parsing its headers. An
+index without one (written before it existed, or of a shard whose members are not all
+plain) is read as before: the shard's headers are parsed.
 
 A reader trusts an index only while ``bytes`` matches the shard's size. Building, loading
 and using indexes is :mod:`shardkit.tools.index`'s job.
@@ -31,6 +37,7 @@ from . import example, tar, tfrecord
 from ._tarparse import Buffer
 from .jsondoc import load_json
 from .limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
+from .members import MemberTable
 from .names import Format, decode_name, encode_name
 from .tfrecord import RECORD_OVERHEAD
 
@@ -43,6 +50,7 @@ __all__ = [
     "compare_index",
     "index_url",
     "indexed_sample",
+    "prepared_members",
 ]
 
 INDEX_SUFFIX = ".idx"
@@ -61,6 +69,7 @@ class ShardIndex:
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]
     sha256: str | None = None
+    members: MemberTable | None = None
 
     @property
     def samples(self) -> int:
@@ -79,6 +88,8 @@ class ShardIndex:
             "offsets": list(self.offsets),
             "sizes": list(self.sizes),
         }
+        if self.members is not None:
+            doc["members"] = self.members.to_doc()
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     @classmethod
@@ -99,6 +110,7 @@ class ShardIndex:
                 tuple(map(int, offsets)),
                 tuple(map(int, sizes)),
                 doc.get("sha256"),
+                None if doc.get("members") is None else MemberTable.from_doc(doc["members"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FormatError(f"bad index file: {exc}", url=url) from exc
@@ -148,9 +160,13 @@ def check_index(index: ShardIndex, shard_name: str, *, url: str) -> None:
     """FormatError (naming the index file) unless ``index`` is whole and bounded: it names
     this shard, lists each key once, its spans are in order and do not overlap, each lies
     inside the shard (its uncompressed stream, for a gzipped one) and within the reader's
-    limits. Every consumer of an index (``Dataset``'s counts, ``IndexedDataset``, the
-    build from shards) loads it through this check; what it cannot see without reading
-    the shard (a span holding two samples) is :func:`span_sample`'s to refuse."""
+    limits; its member table, if any, is whole
+    (:meth:`~shardkit.formats.members.MemberTable.check`; that its members fill each
+    span exactly, :func:`prepared_members` checks before a reader slices by it). Every
+    consumer of an index (``Dataset``'s counts and reads, ``IndexedDataset``, the build
+    from shards) loads it through this check; what it cannot see without reading the
+    shard (a span holding two samples) is :func:`span_sample`'s to refuse, or, with a
+    member table, :func:`~shardkit.formats.members.verify_members`'s."""
     size = index.shard_bytes
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise FormatError(f"bad index: shard size {size!r}", url=url)
@@ -185,6 +201,20 @@ def check_index(index: ShardIndex, shard_name: str, *, url: str) -> None:
     if len(set(index.keys)) != len(index.keys):
         first = _first_repeat(index.keys)
         raise FormatError(f"bad index: it lists sample {first!r} more than once", url=url)
+    if index.members is not None:
+        if index.compressed or index.shard_format != "tar":
+            raise FormatError("bad index: a member table for a gzipped or TFRecord shard", url=url)
+        index.members.check(index.samples, url=url)
+
+
+def prepared_members(index: ShardIndex, *, url: str) -> MemberTable | None:
+    """The member table of a checked index, prepared for reading (each member's place,
+    checked to fill its sample's span exactly: a FormatError naming the index ``url``
+    otherwise); None when the index has none."""
+    table = index.members
+    if table is not None:
+        table.prepare(index.keys, index.offsets, index.sizes, index.shard_bytes or 0, url=url)
+    return table
 
 
 def _first_repeat(keys: Sequence[str]) -> str:

@@ -19,6 +19,7 @@ trusted.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
@@ -27,7 +28,13 @@ from ..errors import ChecksumError, EncodeError, FormatError, TruncatedShardErro
 from ._io import read_bounded
 from .limits import MAX_RECORD_LENGTH, check_limit
 
-__all__ = ["RECORD_OVERHEAD", "frame_record", "iter_records", "masked_crc32c"]
+__all__ = [
+    "RECORD_OVERHEAD",
+    "buffer_records",
+    "frame_record",
+    "iter_records",
+    "masked_crc32c",
+]
 
 RECORD_OVERHEAD = 16
 """Bytes added around each record: 8 (length) + 4 (length CRC) + 4 (data CRC)."""
@@ -152,8 +159,52 @@ def iter_records(
         header = next_header
 
 
+def buffer_records(
+    buffer: bytes | mmap.mmap,
+    *,
+    url: str | None = None,
+    verify: bool = True,
+    max_record_length: int = MAX_RECORD_LENGTH,
+) -> Iterator[tuple[int, bytes]]:
+    """:func:`iter_records` over records in memory (a memory-mapped local shard): each
+    record's data is a slice, nothing is read; the same checks (both CRCs, the length
+    limit before anything is sliced) and the same errors."""
+    check_limit("max_record_length", max_record_length)
+    unpack_header = _HEADER.unpack_from
+    unpack_u32 = _U32.unpack_from
+    crc = masked_crc32c
+    offset, end = 0, len(buffer)
+    while offset < end:
+        if end - offset < _HEADER_SIZE:
+            raise TruncatedShardError(
+                f"stream ends inside a record header ({end - offset} of 12 bytes)",
+                url=url,
+                offset=offset,
+            )
+        header = buffer[offset : offset + _HEADER_SIZE]
+        length, length_crc = unpack_header(header)
+        _check_header(header, length, length_crc, max_record_length, url, offset)
+        start = offset + _HEADER_SIZE
+        if end - start < length + 4:
+            raise TruncatedShardError(
+                f"stream ends inside a record of {length} bytes", url=url, offset=offset
+            )
+        data = buffer[start : start + length]
+        if verify and crc(data) != unpack_u32(buffer, start + length)[0]:
+            raise ChecksumError(
+                f"data CRC mismatch in a record of {length} bytes", url=url, offset=offset
+            )
+        yield offset, data
+        offset = start + length + 4
+
+
 def _check_header(
-    header: bytes, length: int, length_crc: int, limit: int, url: str | None, offset: int
+    header: bytes | bytearray,
+    length: int,
+    length_crc: int,
+    limit: int,
+    url: str | None,
+    offset: int,
 ) -> None:
     if masked_crc32c(header[:8]) != length_crc:
         raise ChecksumError("length CRC mismatch in record header", url=url, offset=offset)

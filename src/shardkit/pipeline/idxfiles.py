@@ -12,18 +12,35 @@ many, at most :data:`shardkit.storage.REQUESTS_IN_FLIGHT` remote ones at once.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
-from collections.abc import Collection, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Literal, TypeVar
 
 from .. import storage
 from ..errors import ConfigError, FormatError
-from ..formats.index import ShardIndex, check_index, check_shard_size, index_url
+from ..formats.index import (
+    INDEX_SUFFIX,
+    ShardIndex,
+    check_index,
+    check_shard_size,
+    index_url,
+    prepared_members,
+)
+from ..formats.members import MemberTable
 
-__all__ = ["index_counts", "load_index", "load_indexes", "read_index", "shard_size"]
+__all__ = [
+    "IndexCache",
+    "index_counts",
+    "load_index",
+    "load_indexes",
+    "read_index",
+    "shard_size",
+]
 
 _log = logging.getLogger(__name__)
+_Kept = TypeVar("_Kept")
 
 Sizes = Sequence[int | None] | Literal["stat"] | None
 """Shard sizes to check indexes against: one per URL (None: ask the storage), ``"stat"``
@@ -77,8 +94,21 @@ def load_indexes(
     """:func:`load_index` for each shard (remote ones at most
     ``storage.REQUESTS_IN_FLIGHT`` at once); with ``required``, a ConfigError naming the
     first shard that has none; ``unchecked`` as for :func:`load_index`."""
+    return _each_index(urls, lambda index: index, storage_options, sizes, required, unchecked)
 
-    def load(i: int) -> ShardIndex | None:
+
+def _each_index(
+    urls: Sequence[str],
+    keep: Callable[[ShardIndex | None], _Kept],
+    storage_options: dict[str, Any] | None,
+    sizes: Sizes,
+    required: bool = False,
+    unchecked: Literal["raise", "ignore"] = "raise",
+) -> list[_Kept]:
+    """``keep(index)`` of each shard's index as :func:`load_indexes` loads them: what is
+    not kept is let go before the next is loaded."""
+
+    def load(i: int) -> _Kept:
         url = urls[i]
         size = None if sizes is None or sizes == "stat" else sizes[i]
         if sizes is not None and size is None:
@@ -89,7 +119,7 @@ def load_indexes(
                 f"{url} has no index ({storage.basename(index_url(url))}): "
                 "run `shardkit index` on its folder first"
             )
-        return index
+        return keep(index)
 
     if len(urls) <= 1 or all(storage.is_local(url) for url in urls):
         return [load(i) for i in range(len(urls))]
@@ -118,8 +148,11 @@ def index_counts(
             return None
     elif not storage.url_exists(index_url(urls[0]), storage_options):
         return None  # a list without indexes costs one look
-    indexes = load_indexes(urls, storage_options=storage_options, sizes=sizes)
-    counts = [index.samples for index in indexes if index is not None]
+    # only the counts are kept: one index is held at a time
+    found = _each_index(
+        urls, lambda index: None if index is None else index.samples, storage_options, sizes
+    )
+    counts = [count for count in found if count is not None]
     return tuple(counts) if len(counts) == len(urls) else None
 
 
@@ -129,3 +162,65 @@ def shard_size(url: str, storage_options: dict[str, Any] | None) -> int:
         return os.stat(storage.local_path(url)).st_size
     fs, path = storage.filesystem(url, storage_options)
     return int(fs.size(path))
+
+
+class IndexCache:
+    """The member tables (:mod:`shardkit.formats.members`) of the shards one reader
+    opens, each index loaded and checked once (:func:`load_index`), the table kept with
+    its verdict against the shard's bytes, at most ``limit`` samples' worth, the least
+    recently used let go first. A local shard's entry holds while neither it nor its
+    index changes (size, mtime, inode); a remote one's for the run (a cache copy read is
+    checked against the size the table was made for). An index without a table (an
+    older one) is remembered as such. It belongs to one process: a pickled copy (a
+    DataLoader worker's) starts empty."""
+
+    def __init__(self, limit: int = 1 << 22) -> None:
+        self.limit = limit
+        self._entries: collections.OrderedDict[str, tuple[object, MemberTable | None]] = (
+            collections.OrderedDict()
+        )
+        self._held = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"limit": self.limit}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["limit"])  # type: ignore[misc]
+
+    def get(self, url: str, storage_options: dict[str, Any] | None) -> MemberTable | None:
+        """The member table of ``url``'s checked index; None when it has no index or its
+        index has no table (FormatError for a bad or stale one, as :func:`load_index`)."""
+        stamp: object = None
+        size = None
+        if storage.is_local(url):
+            path = storage.local_path(url)
+            try:
+                shard, index = os.stat(path), os.stat(path + INDEX_SUFFIX)
+            except OSError:
+                return None
+            size = shard.st_size
+            stamp = (size, shard.st_mtime_ns, shard.st_ino)
+            stamp = (stamp, index.st_size, index.st_mtime_ns, index.st_ino)
+        entry = self._entries.get(url)
+        if entry is not None and entry[0] == stamp:
+            self._entries.move_to_end(url)
+            return entry[1]
+        found = load_index(url, storage_options=storage_options, size=size)
+        table = None if found is None else prepared_members(found, url=index_url(url))
+        if found is not None:
+            self._keep(url, stamp, table)
+        return table
+
+    def _keep(self, url: str, stamp: object, table: MemberTable | None) -> None:
+        old = self._entries.pop(url, None)
+        if old is not None:
+            self._held -= _held(old[1])
+        self._entries[url] = (stamp, table)
+        self._held += _held(table)
+        while self._held > self.limit and len(self._entries) > 1:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._held -= _held(dropped)
+
+
+def _held(table: MemberTable | None) -> int:
+    return 0 if table is None else len(table.offsets)

@@ -33,7 +33,8 @@ from typing import Any, BinaryIO
 
 from .. import reader
 from ..errors import ConfigError, DataError, FormatError
-from ..formats.index import check_shard_size, indexed_sample
+from ..formats.index import check_shard_size, index_url, indexed_sample, prepared_members
+from ..formats.members import MemberTable, table_sample
 from ..formats.names import Format
 from ..handlers import Handler, HandlerName
 from ..ranges import RangeReader
@@ -60,6 +61,7 @@ class _Shard:
     keys: tuple[str, ...]
     offsets: array[int]
     sizes: array[int]
+    members: MemberTable | None = None  # the member table, for a tar shard whose index has one
 
 
 class IndexedDataset(MapBase[Any]):
@@ -205,6 +207,9 @@ class IndexedDataset(MapBase[Any]):
                         index.keys,
                         array("q", index.offsets),
                         array("q", index.sizes),
+                        prepared_members(index, url=index_url(url))
+                        if read.format in (None, "tar")
+                        else None,
                     )
                 )
             for shard in shards:
@@ -274,6 +279,11 @@ class IndexedDataset(MapBase[Any]):
         offset, size = shard.offsets[k], shard.sizes[k]
         if shard.format == "tar":  # views need the memory map of a local shard
             buffer, start = self._ranges.span(url, offset, size, mapped=self._map_local)
+            if shard.members is not None and start + size <= len(buffer):
+                # the member table: slices, no header parsed (each checked against the bytes)
+                return table_sample(
+                    buffer, shard.members, k, base=offset - start, url=url, copy=self._copy
+                )
         else:
             buffer, start = self._ranges.read(url, offset, size), 0
         # The one rule of every index consumer: the span holds exactly its one sample.

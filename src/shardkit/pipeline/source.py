@@ -14,14 +14,15 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .. import reader
+from .. import reader, storage
 from ..errors import FormatError
 from ..formats.names import Format
 from ..handlers import Handler, reraise
 from .epochs import EpochPlan, Segment, drop_front
+from .idxfiles import IndexCache
 from .urls import ShardList
 
 __all__ = ["ReadOptions", "check_stated_empty", "open_samples", "stream_samples"]
@@ -44,11 +45,25 @@ class ReadOptions:
     cache_dir: str | None = None
     cache_limit: int | None = None
     copy: bool = True
+    indexes: IndexCache = field(default_factory=IndexCache, compare=False, repr=False)
 
 
 def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], None, None]:
     """The raw samples of one shard (what :func:`shardkit.reader.read_shard` yields, with
-    the local cache of ``options.cache_dir``)."""
+    the local cache of ``options.cache_dir``). An uncompressed tar shard read from a
+    local file is read through its index, where it has one with a member table
+    (:mod:`shardkit.formats.members`): slices, no header parsed. The index is loaded
+    once per process (``options.indexes``)."""
+    members = None
+    kind, gz = reader.detect_format(url, options.format)
+    # A local file; a remote shard's cache copy is parsed over its mapping (its index
+    # would cost a request per run and shard, even once the shard is cached).
+    local = storage.is_local(url) and not storage.is_executing(url) and url != "-"
+    if kind == "tar" and not gz and local:
+        try:
+            members = options.indexes.get(url, options.storage_options)
+        except FormatError as exc:  # a bad or stale index: the shard is refused
+            return _refused(exc, options.handler)
     return reader.read_shard(
         url,
         format=options.format,
@@ -58,7 +73,13 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
         cache_dir=options.cache_dir,
         cache_limit=options.cache_limit,
         copy=options.copy,
+        members=members,
     )
+
+
+def _refused(exc: FormatError, handler: Handler) -> Generator[dict[str, Any], None, None]:
+    handler(exc)
+    yield from ()
 
 
 def _read_segment(

@@ -14,7 +14,9 @@ from typing import Any
 from .. import storage
 from ..errors import ConfigError, FormatError, StorageError
 from ..formats.index import INDEX_SUFFIX, ShardIndex, index_url, indexed_sample
+from ..formats.members import MemberTable, TableBuilder
 from ..formats.names import Format
+from ..formats.tar import read_exact
 from ._progress import ToolProgressFn, track
 from .verify import scan_shard
 
@@ -41,6 +43,9 @@ def build_index(
             key=first.key,
             offset=first.offset,
         )
+    table = None
+    if ref.format == "tar" and not ref.gzip:
+        table = _member_table(url, seen.keys, seen.offsets, seen.sizes, storage_options)
     return ShardIndex(
         storage.basename(url),
         ref.format,
@@ -50,7 +55,30 @@ def build_index(
         tuple(seen.offsets),
         tuple(seen.sizes),
         check.sha256,
+        table,
     )
+
+
+def _member_table(
+    url: str,
+    keys: Sequence[str],
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+    storage_options: dict[str, Any] | None,
+) -> MemberTable | None:
+    """The member table of a scanned shard (None where its members are not all plain):
+    one more pass over it, each sample's span read on its own."""
+    builder: TableBuilder | None = TableBuilder()
+    with storage.open_read(url, storage_options=storage_options) as stream:
+        pos = 0
+        for key, offset, size in zip(keys, offsets, sizes, strict=True):
+            read_exact(stream, offset - pos)  # the bytes between spans (none, as a rule)
+            data = read_exact(stream, size)
+            pos = offset + size
+            builder = builder.add(key, data) if builder is not None else None
+            if builder is None:
+                return None
+    return builder.build() if builder is not None else None
 
 
 def _detect(url: str, storage_options: dict[str, Any] | None) -> tuple[str, Format, bool]:

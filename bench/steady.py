@@ -1,0 +1,259 @@
+"""In-process steady-state reading, as a training loop sees a loader (``bench/read.py --steady``).
+
+Each contender runs in a fresh child process: imports, builds its dataset object, reads
+one warm pass, then ``--passes`` timed passes (the best is its figure); the same child
+reports its peak RSS (VmHWM). A second child per contender reads one pass from a cold
+interpreter (imports and construction included): the whole-process figure. Contenders run
+interleaved, ``--repeat`` rounds, side by side in one run, on two sample sets:
+
+* ``small``: 200,000 samples of ~1 KB text + ``cls``, written by ``ShardWriter`` at its
+  defaults (``.idx`` files included);
+* ``jpeg``: 6,000 JPEGs of ~67 KB + ``cls``, ``shardkit build --index`` output.
+
+Contenders: shardkit ``Dataset`` (``copy=True``, the default, and ``copy=False``),
+litdata 0.2.76 ``StreamingDataset`` (its chunks written by one ``BinaryWriter``: one
+worker), MosaicML streaming (MDS) ``StreamingDataset`` and webdataset ``WebDataset``
+over the tar shards. MDS and webdataset are slow enough that a pass of theirs is capped
+(``CAPS``); their rate is over the samples read. The peers run in ``--peers PYTHON`` (a
+venv with torch 2.13, litdata, mosaicml-streaming, webdataset; ``bench/standins`` first on
+``PYTHONPATH``, see ``bench/read.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SETS = {"small": 200_000, "jpeg": 6_000}
+CAPS = {"mds": 2_000, "webdataset": 20_000}  # samples per pass of the slow peers
+CONTENDERS = ["shardkit", "shardkit copy=False", "litdata", "mds", "webdataset"]
+PEERS = {"litdata", "mds", "webdataset"}
+_CHUNK = 64_000_000
+
+
+def _folder(root: str, name: str, kind: str) -> str:
+    return os.path.join(root, name, kind)
+
+
+def _text(rng: random.Random) -> bytes:
+    words = [
+        rng.choice(("data", "shard", "sample", "tensor", "loader", "read", "token"))
+        for _ in range(180)
+    ]
+    return " ".join(words).encode()[: rng.randint(900, 1100)]
+
+
+def prepare_shardkit(root: str) -> None:
+    """The tar shards of both sets (once)."""
+    small = _folder(root, "small", "tar")
+    if not os.path.exists(os.path.join(small, "done")):
+        from shardkit import ShardWriter
+
+        os.makedirs(small, exist_ok=True)
+        rng = random.Random(0)
+        with ShardWriter(os.path.join(small, "shard-%06d.tar")) as sink:
+            for i in range(SETS["small"]):
+                sink.write({"__key__": f"s{i:08d}", "txt": _text(rng), "cls": b"%d" % (i % 1000)})
+        open(os.path.join(small, "done"), "w").close()
+    jpeg = _folder(root, "jpeg", "tar")
+    if not os.path.exists(os.path.join(jpeg, "done")):
+        sys.path.insert(0, HERE)
+        from read import _jpeg_pool
+
+        images = _folder(root, "jpeg", "images")
+        pool = _jpeg_pool(300, size=(400, 400))
+        for i in range(SETS["jpeg"]):
+            folder = os.path.join(images, f"class{i % 10}")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"img{i:06d}.jpg"), "wb") as out:
+                out.write(pool[i % len(pool)])
+        command = [sys.executable, "-m", "shardkit", "build", images, jpeg, "--index", "-q"]
+        subprocess.run(command, check=True)
+        open(os.path.join(jpeg, "done"), "w").close()
+
+
+def prepare_peers(root: str, name: str) -> None:
+    """litdata's chunks (one writer) and MDS shards of one set, from its tar shards (once)."""
+    from shardkit import Dataset
+
+    tar = _folder(root, name, "tar")
+
+    def items() -> Iterable[dict[str, Any]]:
+        for sample in Dataset(tar):
+            field = "jpg" if "jpg" in sample else "txt"
+            yield {"key": sample["__key__"], field: sample[field], "cls": sample["cls"]}
+
+    lit = _folder(root, name, "litdata")
+    if not os.path.exists(os.path.join(lit, "index.json")):
+        from litdata.streaming.writer import BinaryWriter
+
+        writer = BinaryWriter(lit, chunk_bytes=_CHUNK)
+        for index, item in enumerate(items()):
+            writer.add_item(index, item)
+        writer.done()
+        writer.merge()
+    mds = _folder(root, name, "mds")
+    if not os.path.exists(os.path.join(mds, "index.json")):
+        from streaming import MDSWriter
+
+        field = "jpg" if name == "jpeg" else "txt"
+        columns = {"key": "str", field: "bytes", "cls": "bytes"}
+        with MDSWriter(out=mds, columns=columns, size_limit=_CHUNK) as out:
+            for item in items():
+                out.write(item)
+
+
+def _dataset(contender: str, root: str, name: str) -> Callable[[], Iterable[Any]]:
+    """A function giving one pass over the contender's samples (its dataset built once)."""
+    tar = _folder(root, name, "tar")
+    if contender.startswith("shardkit"):
+        from shardkit import Dataset
+
+        ds = Dataset(tar, copy=contender == "shardkit")
+        return lambda: ds
+    if contender == "litdata":
+        from litdata import StreamingDataset
+
+        lit = StreamingDataset(_folder(root, name, "litdata"))
+        return lambda: lit
+    if contender == "mds":
+        from streaming import StreamingDataset as MDS
+
+        mds = MDS(local=_folder(root, name, "mds"), shuffle=False, batch_size=1)
+        return lambda: itertools.islice(mds, CAPS["mds"])
+    import webdataset as wds
+
+    urls = sorted(os.path.join(tar, n) for n in os.listdir(tar) if n.endswith(".tar"))
+    web = wds.WebDataset(urls, shardshuffle=False)
+    return lambda: itertools.islice(web, CAPS["webdataset"])
+
+
+def _peak_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child(contender: str, root: str, name: str, passes: int, whole: bool) -> None:
+    start = time.perf_counter()
+    one_pass = _dataset(contender, root, name)
+    n = sum(1 for _ in one_pass())  # the warm pass (or, whole: the only one)
+    first = time.perf_counter() - start
+    best = 0.0
+    for _ in range(0 if whole else passes):
+        t = time.perf_counter()
+        n = sum(1 for _ in one_pass())
+        best = max(best, n / (time.perf_counter() - t))
+    print(json.dumps({"samples": n, "rate": best, "first_s": first, "peak_mb": _peak_mb()}))
+
+
+def run_child(contender: str, args: argparse.Namespace, name: str, whole: bool) -> dict[str, Any]:
+    python = args.peers if contender in PEERS else sys.executable
+    src = os.path.join(os.path.dirname(HERE), "src")
+    if contender.startswith("base "):  # the same contender, from another checkout's src
+        src, contender = args.base_src, contender[len("base ") :]
+    path = [os.path.join(HERE, "standins"), HERE, src]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    command = [python, os.path.join(HERE, "read.py"), "--steady", "--child", contender]
+    command += ["--data", args.data, "--set", name, "--passes", str(args.passes)]
+    command += ["--whole"] if whole else []
+    t = time.perf_counter()
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    wall = time.perf_counter() - t
+    found: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    found["wall_s"] = wall
+    return found
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steady", action="store_true", help="in-process steady-state mode")
+    parser.add_argument("--set", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--passes", type=int, default=3, help="timed passes per child (--steady)")
+    parser.add_argument("--whole", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--base-src", default=None, metavar="DIR", help="also run shardkit from this src (--steady)"
+    )
+
+
+def main(args: argparse.Namespace, results: Any) -> None:
+    if args.child:
+        if args.child == "prepare-peers":
+            prepare_peers(args.data, args.set)
+        else:
+            child(args.child, args.data, args.set, args.passes, args.whole)
+        return
+    prepare_shardkit(args.data)
+    contenders = [c for c in CONTENDERS if args.peers or c not in PEERS]
+    if args.base_src:
+        contenders[2:2] = ["base shardkit", "base shardkit copy=False"]
+    if args.peers:
+        for name in SETS:
+            command = [args.peers, os.path.join(HERE, "read.py"), "--steady", "--data", args.data]
+            command += ["--child", "prepare-peers", "--set", name]
+            path = [
+                os.path.join(HERE, "standins"),
+                HERE,
+                os.path.join(os.path.dirname(HERE), "src"),
+            ]
+            subprocess.run(
+                command, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+            )
+    names = [n for n in SETS if not args.only or args.only in n]
+    for name in names:
+        steady: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
+        whole: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
+        for _ in range(args.repeat):  # interleaved: a busy moment hits every contender
+            for contender in contenders:
+                steady[contender].append(run_child(contender, args, name, False))
+                whole[contender].append(run_child(contender, args, name, True))
+        _report(name, steady, whole, results)
+
+
+def _report(
+    name: str,
+    steady: dict[str, list[dict[str, Any]]],
+    whole: dict[str, list[dict[str, Any]]],
+    results: Any,
+) -> None:
+    what = f"{SETS[name]:,} " + ("~1 KB text + cls" if name == "small" else "~67 KB JPEGs + cls")
+    lit = max(r["rate"] for r in steady["litdata"]) if "litdata" in steady else None
+    rows, whole_rows = [], []
+    print(f"\n{what}: in-process steady state (best of runs), and whole process (one pass)")
+    for contender, runs in steady.items():
+        rate = max(r["rate"] for r in runs)
+        peak = max(r["peak_mb"] for r in runs)
+        cold = min(whole[contender], key=lambda r: r["wall_s"])
+        cold_rate = cold["samples"] / cold["wall_s"]
+        ratio = f"{rate / lit:.2f}x litdata" if lit else ""
+        print(
+            f"  {contender:26s} {rate:10,.0f}/s  {ratio:14s} peak {peak:6.0f} MB   "
+            f"whole process {cold['wall_s']:.2f} s ({cold_rate:,.0f}/s, "
+            f"peak {cold['peak_mb']:.0f} MB)"
+        )
+        label = (
+            contender
+            if contender.startswith(("shardkit", "base"))
+            else {
+                "litdata": "litdata StreamingDataset",
+                "mds": "MDS StreamingDataset",
+                "webdataset": "webdataset",
+            }[contender]
+        )
+        rows.append({"name": label, "rate": round(rate), "peak_mb": round(peak)})
+        whole_rows.append(
+            {"name": label, "rate": round(cold_rate), "peak_mb": round(cold["peak_mb"])}
+        )
+    results.section(f"read in-process steady state, {what}", "samples/s", rows)
+    results.section(f"read whole process (one pass), {what}", "samples/s", whole_rows)
