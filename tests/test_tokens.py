@@ -224,6 +224,15 @@ def test_megatron_bin_too_short(tmp_path: Path) -> None:
         shardkit.Dataset(prefix + ".bin").pack(4)
 
 
+def test_megatron_bin_read_without_pack_is_one_line(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "name_text_document")
+    _write_megatron(prefix, [np.arange(50, dtype=np.uint16)])
+    for read in (list, len, lambda d: list(shardkit.Loader(d, batch_size=None))):
+        with pytest.raises(ConfigError, match=r"name_text_document\.bin: .*\.pack\(seq_len\)"):
+            read(shardkit.Dataset(prefix + ".bin"))
+    assert len(list(shardkit.Dataset(prefix + ".bin").pack(8))) == 7
+
+
 def test_token_member_checked(tmp_path: Path) -> None:
     from shardkit.formats.tokens import decode_group
 
