@@ -471,3 +471,14 @@ def test_token_shards_keep_the_bytes_of_the_first_token_build(tmp_path: Path) ->
     assert got == _GOLDEN and len(result.skipped) == 7
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert (manifest["tokens"], manifest["documents"]) == (207, 33)
+
+
+def test_token_build_into_a_file_url_writes_that_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where a "file:" folder would appear
+    docs, tok = _golden_corpus(tmp_path)
+    options = shardkit.BuildOptions(tokenizer=tok, max_count=7, workers=1)
+    result = shardkit.build(docs, f"file://{tmp_path}/out", options=options)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["manifest.json", *_GOLDEN]
+    assert result.out == str(tmp_path / "out") and not (tmp_path / "file:").exists()

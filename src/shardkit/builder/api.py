@@ -61,11 +61,12 @@ def build(
 
 def _output_store(out_path: str, options: BuildOptions) -> Store:
     """Where a build writes: an object-store prefix (s3://, gs://: workers write straight
-    into it, :mod:`.store`) or a local folder (made here)."""
+    into it, :mod:`.store`) or a local folder (made here; ``file://`` names one too)."""
     if _is_remote(out_path):
         return ObjectStore(out_path, hash=options.hash)
-    _make_folder(out_path)
-    return LocalStore(out_path, hash=options.hash)
+    folder = storage.local_path(out_path)
+    _make_folder(folder)
+    return LocalStore(folder, hash=options.hash)
 
 
 _LAYOUT_FOLDER = "layout='samples' applies to a folder"
