@@ -41,6 +41,7 @@ WRITES = "writes"  # writes files into an output folder (or beside its input)
 STATE = "state"  # takes a resume state (load_state_dict)
 
 OUTSIDE = b"outside every folder: never to be touched\n"
+MEGATRON = "m_text_document.bin"
 DEEP = b"[" * 200_000 + b"]" * 200_000
 TIME_BOUND = 30.0  # seconds an entry point may take on any input
 
@@ -69,6 +70,10 @@ class Case:
     @property
     def list(self) -> str:  # a JSONL list of three images
         return self.path("list.jsonl")
+
+    @property
+    def megatron(self) -> str:  # the token case's Megatron pair: this .bin and its .idx
+        return self.path("src", MEGATRON)
 
     @property
     def out(self) -> str:
@@ -131,6 +136,14 @@ def _decoded(case: Case) -> None:
     import shardkit
 
     list(shardkit.Dataset(case.src).decode("rgb8", shardkit.audio(), shardkit.video(frames=1)))
+
+
+def _packed(case: Case) -> None:
+    """Token shards packed, from their folder and from a manifest naming them."""
+    import shardkit
+
+    for source in (case.src, case.manifest):
+        list(shardkit.Dataset(source, seed=0).pack(8))
 
 
 def _samples(case: Case) -> list[dict[str, Any]]:
@@ -258,6 +271,17 @@ def _entries() -> dict[str, tuple[frozenset[str], Callable[[Case], Any]]]:
         # shardkit
         "Dataset": (counted | {m}, _dataset),
         "Dataset.decode": (read | {j}, _decoded),
+        # token readers, on the token case (TOKEN_ENTRIES): pack refuses an image dataset
+        "Dataset.pack": (counted | {m}, _packed),
+        "Dataset.pack.load_state_dict": (
+            frozenset({STATE}),
+            _resumed(lambda src: shardkit.Dataset(src).pack(8)),
+        ),
+        "Dataset.pack (Megatron)": (
+            frozenset({i, s}),
+            lambda c: list(shardkit.Dataset(c.megatron, seed=0).pack(8)),
+        ),
+        "build (Megatron)": (frozenset({i, s, w}), lambda c: shardkit.build(c.megatron, c.out)),
         "IndexedDataset": (counted, lambda c: list(shardkit.IndexedDataset(c.src))),
         "mix": (
             read,
@@ -369,6 +393,13 @@ NOT_IO = {
 }
 
 
+#: Entries that run on the token case (token shards and a Megatron pair, ``make_case``'s
+#: ``tokens=True``): the same kinds, planted at the same paths, in a dataset they accept.
+TOKEN_ENTRIES = frozenset(
+    {"Dataset.pack", "Dataset.pack.load_state_dict", "Dataset.pack (Megatron)", "build (Megatron)"}
+)
+
+
 def entry_names() -> list[str]:
     return sorted(_entries())
 
@@ -423,9 +454,10 @@ def _each(
 
 
 def _truncate_shard(case: Case) -> None:
-    for name in ("shard-000000.tar", "shard-000001.tar"):
+    for name in ("shard-000000.tar", "shard-000001.tar", MEGATRON):
         path = case.path("src", name)
-        os.truncate(path, os.path.getsize(path) // 2 + 100)  # cut since it was indexed
+        if os.path.exists(path):  # a Megatron .bin: the token case's
+            os.truncate(path, os.path.getsize(path) // 2 + 100)  # cut since it was indexed
 
 
 def _deep_json_field(case: Case) -> None:
@@ -505,12 +537,35 @@ def _giant_fields(case: Case) -> None:
     head += b" " * (-(len(head) + 11) % 64) + b"\n"
     npy = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head + bytes(16)
     fields = [("flac", _giant_flac()), ("npy", npy), ("png", png)]  # one per sample
+    if os.path.exists(case.megatron):
+        _giant_tokens(case)
+        return
     os.unlink(case.path("src", "shard-000001.tar"))
     with ShardWriter(case.path("src", "shard-%06d.tar"), max_count=6, start_index=1) as sink:
         for i in range(6):
             ext, data = fields[i % 3]
             sink.write({"__key__": f"g{i:03d}", ext: data, "cls": i % 3})
     _index(case.path("src", "shard-000001.tar"))
+
+
+def _giant_tokens(case: Case) -> None:
+    """The budget kind on the token case: token groups whose lengths declare 2^32 - 1
+    tokens each, and a Megatron .idx whose header counts 2^40 sequences."""
+    import struct
+
+    import numpy as np
+
+    from shardkit.formats.megatron import MAGIC
+    from shardkit.writer import ShardWriter
+
+    lengths = np.full(4, 2**32 - 1, "<u4").tobytes()
+    os.unlink(case.path("src", "shard-000001.tar"))
+    with ShardWriter(case.path("src", "shard-%06d.tar"), max_count=6, start_index=1) as sink:
+        for i in range(6):
+            sink.write({"__key__": f"g{i:03d}", "tokens.u16": bytes(8), "lengths.u32": lengths})
+    _index(case.path("src", "shard-000001.tar"))
+    with open(case.megatron[: -len(".bin")] + ".idx", "wb") as f:
+        f.write(MAGIC + struct.pack("<QBQQ", 1, 8, 1 << 40, 2) + bytes(64))
 
 
 def _giant_flac() -> bytes:
@@ -589,8 +644,38 @@ def _index(path: str) -> None:
         write_index(path)
 
 
-def make_case(root: str) -> Case:
-    """The small dataset every entry point runs on (made once per kind, then copied)."""
+def _token_samples() -> list[dict[str, Any]]:
+    """12 token groups (3 documents of 1 to 9 tokens each)."""
+    from shardkit.formats.tokens import encode_group
+
+    samples = []
+    for i in range(12):
+        documents = [[(i * 7 + j * 3 + t) % 500 for t in range(1 + (i + j) % 9)] for j in range(3)]
+        samples.append({"__key__": f"t{i:03d}", **dict(encode_group(documents, "tokens.u16"))})
+    return samples
+
+
+def _write_megatron(path: str, documents: list[list[int]]) -> None:
+    """A Megatron pair as Megatron-LM writes it (one sequence per document, uint16)."""
+    import struct
+
+    import numpy as np
+
+    from shardkit.formats.megatron import MAGIC
+
+    sizes = np.array([len(d) for d in documents], "<i4")
+    pointers = np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64) * 2)).astype("<i8")
+    bounds = np.arange(len(documents) + 1, dtype="<i8")
+    with open(path[: -len(".bin")] + ".idx", "wb") as f:
+        f.write(MAGIC + struct.pack("<QBQQ", 1, 8, len(sizes), len(bounds)))
+        f.write(sizes.tobytes() + pointers.tobytes() + bounds.tobytes())
+    with open(path, "wb") as f:
+        f.write(np.array([t for d in documents for t in d], "<u2").tobytes())
+
+
+def make_case(root: str, *, tokens: bool = False) -> Case:
+    """The small dataset every entry point runs on (made once per kind, then copied):
+    images; with ``tokens``, the same layout holding token shards and a Megatron pair."""
     import random
 
     from shardkit.demo import make_jpeg
@@ -600,7 +685,10 @@ def make_case(root: str) -> Case:
     rng = random.Random(0)
     os.makedirs(case.src)
     with ShardWriter(case.path("src", "shard-%06d.tar"), max_count=6) as sink:
-        for i in range(12):
+        if tokens:
+            for sample in _token_samples():
+                sink.write(sample)
+        for i in range(0 if tokens else 12):
             sink.write(
                 {
                     "__key__": f"k{i:03d}",
@@ -610,11 +698,17 @@ def make_case(root: str) -> Case:
                     "txt": f"text {i}",
                 }
             )
+    if tokens:
+        _write_megatron(
+            case.megatron, [[(d * 5 + t) % 700 for t in range(1 + d % 11)] for d in range(40)]
+        )
     for name in sorted(os.listdir(case.src)):
         _index(case.path("src", name))
     os.makedirs(case.path("m"))
     shards = []
     for name in sorted(os.listdir(case.src)):
+        if name.startswith(MEGATRON[: -len(".bin")]):
+            continue  # the Megatron pair is named directly
         os.link(case.path("src", name), case.path("m", name))
         if name.endswith(".tar"):
             shards.append({"name": name, "samples": 6})
@@ -651,7 +745,7 @@ def run_kind(kind_name: str, root: str, only: str | None = None) -> None:
     from shardkit.errors import ShardkitError
 
     kind = KINDS[kind_name]
-    template = make_case(os.path.join(root, "template"))
+    templates: dict[bool, Case] = {}
     signal.signal(signal.SIGALRM, _alarm)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -659,8 +753,12 @@ def run_kind(kind_name: str, root: str, only: str | None = None) -> None:
     for name, (touches, run) in sorted(_entries().items()):
         if (only is not None and name != only) or not applies(kind, touches):
             continue
+        tokens = name in TOKEN_ENTRIES
+        if tokens not in templates:
+            where = os.path.join(root, "template-tokens" if tokens else "template")
+            templates[tokens] = make_case(where, tokens=tokens)
         case = Case(os.path.join(root, name.replace(" ", "_")))
-        shutil.copytree(template.root, case.root, symlinks=True)
+        shutil.copytree(templates[tokens].root, case.root, symlinks=True)
         kind.plant(case)
         print(json.dumps({"entry": name, "started": True}), flush=True)
         result: dict[str, Any] = {"entry": name, "must_fail": must_fail(kind, touches)}

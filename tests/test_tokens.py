@@ -224,6 +224,15 @@ def test_megatron_bin_too_short(tmp_path: Path) -> None:
         shardkit.Dataset(prefix + ".bin").pack(4)
 
 
+def test_megatron_bin_read_without_pack_is_one_line(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "name_text_document")
+    _write_megatron(prefix, [np.arange(50, dtype=np.uint16)])
+    for read in (list, len, lambda d: list(shardkit.Loader(d, batch_size=None))):
+        with pytest.raises(ConfigError, match=r"name_text_document\.bin: .*\.pack\(seq_len\)"):
+            read(shardkit.Dataset(prefix + ".bin"))
+    assert len(list(shardkit.Dataset(prefix + ".bin").pack(8))) == 7
+
+
 def test_token_member_checked(tmp_path: Path) -> None:
     from shardkit.formats.tokens import decode_group
 
@@ -269,42 +278,24 @@ def test_resume_after_a_kill_keeps_finished_shards(corpus: dict[str, Any], tmp_p
     options = shardkit.BuildOptions(
         tokenizer=str(root / "tokenizer.json"), max_count=800, workers=1
     )
-    shardkit.build(str(root / "docs.jsonl"), str(out), options=options)
-    first = {p.name: p.read_bytes() for p in out.glob("*.tar")}
-    # as if killed after two shards: the journal lists them, the manifest is not written
-    from shardkit.builder.tokens import JOURNAL_NAME
+    whole = tmp_path / "whole"
+    shardkit.build(str(root / "docs.jsonl"), str(whole), options=options)
+    first = {p.name: p.read_bytes() for p in whole.glob("*.tar")}
 
-    manifest = json.loads((out / "manifest.json").read_text())
-    (out / "manifest.json").unlink()
-    (out / "shard-000002.tar").unlink()
-    (out / "shard-000003.tar").unlink()
-    lines = [
-        json.dumps(
-            {
-                "tokens_journal": 1,
-                "source": str(root / "docs.jsonl"),
-                "tokenizer": manifest["tokenizer"],
-                "options": manifest["options"],
-            },
-            sort_keys=True,
-        )
-    ]
-    for i, s in enumerate(manifest["shards"][:2]):
-        lines.append(
-            json.dumps(
-                {
-                    "index": i,
-                    **{
-                        k: s[k]
-                        for k in ("name", "samples", "bytes", "digest", "documents", "tokens")
-                    },
-                }
-            )
-        )
-    (out / JOURNAL_NAME).write_text("\n".join(lines) + "\n")
+    def stop_after_two(progress: shardkit.BuildProgress) -> None:
+        if progress.shards == 2:
+            raise KeyboardInterrupt  # as if killed once two shards are journaled
+
+    with pytest.raises(KeyboardInterrupt):
+        shardkit.build(str(root / "docs.jsonl"), str(out), options=options, progress=stop_after_two)
+    from shardkit.builder.journal import JOURNAL_NAME
+
+    assert (out / JOURNAL_NAME).exists() and not (out / "manifest.json").exists()
+    (out / "shard-000001.tar").write_bytes(b"damaged")  # a recorded shard that changed
     result = shardkit.build(str(root / "docs.jsonl"), str(out), options=options)
-    assert result.resumed_tasks == 2
+    assert result.resumed_tasks == 1  # shard 0 kept; shard 1 written again
     assert {p.name: p.read_bytes() for p in out.glob("*.tar")} == first
+    assert not (out / JOURNAL_NAME).exists()
 
 
 def _key(item: dict[str, Any]) -> tuple[bytes, bytes]:
@@ -420,7 +411,9 @@ def test_killed_build_resumes_to_the_same_bytes(corpus: dict[str, Any], tmp_path
     )
     (tmp_path / "run.py").write_text(script)
     child = subprocess.Popen([sys.executable, str(tmp_path / "run.py")], env=os.environ.copy())
-    journal = out / ".shardkit-tokens-journal.jsonl"
+    from shardkit.builder.journal import JOURNAL_NAME
+
+    journal = out / JOURNAL_NAME
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if journal.exists() and len(journal.read_text().splitlines()) >= 4:
@@ -439,3 +432,53 @@ def test_killed_build_resumes_to_the_same_bytes(corpus: dict[str, Any], tmp_path
     assert sorted(p.name for p in out.glob("*.tar")) == names and len(names) == 25
     assert all((out / n).read_bytes() == (whole / n).read_bytes() for n in names)
     assert not list(out.glob(".*tmp*"))  # no temporary file left behind
+
+
+#: sha256 of the shards the token build on main 5c111d2 (its own driver) wrote for
+#: :func:`_golden_corpus`: the build on the shared journal, store and cleanup keeps them.
+_GOLDEN = {
+    "shard-000000.tar": "4028c159749a8ca6eeba78bf4e84d806f95d95dcd372836d994a5e912ed60080",
+    "shard-000001.tar": "5396600023664b62ad2bbbcfd8b564ff7c79879171d7f9718a97ab1ebdb86bed",
+    "shard-000002.tar": "6e07886ed0a90239d8d166c9b9bf86651bcdbb65877fd3e38e133b503a314fad",
+    "shard-000003.tar": "93c11d6d77035765665b63c376e6cffd6f8c70170c098ae4cac50e23c26c074e",
+    "shard-000004.tar": "71d83d3aa45b2fcbbec59f6853c284d76c13f65d87866cac8c4973c546884ee4",
+}
+
+
+def _golden_corpus(root: Path) -> tuple[str, str]:
+    """A fixed word-level tokenizer (no training) and 40 rows, 7 of them empty."""
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(root / "tok.json"))
+    with open(root / "docs.jsonl", "w") as f:
+        for i in range(40):
+            text = " ".join(words[(i * 7 + j) % 8] for j in range(i % 13)) if i % 11 else ""
+            f.write(json.dumps({"text": text}) + "\n")
+    return str(root / "docs.jsonl"), str(root / "tok.json")
+
+
+def test_token_shards_keep_the_bytes_of_the_first_token_build(tmp_path: Path) -> None:
+    import hashlib
+
+    docs, tok = _golden_corpus(tmp_path)
+    options = shardkit.BuildOptions(tokenizer=tok, max_count=7, workers=2)
+    result = shardkit.build(docs, tmp_path / "out", options=options)
+    got = {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "out").glob("*.tar")
+    }
+    assert got == _GOLDEN and len(result.skipped) == 7
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert (manifest["tokens"], manifest["documents"]) == (207, 33)
+
+
+def test_token_build_into_a_file_url_writes_that_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where a "file:" folder would appear
+    docs, tok = _golden_corpus(tmp_path)
+    options = shardkit.BuildOptions(tokenizer=tok, max_count=7, workers=1)
+    result = shardkit.build(docs, f"file://{tmp_path}/out", options=options)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["manifest.json", *_GOLDEN]
+    assert result.out == str(tmp_path / "out") and not (tmp_path / "file:").exists()

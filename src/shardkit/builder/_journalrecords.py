@@ -49,7 +49,7 @@ class AssembledShard:
 
 
 def encode_result(result: TaskResult) -> dict[str, Any]:
-    return {
+    record = {
         "task": result.index,
         "parts": [[p.name, p.samples, p.bytes, p.digest] for p in result.parts],
         "skipped": result.skipped,
@@ -58,6 +58,9 @@ def encode_result(result: TaskResult) -> dict[str, Any]:
         "sizes": result.sizes,
         "fetch": result.fetch,
     }
+    if result.totals:  # absent from a sample build's records
+        record["totals"] = dict(sorted(result.totals.items()))
+    return record
 
 
 def decode_result(obj: dict[str, Any]) -> TaskResult:
@@ -69,4 +72,5 @@ def decode_result(obj: dict[str, Any]) -> TaskResult:
         input_bytes=int(obj["input_bytes"]),
         sizes=[int(n) for n in obj["sizes"]],
         fetch=[(int(n), str(what)) for n, what in obj.get("fetch", [])],
+        totals={str(k): int(v) for k, v in obj.get("totals", {}).items()},
     )

@@ -38,7 +38,7 @@ def build(
     if options.tokenizer is not None or _is_megatron(source):
         from .tokens import build_tokens
 
-        return build_tokens(source, out_path, options, progress)
+        return build_tokens(source, _output_store(out_path, options), options, progress)
     if options.transforms:
         from .transform import check_available
 
@@ -56,13 +56,17 @@ def build(
                 "samples as they are: transform them in to_sample, or with shardkit proc / "
                 "map_shards"
             )
-        store: Store
-        if _is_remote(out_path):  # s3://, gs://: workers write straight into it (store.py)
-            store = ObjectStore(out_path, hash=options.hash)
-        else:
-            _make_folder(out_path)
-            store = LocalStore(out_path, hash=options.hash)
-        return run_build(store, options, listing, progress, spill)
+        return run_build(_output_store(out_path, options), options, listing, progress, spill)
+
+
+def _output_store(out_path: str, options: BuildOptions) -> Store:
+    """Where a build writes: an object-store prefix (s3://, gs://: workers write straight
+    into it, :mod:`.store`) or a local folder (made here; ``file://`` names one too)."""
+    if _is_remote(out_path):
+        return ObjectStore(out_path, hash=options.hash)
+    folder = storage.local_path(out_path)
+    _make_folder(folder)
+    return LocalStore(folder, hash=options.hash)
 
 
 _LAYOUT_FOLDER = "layout='samples' applies to a folder"

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._flock import lock_exclusive
@@ -90,11 +90,19 @@ class Journal:
 
     ``done`` holds the results this run finished that wait for their turn to be committed;
     ``finished`` the tasks an earlier run journaled that are not committed yet (where
-    their records are: :meth:`read_back` and :meth:`take` read them again)."""
+    their records are: :meth:`read_back` and :meth:`take` read them again).
+    ``refuse``, given the header an earlier run wrote when it is not ``header``, may raise
+    an error that says what changed (the generic refusal follows when it returns)."""
 
-    def __init__(self, store: Store, header: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        header: dict[str, Any],
+        refuse: Callable[[Any], None] | None = None,
+    ) -> None:
         self.url = store.url
         self.header = header
+        self._refuse = refuse
         self.done: dict[int, TaskResult] = {}
         self.finished = _Finished()
         self.shards: list[AssembledShard] = []  # shards assembled from chunks
@@ -112,6 +120,8 @@ class Journal:
             if first is None:
                 return False
             if first[0] != self.header:
+                if self._refuse is not None:
+                    self._refuse(first[0])
                 raise BuildError(
                     "the output holds an interrupted build with different options or "
                     "inputs; rerun with the same ones to resume, or use --overwrite",

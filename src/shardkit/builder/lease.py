@@ -1,4 +1,6 @@
 """The lock of an object-store OUT: a lease object, ``OUT/.shardkit-build.lock``.
+(:func:`store_lock` is every build's door to its output's lock: ``flock`` on a folder,
+this lease on an object store.)
 
 An object store has no ``flock``, and a killed driver cannot release anything, so the lock
 is a lease: a small JSON object naming its holder (a random owner id, host, pid) and when
@@ -34,15 +36,15 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import BuildError
 from ..formats.jsondoc import load_json
-from .journal import LOCK_NAME
-from .store import ObjectStore, PreconditionFailed
+from .journal import LOCK_NAME, output_lock
+from .store import ObjectStore, PreconditionFailed, Store
 
-__all__ = ["LEASE_TTL_S", "Lease", "hold_lease"]
+__all__ = ["LEASE_TTL_S", "Lease", "hold_lease", "store_lock"]
 
 logger = logging.getLogger(__name__)
 
@@ -242,3 +244,16 @@ def _held_message(holder: dict[str, Any]) -> str:
         f".shardkit-build.lock expires in {left} s unless renewed); wait for it to finish, "
         "or if that build was killed, rerun once the lease has expired"
     )
+
+
+@contextlib.contextmanager
+def store_lock(store: Store) -> Iterator[Callable[[], None]]:
+    """Hold the lock of the output ``store`` (``flock`` on a folder, a lease object on an
+    object store); yields a check that raises once it is lost."""
+    remote = store.object_store
+    if remote is None:
+        with output_lock(store.url):  # flock: held until this process ends
+            yield lambda: None
+        return
+    with hold_lease(remote) as lease:
+        yield lease.check

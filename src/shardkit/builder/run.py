@@ -42,7 +42,8 @@ from ._launch import cluster_executor, counted, picklable
 from .assembly import ShardPlan, WorkerAssembler, assemble_shard
 from .commit import Renamer
 from .folder import OutputFolder
-from .journal import Journal, output_lock
+from .journal import Journal
+from .lease import store_lock
 from .manifest import make_manifest, write_manifest
 from .options import BuildOptions
 from .plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
@@ -411,7 +412,7 @@ def run_build(
     """Build ``listing`` into ``store`` (a folder that exists, or an object-store prefix);
     holds the output's lock (or lease) throughout. A large listing is ordered through
     ``spill`` (:mod:`.spill`), which the caller removes."""
-    with _locked(store) as guard:
+    with store_lock(store) as guard:
         driver = _Driver(store, options, listing, progress, guard, spill)
         try:
             done = driver.prepare()
@@ -420,17 +421,3 @@ def run_build(
             driver.committer.close()  # commits in flight end before the lock goes
             driver.journal.close()
             driver.skipped.close()
-
-
-@contextlib.contextmanager
-def _locked(store: Store) -> Iterator[Callable[[], None]]:
-    """Hold the output's lock; yields a check that raises once it is lost."""
-    remote = store.object_store
-    if remote is None:
-        with output_lock(store.url):  # flock: held until this process ends
-            yield lambda: None
-        return
-    from .lease import hold_lease
-
-    with hold_lease(remote) as lease:
-        yield lease.check

@@ -9,52 +9,60 @@ are exactly ``Tokenizer.from_file(path).encode(text).ids``) and writes them as t
 groups (:mod:`shardkit.formats.tokens`), at most :data:`GROUP_TOKENS` tokens per sample.
 A row whose text is not a string, or is empty, is skipped and listed with its reason.
 
-The driver holds the output's build lock (:func:`.journal.output_lock`), runs the tasks on
-the build's engine (:func:`shardkit.engines.make_executor`), each shard committed
-atomically by its :class:`~shardkit.writer.ShardFile`, and journals them in order (a
-header naming the tokenizer's SHA-256 and the options, then one line per finished shard);
-a resumed build removes the temporary files a killed one left, keeps the shards the
-journal lists and refuses a journal of another tokenizer. ``manifest.json`` comes last,
-with the total ``tokens`` and ``documents``. (It is a driver of its own, smaller than
-:mod:`.run`'s: one task is one shard, so there is no part assembly to do.)
+The driver runs on the build's own pieces: the output is the build's
+:class:`~.store.Store` (a local folder or an ``s3://``/``gs://`` prefix; workers write
+each shard straight into it, committed atomically by its :class:`~shardkit.writer.ShardFile`),
+locked by :func:`.lease.store_lock` (``flock``, or a lease object), journaled by the one
+:class:`~.journal.Journal` (a header naming the source, the options and the tokenizer's
+SHA-256; one task record per finished shard, its ``documents`` and ``tokens`` in the
+record's ``totals``) and cleared by :class:`~.folder.OutputFolder` (an interrupted
+build's temporaries and strays, ``--overwrite``). A resumed build keeps the shards the
+journal lists that still match their size and digest, runs the others again and refuses
+a journal of another tokenizer. ``manifest.json`` comes last, with the total ``tokens``
+and ``documents``. (The loop itself is smaller than :mod:`.run`'s: one task is one
+shard, committed under its final name by the worker, so there is no part renaming or
+assembly to do.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
 import hashlib
-import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import storage
 from .._optional import require
-from .._temporary import is_temporary
 from .._version import __version__
 from ..config import default_workers
 from ..engines import make_executor, run_state
 from ..errors import BuildError, ConfigError
-from ..formats.jsondoc import load_json
 from ..formats.names import MANIFEST_NAME
 from ..formats.record import ShardRecord
 from ..formats.tar import tar_chunks
 from ..formats.tokens import encode_group, token_dtype
 from ..writer import ShardFile
-from .journal import output_lock
+from .folder import OutputFolder
+from .journal import JOURNAL_NAME, Journal
+from .lease import store_lock
 from .manifest import write_manifest
 from .options import BuildOptions
 from .results import BuildProgress, BuildResult, ProgressFn
+from .store import Store
+from .worker import TaskResult
 
 __all__ = ["GROUP_TOKENS", "JOURNAL_NAME", "build_tokens", "load_tokenizer"]
 
 #: a token sample closes once it holds this many tokens (2 MiB of uint16)
 GROUP_TOKENS = 1 << 20
-JOURNAL_NAME = ".shardkit-tokens-journal.jsonl"
 _TOKENIZER_LIMIT = 1 << 30
 
 
@@ -99,90 +107,81 @@ class _Task:
     documents: list[Any]  # texts (to tokenize) or token arrays (a Megatron source)
 
 
-@dataclass
-class _Done:
-    index: int
-    record: ShardRecord
-    documents: int
-    tokens: int
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
 def build_tokens(
-    source: Any, out: str, options: BuildOptions, progress: ProgressFn | None = None
+    source: Any, store: Store, options: BuildOptions, progress: ProgressFn | None = None
 ) -> BuildResult:
     """See the module docs."""
     started = time.monotonic()
     tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer is not None else None
-    megatron = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".bin")
+    megatron = _megatron_source(source)
     if tokenizer is None and not megatron:
         raise ConfigError("building token shards needs a tokenizer (--tokenizer)")
     if megatron and tokenizer is not None:
         raise ConfigError("a Megatron .bin is tokenized already: build it without --tokenizer")
-    if not storage.is_local(out):
-        raise ConfigError(f"a token build writes into a local folder, not {out} (copy it after)")
-    out = storage.local_path(out)
-    os.makedirs(out, exist_ok=True)
-    with output_lock(out):  # the build lock every build of a folder takes
-        _remove_temporaries(out, options.prefix)
-        results, done, skipped, document = _build_locked(
-            source, out, options, tokenizer, megatron, progress, started
-        )
-    resumed = sum(1 for r in results if r.index in done)
-    return BuildResult(
-        out,
-        os.path.join(out, MANIFEST_NAME),
-        [r.record for r in results],
-        document["samples"],
-        skipped,
-        resumed,
-        time.monotonic() - started,
-    )
+    field_name, header = _header(source, options, tokenizer, megatron)
+    with store_lock(store) as guard:  # the build lock (a lease on an object store)
+        journal = Journal(store, header, refuse=functools.partial(_refuse, store.url, header))
+        try:
+            return _build_locked(
+                source, store, options, tokenizer, field_name, journal, guard, progress, started
+            )
+        finally:
+            journal.close()
 
 
 def _build_locked(
     source: Any,
-    out: str,
+    store: Store,
     options: BuildOptions,
     tokenizer: Tokenizer | None,
-    megatron: bool,
+    field_name: str,
+    journal: Journal,
+    guard: Callable[[], None],
     progress: ProgressFn | None,
     started: float,
-) -> tuple[list[_Done], dict[int, _Done], list[tuple[str, str]], dict[str, Any]]:
-    manifest = os.path.join(out, MANIFEST_NAME)
-    journal = os.path.join(out, JOURNAL_NAME)
-    if options.overwrite:
-        for name in (manifest, journal):
-            if os.path.exists(name):
-                os.remove(name)
-    elif os.path.exists(manifest):
-        raise BuildError("the output holds a finished build: --overwrite builds it again", url=out)
-    field_name, header = _header(source, options, tokenizer, megatron)
-    done = _resume(journal, header)
-    rows = _megatron_documents(os.fspath(source)) if megatron else _text_rows(source, options)
+) -> BuildResult:
+    header = journal.header
+    folder = OutputFolder(store, dataclasses.replace(options, format="tar"), journal)
+    if folder.check({"options": header["options"], "source": {}}) is not None:
+        raise BuildError(
+            "the output holds a finished build: --overwrite builds it again", url=store.url
+        )
+    resumed = journal.load()
+    if resumed:  # keep the shards the journal lists that are still whole
+        matches = store.matcher()
+        for result in journal.read_back():
+            if not all(matches(p.name, p.bytes, p.digest) for p in result.parts):
+                journal.forget(result.index)
+    folder.remove_strays()  # what a killed build left: temporaries, no recorded shard
+    journal.start(fresh=not resumed)
+    rows = (
+        _megatron_documents(os.fspath(source))
+        if _megatron_source(source)
+        else _text_rows(source, options)
+    )
     skipped: list[tuple[str, str]] = []
     report = _Report(progress, skipped, started)
-    results = _run(out, options, tokenizer, field_name, rows, done, journal, report)
-    records = [r.record for r in results]
+    results, reused = _run(folder, tokenizer, field_name, rows, guard, report)
+    records = [r.parts[0] for r in results]
     document = {
         "shardkit_manifest": 1,
         "format": "tar",
         "kind": "tokens",
         "samples": sum(r.samples for r in records),
         "bytes": sum(r.bytes for r in records),
-        "tokens": sum(r.tokens for r in results),
-        "documents": sum(r.documents for r in results),
+        "tokens": sum(r.totals["tokens"] for r in results),
+        "documents": sum(r.totals["documents"] for r in results),
         "token_field": field_name,
         "shards": [
             {
-                "name": r.record.name,
-                "samples": r.record.samples,
-                "bytes": r.record.bytes,
-                "digest": r.record.digest or None,
-                "tokens": r.tokens,
-                "documents": r.documents,
+                "name": record.name,
+                "samples": record.samples,
+                "bytes": record.bytes,
+                "digest": record.digest or None,
+                "tokens": r.totals["tokens"],
+                "documents": r.totals["documents"],
             }
-            for r in results
+            for r, record in zip(results, records, strict=True)
         ],
         "skipped": [{"path": p, "reason": why} for p, why in skipped],
         "options": header["options"],
@@ -191,19 +190,26 @@ def _build_locked(
         "timing": {
             "seconds": round(time.monotonic() - started, 3),
             "workers": options.workers or default_workers(),
-            "resumed_tasks": sum(1 for r in results if r.index in done),
+            "resumed_tasks": reused,
         },
     }
-    write_manifest(manifest, document)
-    os.remove(journal)
-    return results, done, skipped, document
+    guard()
+    write_manifest(store.join(MANIFEST_NAME), document, store.storage_options)
+    journal.remove()
+    return BuildResult(
+        store.url,
+        store.join(MANIFEST_NAME),
+        records,
+        document["samples"],
+        skipped,
+        reused,
+        time.monotonic() - started,
+    )
 
 
-def _remove_temporaries(out: str, prefix: str) -> None:
-    """The temporary shard files a killed build left (this build holds the lock)."""
-    for name in os.listdir(out):
-        if name.startswith(f".{prefix}-") and is_temporary(name):
-            os.remove(os.path.join(out, name))
+def _megatron_source(source: Any) -> bool:
+    """Whether ``source`` names a Megatron ``.bin`` (tokenized already)."""
+    return isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".bin")
 
 
 def _header(
@@ -236,36 +242,20 @@ def _header(
     return field_name, header
 
 
-def _resume(journal: str, header: dict[str, Any]) -> dict[int, _Done]:
-    """The shards an interrupted build finished (its journal), or a fresh journal."""
-    if not os.path.exists(journal):
-        _append(journal, header, fresh=True)
-        return {}
-    lines = storage.read_document(journal, what="journal").decode("utf-8").splitlines()
-    saved = load_json(lines[0], url=journal, what="journal") if lines else None
+def _refuse(url: str, header: dict[str, Any], saved: Any) -> None:
+    """Why the journal an earlier run left (header ``saved``) cannot be resumed."""
     if not isinstance(saved, dict) or saved.get("tokens_journal") != 1:
-        raise BuildError("not a token build's journal: --overwrite starts over", url=journal)
+        raise BuildError(
+            "the output holds another build's journal: --overwrite starts over", url=url
+        )
     if saved.get("tokenizer") != header["tokenizer"]:
         raise ConfigError(
-            f"cannot resume the build in {os.path.dirname(journal)}: its tokenizer changed "
+            f"cannot resume the build in {url}: its tokenizer changed "
             f"(vocabulary hash {_sha(saved)} then, {_sha(header)} now); --overwrite starts over"
         )
-    if saved != header:
-        raise ConfigError(
-            f"cannot resume the build in {os.path.dirname(journal)}: its source or options "
-            "changed; --overwrite starts over"
-        )
-    done: dict[int, _Done] = {}
-    for line in lines[1:]:
-        try:
-            entry = load_json(line, url=journal, what="journal")
-            record = ShardRecord(entry["name"], entry["samples"], entry["bytes"], entry["digest"])
-            done[int(entry["index"])] = _Done(
-                int(entry["index"]), record, int(entry["documents"]), int(entry["tokens"])
-            )
-        except (ValueError, KeyError, TypeError):
-            break  # a line cut by the interruption: its shard is written again
-    return done
+    raise ConfigError(
+        f"cannot resume the build in {url}: its source or options changed; --overwrite starts over"
+    )
 
 
 def _sha(header: Any) -> str:
@@ -273,50 +263,57 @@ def _sha(header: Any) -> str:
     return str(tokenizer.get("sha256"))[:16] if isinstance(tokenizer, dict) else "none"
 
 
-def _append(journal: str, entry: dict[str, Any], fresh: bool = False) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh else os.O_APPEND)
-    with open(os.open(journal, flags, 0o644), "w", encoding="utf-8") as f:
-        f.write(json.dumps(entry, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _run(
-    out: str,
-    options: BuildOptions,
+    folder: OutputFolder,
     tokenizer: Tokenizer | None,
     field_name: str,
     rows: Iterator[tuple[str, Any]],
-    done: dict[int, _Done],
-    journal: str,
+    guard: Callable[[], None],
     report: _Report,
-) -> list[_Done]:
+) -> tuple[list[TaskResult], int]:
+    """Every task's result in order (a task the journal holds is not run again), and how
+    many came from the journal."""
+    store, options, journal = folder.store, folder.options, folder.journal
     workers = options.workers or default_workers()
-    context = (out, options.prefix, options.hash, field_name, tokenizer.text if tokenizer else None)
+    context = (store.portable(), options.hash, field_name, tokenizer.text if tokenizer else None)
     executor = make_executor(
         options.engine, options.address, workers=workers, init=_init, context=context
     )
-    results: list[_Done] = []
-    pending: list[Future[_Done] | _Done] = []
+    results: list[TaskResult] = []
+    pending: list[Future[TaskResult] | TaskResult] = []
+    reused = 0
+
+    def collect() -> None:
+        item = pending.pop(0)
+        if isinstance(item, TaskResult):
+            results.append(report(item))
+            return
+        result = item.result()
+        guard()
+        journal.write(result)  # before the next shard's: a resume keeps it
+        results.append(report(result))
+
     try:
         for task in _tasks(rows, options, report.skipped):
-            if task.index in done and os.path.exists(
-                os.path.join(out, done[task.index].record.name)
-            ):
-                pending.append(done[task.index])
+            if journal.is_done(task.index):
+                pending.append(journal.take(task.index))
+                reused += 1
             else:
                 pending.append(executor.submit(_write_shard, task))
             while len(pending) > 2 * workers:
-                results.append(report(_collect(pending.pop(0), journal, done)))
+                collect()
         while pending:
-            results.append(report(_collect(pending.pop(0), journal, done)))
+            collect()
     except BaseException:
         executor.close(cancel=True)
+        with contextlib.suppress(Exception):  # never in place of the run's own error
+            folder.remove_temporaries()  # a worker that died mid-write cannot
         raise
     executor.close()
     if not results:
+        journal.remove()
         raise BuildError("no documents to build: every row was skipped")
-    return results
+    return results, reused
 
 
 class _Report:
@@ -330,33 +327,14 @@ class _Report:
         self.started = started
         self.samples = self.shards = 0
 
-    def __call__(self, done: _Done) -> _Done:
-        self.samples += done.record.samples
+    def __call__(self, done: TaskResult) -> TaskResult:
+        self.samples += sum(p.samples for p in done.parts)
         self.shards += 1
         if self.progress is not None:
             elapsed = time.monotonic() - self.started
             snapshot = BuildProgress(self.samples, len(self.skipped), None, 0, self.shards, elapsed)
             self.progress(snapshot)
         return done
-
-
-def _collect(item: Future[_Done] | _Done, journal: str, done: dict[int, _Done]) -> _Done:
-    result = item if isinstance(item, _Done) else item.result()
-    if result.index not in done:
-        r = result.record
-        _append(
-            journal,
-            {
-                "index": result.index,
-                "name": r.name,
-                "samples": r.samples,
-                "bytes": r.bytes,
-                "digest": r.digest,
-                "documents": result.documents,
-                "tokens": result.tokens,
-            },
-        )
-    return result
 
 
 def _tasks(
@@ -384,20 +362,22 @@ def _tasks(
 
 
 def _init(context: Any, reporter: Any) -> Any:
-    out, _prefix, hash_name, field_name, text = context
+    store, hash_name, field_name, text = context
     tokenizer = None
     if text is not None:
         tokenizer = require("tokenizers", "building token shards").Tokenizer.from_str(text)
-    return (out, hash_name, field_name, tokenizer)
+    return (store, hash_name, field_name, tokenizer)
 
 
-def _write_shard(task: _Task) -> _Done:
-    """Tokenize a task's documents and write them as its shard (in a worker)."""
-    out, hash_name, field_name, tokenizer = run_state()
+def _write_shard(task: _Task) -> TaskResult:
+    """Tokenize a task's documents and write them as its shard (in a worker), straight
+    into the build's store (committed atomically under its final name)."""
+    store, hash_name, field_name, tokenizer = run_state()
     documents: list[Any] = task.documents
     if tokenizer is not None:
         documents = [e.ids for e in tokenizer.encode_batch(documents, add_special_tokens=True)]
-    shard = ShardFile.open(os.path.join(out, task.name), hash=hash_name)
+    url = store.join(task.name)
+    shard = ShardFile.open(url, storage_options=store.storage_options, hash=hash_name)
     try:
         tokens = count = groups = 0
         group: list[Any] = []
@@ -418,8 +398,8 @@ def _write_shard(task: _Task) -> _Done:
     except BaseException:
         shard.discard()
         raise
-    record = ShardRecord(info.name, info.samples, info.bytes, info.digest)
-    return _Done(task.index, record, count, tokens)
+    record = ShardRecord(task.name, info.samples, info.bytes, info.digest)
+    return TaskResult(task.index, [record], totals={"documents": count, "tokens": tokens})
 
 
 def _write_group(

@@ -83,6 +83,9 @@ class TaskResult:
     # Each http(s) download's outcome, with the index (in this task) of the sample it is,
     # or of the next sample packed after it when it was skipped: its shard is known later.
     fetch: list[tuple[int, str]] = field(default_factory=list)
+    # What a kind of task counts for the manifest besides samples (a token build's
+    # ``documents`` and ``tokens``); journaled only when it has any.
+    totals: dict[str, int] = field(default_factory=dict)
 
 
 #: This module: the local pool's forkserver imports it once for every worker process.

@@ -397,6 +397,14 @@ class Dataset(_Base):
     def shards(self) -> ShardList:
         """The shard list of the source (read on first use: a manifest or folder listing)."""
         if self._shards is None:
+            from .tokentable import is_megatron
+
+            if is_megatron(self._source):  # not a tar shard: read as one, it is "truncated"
+                raise ConfigError(
+                    "a Megatron .bin (with its .idx) is read through .pack(seq_len), e.g. "
+                    "Dataset(path).pack(2048)",
+                    url=str(self._source),
+                )
             self._shards = resolve_source(
                 self._source, storage_options=self._recipe.read.storage_options
             )
