@@ -15,7 +15,7 @@ from conftest_pipeline import write_shards
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.errors import FormatError
+from shardkit.errors import BuildError, FormatError
 from shardkit.tools import write_indexes
 
 COUNTS = [10]
@@ -58,17 +58,13 @@ def test_a_build_from_an_index_span_of_two_samples_drops_nothing_silently(
 ) -> None:
     shard = _indexed(tmp_path, ext)
     _edit(shard, _merge)
-    result = shardkit.build(
-        os.path.dirname(shard), str(tmp_path / "out"), options=BuildOptions(workers=1)
-    )
-    # was: exit 0, 9 of 10 packed, nothing reported
-    assert [why for _, why in result.skipped] and all("another" in why for _, why in result.skipped)
-    with pytest.raises(FormatError, match="another"):
+    # was: exit 0, 9 of 10 packed, nothing reported; then one skipped, the other unnamed:
+    # the build stops naming both samples of the span, and writes no manifest
+    with pytest.raises(BuildError, match=r"\.idx is wrong.*holds 2 samples"):
         shardkit.build(
-            os.path.dirname(shard),
-            str(tmp_path / "strict"),
-            options=BuildOptions(workers=1, on_error="fail"),
+            os.path.dirname(shard), str(tmp_path / "out"), options=BuildOptions(workers=1)
         )
+    assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 @pytest.mark.parametrize("ext", ["tar", "tfrecord"])
