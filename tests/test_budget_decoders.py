@@ -28,6 +28,9 @@ from conftest_hostile import address_space_cap, header, pax
 from test_budget import _mp4, _png_header, flac_claiming
 
 import shardkit.formats
+import shardkit.formats.megatron
+import shardkit.formats.tfrecord
+import shardkit.formats.tokens
 from shardkit.codecs import (
     AUDIO_EXTENSIONS,
     IMAGE_EXTENSIONS,
@@ -199,6 +202,13 @@ def _example_list_of_2_to_the_40() -> bytes:
     return field(0x0A, HUGE) + field(0x0A, HUGE) + field(0x12, HUGE) + field(0x1A, HUGE)
 
 
+def _megatron_index_of_2_to_the_40() -> bytes:
+    """A Megatron .idx header that counts 2^40 sequences and documents, and holds none."""
+    from shardkit.formats.megatron import MAGIC
+
+    return MAGIC + struct.pack("<QBQQ", 1, 8, HUGE, HUGE)
+
+
 #: A hostile input for each parsing function of shardkit.formats, by module.function.
 _FORMAT_PAYLOADS: dict[str, Callable[[], Any]] = {
     "tar.iter_samples": lambda: list(
@@ -215,6 +225,15 @@ _FORMAT_PAYLOADS: dict[str, Callable[[], Any]] = {
     ),
     "example.decode_example": lambda: shardkit.formats.example.decode_example(
         _example_list_of_2_to_the_40()
+    ),
+    "tfrecord.buffer_records": lambda: list(
+        shardkit.formats.tfrecord.buffer_records(_tfrecord_of_2_to_the_40())
+    ),
+    "megatron.parse_index": lambda: shardkit.formats.megatron.parse_index(
+        _megatron_index_of_2_to_the_40()
+    ),
+    "tokens.decode_group": lambda: shardkit.formats.tokens.decode_group(
+        {"__key__": "k", "tokens.u16": b"\0\0", "lengths.u32": struct.pack("<I", 2**32 - 1)}
     ),
     "jsondoc.load_json": lambda: shardkit.formats.jsondoc.load_json(
         _Sized(b"[]", HUGE)  # a document whose length says 2^40

@@ -227,7 +227,7 @@ def test_build_to_gs_is_byte_identical_to_a_local_build(bucket: str, tmp_path: A
     fs = gcs()
     remote = {p.rsplit("/", 1)[-1]: fs.cat_file(p) for p in fs.ls(f"{bucket}/built", refresh=True)}
     names = sorted(os.listdir(local))
-    assert len(names) == 4  # three shards and the manifest
+    assert len(names) == 8  # three shards, their indexes, the manifest, the skipped list
     local_files = {}
     for name in names:
         with open(os.path.join(local, name), "rb") as f:

@@ -25,7 +25,11 @@ _NOT_RECORDS = {"shardkit.formats.manifest.ManifestShard", "shardkit.tools.verif
 # stats measured of a shard's samples (their bytes as stored in the archive, uncompressed,
 # without its end: not the file's size, which is the record's; see the test below), and a
 # build's progress (a run's counts, not a shard's).
-_COUNTS_NOT_RECORDS = {"shardkit.tools.stats.ShardStats", "shardkit.builder.results.BuildProgress"}
+_COUNTS_NOT_RECORDS = {
+    "shardkit.tools.stats.ShardStats",
+    "shardkit.builder.results.BuildProgress",
+    "shardkit.builder.run._Tally",  # the driver's running totals of a whole build
+}
 
 
 def _keep(sample: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, FormatError
+from ..formats.index import INDEX_SUFFIX
 from ..formats.megatron import check_bin_size, parse_index
 from ..formats.tar import buffer_samples
 from ..formats.tokens import decode_group
@@ -126,7 +127,8 @@ def _shards(urls: tuple[str, ...]) -> TokenTable:
 def _megatron(url: str) -> TokenTable:
     stem = url[: -len(".bin")]
     index = parse_index(
-        _map(_local(stem + ".idx", "a Megatron .idx"), stem + ".idx"), url=stem + ".idx"
+        _map(_local(stem + INDEX_SUFFIX, "a Megatron .idx"), stem + INDEX_SUFFIX),
+        url=stem + INDEX_SUFFIX,
     )
     data = _map(_local(url, "a Megatron .bin"), url)
     check_bin_size(index, len(data), url=url)
