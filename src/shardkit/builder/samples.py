@@ -131,7 +131,7 @@ def group_samples(
     for group in _groups(entries):
         if len(group) == 1:  # the usual file: one image named with one dot is itself
             name = group[0][1].rpartition("/")[2]
-            stem, _, ext = name.partition(".")
+            ext = name.partition(".")[2]
             if "." not in ext and ext.lower() in FOLDER_EXTENSIONS:
                 yield group[0]
                 continue
