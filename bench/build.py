@@ -2,13 +2,15 @@
 
 Run: ``.venv/bin/python bench/build.py [--quick] [--targets /dev/shm,/tmp] [--repeat R]
 [--only NAME,...] [--base OTHER_CHECKOUT]``, or ``bench/build.py --vs-tar [--images N]
-[--repeat R] [--targets /dev/shm]``: the command ``shardkit build SRC OUT -q`` at its
-defaults (BLAKE3 digests, header validation, every core, ``.idx`` files) against
-``tar --sort=name -cf`` on the same corpus (12,000 images by default), each a whole process
-run directly (no wrapper), alternating within each round, with wall time, CPU seconds of
-every process and peak RSS; then ``shardkit.build`` timed in a process after its imports.
-It writes ``bench/results/build.json`` (GNU tar's wall time over shardkit's, per round, in
-the section title). shardkit's bytecode is compiled first, as an installed package has it.
+[--repeat R] [--targets /dev/shm] [--base OTHER_CHECKOUT]``: the command
+``shardkit build SRC OUT -q`` at its defaults (BLAKE3 digests, header validation, every
+core, ``.idx`` files) against ``tar --sort=name -cf`` on the same corpus (12,000 images by
+default), each a whole process run directly (no wrapper), alternating within each round,
+with wall time, CPU seconds of every process and peak RSS (with ``--base``, the same
+command run from another checkout's ``src`` in the same rounds: the previous version);
+then ``shardkit.build`` timed in a process after its imports. It writes
+``bench/results/build.json`` (GNU tar's wall time over shardkit's, per round, in the
+section title). shardkit's bytecode is compiled first, as an installed package has it.
 
 The corpus (default 20,000 JPEGs of 200-800 px in 100 classes, ~60 KB median, plus a few
 zero-byte, truncated and non-image files) is generated once and cached under
@@ -63,6 +65,7 @@ from _results import Results, add_json_option
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+BASE_CLI = "shardkit@base build (CLI, defaults)"
 SHARD_SIZE = 100_000_000
 SHARD_COUNT = 10_000
 RESIZE = 224
@@ -566,13 +569,19 @@ def vs_tar(args: argparse.Namespace) -> None:
             "-q",
         ],
     }
+    envs: dict[str, dict[str, str] | None] = {name: None for name in commands}
+    if args.base:  # the previous version's CLI, in the same rounds (bytecode compiled too)
+        base_src = os.path.join(args.base, "src")
+        compileall.compile_dir(os.path.join(base_src, "shardkit"), quiet=1)
+        commands[BASE_CLI] = commands["shardkit build (CLI, defaults)"]
+        envs[BASE_CLI] = {**os.environ, "PYTHONPATH": base_src}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in [*commands, "in-process"]}
     for round_ in range(args.repeat):
         for name, cmd in commands.items():
             shutil.rmtree(out, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tar_out)
-            runs[name].append(run_tree(cmd))
+            runs[name].append(run_tree(cmd, envs[name]))
             print(f"[{round_ + 1}] {name}: {runs[name][-1]['wall']:.2f} s", file=sys.stderr)
         runs["in-process"].append(measure("shardkit-defaults", src, out, args.workers))
     shutil.rmtree(out, ignore_errors=True)
@@ -591,6 +600,15 @@ def vs_tar(args: argparse.Namespace) -> None:
             f"{p['seconds']:.2f} |"
         )
     print(f"tar/shardkit wall, median of {len(ratios)}: {ratios[len(ratios) // 2]:.2f}x")
+    if args.base:
+        base = runs[BASE_CLI]
+        print("| round | shardkit@base wall s | CPU s | peak RSS MB (largest / sum) |")
+        for i, b in enumerate(base):
+            rss = f"{b['rss_max']:.0f} / {b['rss_sum']:.0f}"
+            print(f"| {i + 1} | {b['wall']:.2f} | {b['cpu']:.2f} | {rss} |")
+        for label, key in (("wall", "wall"), ("CPU", "cpu")):
+            pairs = sorted(b[key] / s[key] for b, s in zip(base, ours, strict=True))
+            print(f"base/this tree {label}, median of {len(pairs)}: {pairs[len(pairs) // 2]:.2f}x")
     best = {
         name: min(r, key=lambda x: x["wall"]) for name, r in runs.items() if name != "in-process"
     }
@@ -602,7 +620,7 @@ def vs_tar(args: argparse.Namespace) -> None:
         "images/s",
         [
             {
-                "name": "shardkit build",
+                "name": "shardkit build" + ("@base" if name == BASE_CLI else ""),
                 "rate": round(files / best[name]["wall"]),
                 "peak_mb": round(best[name]["rss_sum"]),
             }

@@ -107,7 +107,8 @@ def _groups(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
         rel = entry[1]
         while open_ and not rel.startswith(open_[-1].prefix):
             open_.pop().done = True
-        prefix = _prefix(rel)
+        head, slash, name = rel.rpartition("/")  # _prefix(rel), inline: once per file
+        prefix = f"{head}/{name.partition('.')[0]}." if slash else f"{name.partition('.')[0]}."
         if not (open_ and open_[-1].prefix == prefix):
             open_.append(_Group(prefix))
             order.append(open_[-1])
@@ -128,6 +129,12 @@ def group_samples(
     dot) or ``(label, files, size, versions)``: ``files`` a tuple of (path, field, size),
     ``size`` their total, ``versions`` theirs."""
     for group in _groups(entries):
+        if len(group) == 1:  # the usual file: one image named with one dot is itself
+            name = group[0][1].rpartition("/")[2]
+            ext = name.partition(".")[2]
+            if "." not in ext and ext.lower() in FOLDER_EXTENSIONS:
+                yield group[0]
+                continue
         yield from _items(group, layout, skipped)
 
 

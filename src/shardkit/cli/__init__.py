@@ -43,7 +43,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand; with ``only`` (a name of :data:`COMMANDS`), of that
+    one alone: ``shardkit build ...`` imports no other subcommand's module."""
     parser = _Parser(
         prog="shardkit",
         description="Pack small files into WebDataset tar / TFRecord shards and work with them.",
@@ -51,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"shardkit {__version__}")
     _add_verbosity(parser, default=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in COMMANDS.values():
+    for name, module in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         importlib.import_module(f"{__name__}.{module}").add_parser(sub)
     for command in sub.choices.values():  # `shardkit build SRC OUT -v` works too
         _add_verbosity(command, default=argparse.SUPPRESS)
@@ -72,9 +76,10 @@ def _add_verbosity(parser: argparse.ArgumentParser, default: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 problems found, 2 usage/input error)."""
-    parser = build_parser()
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(args_list))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(args_list)
     except UsageError as exc:
         print_error(exc)
         return 2
@@ -100,6 +105,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names, when its first word that is not an option is one
+    (only -v/-q/--version/-h come before it); else None: every subcommand's parser is made,
+    for the top-level help and for argparse's error about an unknown command."""
+    for word in argv:
+        if word in ("-h", "--help", "--version"):
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
 
 
 def run() -> None:

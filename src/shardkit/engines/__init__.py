@@ -126,13 +126,14 @@ def make_executor(
     ``preload`` names modules every worker imports first); for ``"ray"``/``"dask"``, the
     cluster at ``address`` (None: connect to or start a local one)."""
     check_engine(engine, address)
-    from ._connect import check_reachable
-    from ._local import InlineExecutor, ProcessExecutor
+    if engine == "local":  # no sockets: the cluster doors load only for a cluster
+        from ._local import InlineExecutor, ProcessExecutor
 
-    if engine == "local":
         if workers <= 1:
             return InlineExecutor(init=init, context=context)
         return ProcessExecutor(workers, init=init, context=context, preload=preload)
+    from ._connect import check_reachable
+
     check_reachable(engine, address)
     if engine == "ray":
         from ._ray import RayExecutor

@@ -28,9 +28,7 @@ idle one exits at once.
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import inspect
 import multiprocessing
 import os
 import queue
@@ -42,10 +40,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import BuildError
 from . import _run
+
+if TYPE_CHECKING:  # ast loads only to explain a failed start (a build's start stays light)
+    import ast
 
 __all__ = [
     "STOP_TIMEOUT_S",
@@ -196,7 +197,7 @@ def _script_call() -> tuple[str, int] | None:
     path = getattr(main, "__file__", None)
     if main is None or not isinstance(path, str) or not path.endswith(".py"):
         return None
-    frame = inspect.currentframe()
+    frame: Any = sys._getframe()
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
             return path, frame.f_lineno
@@ -207,6 +208,8 @@ def _script_call() -> tuple[str, int] | None:
 def _unguarded(path: str, line: int) -> bool:
     """Whether ``line`` of the script ``path`` is outside every ``if __name__ ==
     "__main__":`` block (False when the script cannot be read back)."""
+    import ast
+
     try:
         with open(path, "rb") as f:
             tree = ast.parse(f.read(1 << 22))
@@ -221,6 +224,8 @@ def _unguarded(path: str, line: int) -> bool:
 
 
 def _is_main_test(test: ast.expr) -> bool:
+    import ast
+
     if not isinstance(test, ast.Compare) or len(test.comparators) != 1:
         return False
     sides = [test.left, test.comparators[0]]
