@@ -262,7 +262,8 @@ def test_resume_with_another_tokenizer_refused(corpus: dict[str, Any], tmp_path:
     root = corpus["root"]
     out = tmp_path / "out"
     out.mkdir()
-    from shardkit.builder.tokens import JOURNAL_NAME, load_tokenizer
+    from shardkit.builder.journal import JOURNAL_NAME
+    from shardkit.builder.tokens import load_tokenizer
 
     header = {"tokens_journal": 1, "tokenizer": {"path": "x", "sha256": "0" * 64, "vocab_size": 3}}
     (out / JOURNAL_NAME).write_text(json.dumps(header) + "\n")

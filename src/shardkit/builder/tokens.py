@@ -45,13 +45,13 @@ from .._version import __version__
 from ..config import default_workers
 from ..engines import make_executor, run_state
 from ..errors import BuildError, ConfigError
-from ..formats.names import MANIFEST_NAME
+from ..formats.names import MANIFEST_NAME, is_megatron
 from ..formats.record import ShardRecord
 from ..formats.tar import tar_chunks
 from ..formats.tokens import encode_group, token_dtype
 from ..writer import ShardFile
 from .folder import OutputFolder
-from .journal import JOURNAL_NAME, Journal
+from .journal import Journal
 from .lease import store_lock
 from .manifest import write_manifest
 from .options import BuildOptions
@@ -59,7 +59,7 @@ from .results import BuildProgress, BuildResult, ProgressFn
 from .store import Store
 from .worker import TaskResult
 
-__all__ = ["GROUP_TOKENS", "JOURNAL_NAME", "build_tokens", "load_tokenizer"]
+__all__ = ["GROUP_TOKENS", "build_tokens", "load_tokenizer"]
 
 #: a token sample closes once it holds this many tokens (2 MiB of uint16)
 GROUP_TOKENS = 1 << 20
@@ -113,7 +113,7 @@ def build_tokens(
     """See the module docs."""
     started = time.monotonic()
     tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer is not None else None
-    megatron = _megatron_source(source)
+    megatron = is_megatron(source)
     if tokenizer is None and not megatron:
         raise ConfigError("building token shards needs a tokenizer (--tokenizer)")
     if megatron and tokenizer is not None:
@@ -156,7 +156,7 @@ def _build_locked(
     journal.start(fresh=not resumed)
     rows = (
         _megatron_documents(os.fspath(source))
-        if _megatron_source(source)
+        if is_megatron(source)
         else _text_rows(source, options)
     )
     skipped: list[tuple[str, str]] = []
@@ -205,11 +205,6 @@ def _build_locked(
         reused,
         time.monotonic() - started,
     )
-
-
-def _megatron_source(source: Any) -> bool:
-    """Whether ``source`` names a Megatron ``.bin`` (tokenized already)."""
-    return isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".bin")
 
 
 def _header(
