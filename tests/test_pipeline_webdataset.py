@@ -304,7 +304,9 @@ def test_missing_fields_after_a_cut_pipe_raise_as_in_webdataset(
     ds = Dataset(f"pipe:dd if={url} bs=1024 count=10 2>/dev/null", handler="ignore_and_stop")
     assert list(ds) == []  # the cut sample is never handed out
     named = ds.to_tuple("foo", "bar") if stage == "to_tuple" else ds.rename(x="foo", y="bar")
-    with pytest.raises(ValueError, match=r"no sample has a field 'foo'.* fields cls \(a sample cut"):
+    with pytest.raises(
+        ValueError, match=r"no sample has a field 'foo'.* fields cls \(a sample cut"
+    ):
         list(named)
     # a field the cut sample had whole: nothing to hand out, nothing wrong
     had = ds.to_tuple("cls") if stage == "to_tuple" else ds.rename(x="cls")

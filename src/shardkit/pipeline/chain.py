@@ -250,10 +250,7 @@ class Recipe:
             items = _check_not_empty(items, ctx)
         for index, stage in enumerate(stages[:cut]):
             items = items if watch is None else watch.feed(stage, items)
-            if index in direct:
-                items = stage.run(items, ctx, withheld)  # type: ignore[attr-defined]
-            else:
-                items = stage(items, ctx)
+            items = _apply(stage, items, ctx, withheld if index in direct else None)
         if cut and skip:
             items = (
                 itertools.islice(items, skip, None) if watch is None else watch.skip(items, skip)
@@ -276,13 +273,18 @@ class Recipe:
                 items = watch.feed(stage, items)
             if isinstance(stage, Counting):
                 items = stage.run(items, ctx, progress.tally(next(saved, 0)))
-            elif index in direct:
-                items = stage.run(items, ctx, withheld)  # type: ignore[attr-defined]
             else:
-                items = stage(items, ctx)
+                items = _apply(stage, items, ctx, withheld if index in direct else None)
             if isinstance(items, ReadsAhead):
                 progress.lookahead.append(items.lookahead)
         return finished(items, progress)
+
+
+def _apply(stage: Stage, items: Iterator[Any], ctx: Context, withheld: Withheld | None) -> Any:
+    """``stage`` over ``items``; a field stage given ``withheld`` counts those samples."""
+    if withheld is not None and isinstance(stage, (ToTuple, Rename)):
+        return stage.run(items, ctx, withheld)
+    return stage(items, ctx)
 
 
 def _direct_field_stages(stages: tuple[Stage, ...]) -> set[int]:

@@ -103,8 +103,9 @@ def report_error(handler: Handler, exc: Exception, item: Any) -> None:
 
 class Withheld:
     """A stream's read handler that also records the fields of the samples the reader
-    withheld (left partial by a cut or bad data inside one of their own members,
-    :attr:`~shardkit.errors.FormatError.withheld`) when ``handler`` did not raise; at most :attr:`LIMIT` names are kept."""
+    withheld (left partial by a cut or bad data inside one of their own members:
+    :attr:`~shardkit.errors.FormatError.withheld`) when ``handler`` did not raise; at
+    most :attr:`LIMIT` names are kept."""
 
     LIMIT = 256
 
