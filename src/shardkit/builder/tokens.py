@@ -44,7 +44,7 @@ from .._optional import require
 from .._version import __version__
 from ..config import default_workers
 from ..engines import make_executor, run_state
-from ..errors import BuildError, ConfigError
+from ..errors import BuildError, ConfigError, ShardkitError
 from ..formats.names import MANIFEST_NAME, is_megatron
 from ..formats.record import ShardRecord
 from ..formats.tar import tar_chunks
@@ -89,7 +89,8 @@ def load_tokenizer(path: str) -> Tokenizer:
     except FileNotFoundError:
         raise ConfigError(f"tokenizer {file}: no such file") from None
     except OSError as exc:  # StorageError: not a regular file, too large, unreadable
-        raise ConfigError(f"tokenizer {file}: {exc}") from None
+        detail = exc.message if isinstance(exc, ShardkitError) else exc  # it names the file
+        raise ConfigError(f"tokenizer {file}: {detail}") from None
     try:
         text = data.decode("utf-8")
         vocab = tokenizers.Tokenizer.from_str(text).get_vocab_size(with_added_tokens=True)

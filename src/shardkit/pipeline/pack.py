@@ -159,6 +159,7 @@ class PackRecipe(Recipe):
         stages: tuple[Stage, ...],
         progress: Progress,
         watch: Any = None,
+        withheld: Any = None,  # packed items are not the reader's samples: no field stage sees them
     ) -> Iterator[Any]:
         if self.take is not None or self.passes != 1:
             raise ConfigError(
