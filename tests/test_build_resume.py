@@ -270,3 +270,18 @@ def test_a_guarded_script_whose_worker_is_killed_is_told_to_rerun(tmp_path: Path
     assert last.startswith("shardkit.errors.BuildError: a worker process died unexpectedly")
     assert last.endswith("rerun the same command to resume")
     assert not os.path.exists(os.path.join(out, "manifest.json"))
+
+
+def test_a_task_handed_to_a_pool_whose_worker_died_is_the_same_build_error() -> None:
+    # Was: under load, the driver's next submit raised the pool's raw BrokenProcessPool
+    # ("A child process terminated abruptly") rather than the one line that says what to do.
+    from shardkit.engines import make_executor
+
+    executor = make_executor("local", None, workers=2)
+    try:
+        with pytest.raises(BuildError, match="a worker process died"):
+            executor.submit(os._exit, 3).result(timeout=60)
+        with pytest.raises(BuildError, match="a worker process died"):
+            executor.submit(os._exit, 3)
+    finally:
+        executor.close(cancel=True)

@@ -298,7 +298,10 @@ class ProcessExecutor:
         )
 
     def submit(self, fn: Callable[[T], R], arg: T) -> Future[R]:
-        inner = self._pool.submit(_task, fn, arg)
+        try:
+            inner = self._pool.submit(_task, fn, arg)
+        except BrokenProcessPool as exc:  # a worker died before this task was handed out
+            raise worker_died(exc, self._script_call) from exc
         out: Future[R] = Future()
 
         def done(finished: Future[R]) -> None:
