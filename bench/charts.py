@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         with open(path, encoding="utf-8") as file:
             document = json.load(file)
+        if "sections" not in document:  # tokens.json: its own summary, no rows to draw
+            print(f"{os.path.relpath(path)}: not a results file of bench/_results.py, skipped")
+            continue
         output = os.path.join(args.out, f"{document['benchmark']}.png")
         draw(document, output)
         print(f"{os.path.relpath(output)}: {len(document['sections'])} charts from {path}")

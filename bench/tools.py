@@ -213,6 +213,7 @@ def main() -> None:
             title = f"{label}, {count} samples"
             bench_profile(title, folder, os.path.join(root, "out"), repeat, results)
             sys.stdout.flush()
+        results.write(args.json)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
