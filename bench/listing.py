@@ -42,7 +42,7 @@ def child(url: str, in_flight: int, repeats: int) -> None:
     """List ``url`` once untimed (the client is made, its first connections opened), then
     ``repeats`` times; print the best wall time, the median and the item count as JSON."""
     from shardkit import storage
-    from shardkit.builder.folders import list_remote_folder
+    from shardkit.builder._folders import list_remote_folder
 
     if in_flight:
         storage.REQUESTS_IN_FLIGHT = in_flight

@@ -176,7 +176,7 @@ def read_shard(
     view keeps the mapping alive); elsewhere fields are ``bytes`` either way.
 
     ``members``: the member table of the shard's checked index
-    (:mod:`shardkit.formats.members`, through :func:`shardkit.pipeline.idxfiles.load_index`).
+    (:mod:`shardkit.formats.members`, through :func:`shardkit.pipeline._idxfiles.load_index`).
     Where the shard mapped has the size the table was made for, no header is parsed: the
     table is checked once against the shard's bytes
     (:func:`~shardkit.formats.members.verify_members`; the verdict is kept on the table)
