@@ -43,15 +43,9 @@ from .handlers import Handler, reraise
 if TYPE_CHECKING:
     from .formats.members import MemberTable
 
-__all__ = [
-    "detect_format",
-    "holds_whole_shard",
-    "iter_shard_samples",
-    "iter_stream_samples",
-    "load_manifest",
-    "manifest_urls",
-    "read_shard",
-]
+# The supported API is read_shard; the other functions here are shardkit's own (the
+# pipeline, the tools): importable, not in __all__.
+__all__ = ["read_shard"]
 
 logger = logging.getLogger(__name__)
 
