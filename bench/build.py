@@ -461,7 +461,10 @@ _IMPORTS = {
 def run_contender(name: str, src: str, out: str, workers: int) -> None:
     """Subprocess entry: import, time the work, print one JSON line."""
     if name in _IMPORTS:
-        __import__(_IMPORTS[name])
+        try:
+            __import__(_IMPORTS[name])
+        except ModuleNotFoundError:  # a --base tree from before builder/api.py was _api.py
+            __import__(_IMPORTS[name].replace("._api", ".api"))
     started = time.perf_counter()
     info = CONTENDERS[name][1](src, out, workers)
     info["seconds"] = time.perf_counter() - started
