@@ -39,6 +39,7 @@ JSON_FIELD = "json"  # parses samples' json fields
 LIST = "list"  # reads a JSONL list of files
 WRITES = "writes"  # writes files into an output folder (or beside its input)
 STATE = "state"  # takes a resume state (load_state_dict)
+TOKENIZER = "tokenizer"  # reads a tokenizer.json (a token build's --tokenizer)
 
 OUTSIDE = b"outside every folder: never to be touched\n"
 MEGATRON = "m_text_document.bin"
@@ -78,6 +79,14 @@ class Case:
     @property
     def out(self) -> str:
         return self.path("out")
+
+    @property
+    def tokenizer(self) -> str:  # a word-level tokenizer.json
+        return self.path("tok", "tokenizer.json")
+
+    @property
+    def texts(self) -> str:  # a JSONL of rows with a text column, for a token build
+        return self.path("texts.jsonl")
 
     @property
     def state_recipe(self) -> str:  # which resume state a state kind hands the entry
@@ -298,6 +307,12 @@ def _entries() -> dict[str, tuple[frozenset[str], Callable[[Case], Any]]]:
             _resumed(lambda src: shardkit.Loader(shardkit.Dataset(src), batch_size=None)),
         ),
         "build": (counted | {w}, lambda c: shardkit.build(c.src, c.out)),
+        "build (tokenizer)": (
+            frozenset({TOKENIZER, w}),
+            lambda c: shardkit.build(
+                c.texts, c.out, options=shardkit.BuildOptions(tokenizer=c.tokenizer, workers=1)
+            ),
+        ),
         "build_list": (
             frozenset({LIST, w}),
             lambda c: shardkit.build(c.list, c.path("out", "from-list")),
@@ -313,6 +328,10 @@ def _entries() -> dict[str, tuple[frozenset[str], Callable[[Case], Any]]]:
         "TarWriter": (read | {w}, _tar_writer),
         # the CLI
         "cli build": (counted | {w}, lambda c: _cli("build", c.src, c.out)),
+        "cli build --tokenizer": (
+            frozenset({TOKENIZER, w}),
+            lambda c: _cli("build", c.texts, c.out, "--tokenizer", c.tokenizer, "--workers", "1"),
+        ),
         "cli cat": (read | {w}, lambda c: _cli("cat", c.src, "-o", c.path("out", "c.tar"))),
         "cli convert": (
             read | {j, w},
@@ -426,13 +445,21 @@ def _put(path: str, data: bytes) -> None:
         f.write(data)
 
 
-def _huge(path: str) -> None:
+def _huge(path: str, size: int | None = None) -> None:
+    """A sparse file (it costs nothing on disk) a byte over ``size`` (default: the limit
+    of a document, a manifest or an index)."""
     from shardkit.formats.limits import MAX_DOCUMENT_SIZE
 
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     with open(path, "wb") as f:
-        f.truncate(MAX_DOCUMENT_SIZE + 1)  # sparse: costs nothing on disk
+        f.truncate((MAX_DOCUMENT_SIZE if size is None else size) + 1)
+
+
+def _huge_tokenizer(path: str) -> None:
+    from shardkit.builder._tokens import _TOKENIZER_LIMIT
+
+    _huge(path, _TOKENIZER_LIMIT)
 
 
 def _idx(case: Case) -> list[str]:
@@ -597,8 +624,14 @@ _SPOILED: dict[str, Callable[[str], None]] = {
     "truncated": lambda path: _put(path, b'{"shards": [{"name": "shard-0'),
 }
 KINDS: dict[str, Kind] = {"clean": Kind("", lambda case: None, False)}
-for _target, _tag, _paths in (("idx", IDX, _idx), ("manifest", MANIFEST, _manifests)):
+for _target, _tag, _paths in (
+    ("idx", IDX, _idx),
+    ("manifest", MANIFEST, _manifests),
+    ("tokenizer", TOKENIZER, lambda case: [case.tokenizer]),
+):
     for _spoil, _plant in _SPOILED.items():
+        if _tag == TOKENIZER and _spoil == "huge":
+            _plant = _huge_tokenizer  # over the tokenizer's own limit (1 GiB)
         KINDS[f"{_spoil} {_target}"] = Kind(_tag, _each(_paths, _plant), True)
 KINDS |= {
     "fifo among the shards": Kind(
@@ -722,10 +755,27 @@ def make_case(root: str, *, tokens: bool = False) -> Case:
         rows.append(json.dumps({"path": f"images/{i}.jpg", "label": i}))
     with open(case.list, "w") as f:
         f.write("\n".join(rows) + "\n")
+    _write_tokenizer(case)
     os.makedirs(case.path("outside"))
     with open(case.path("outside", "secret"), "wb") as f:
         f.write(OUTSIDE)
     return case
+
+
+def _write_tokenizer(case: Case) -> None:
+    """A word-level tokenizer (no training) and six rows of text for a token build."""
+    import tokenizers
+
+    words = ["alpha", "beta", "gamma", "delta"]
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    os.makedirs(os.path.dirname(case.tokenizer))
+    tok.save(case.tokenizer)
+    with open(case.texts, "w") as f:
+        for i in range(6):
+            f.write(json.dumps({"text": " ".join(words[(i + j) % 4] for j in range(i + 1))}))
+            f.write("\n")
 
 
 # --------------------------------------------------------------------------- the child

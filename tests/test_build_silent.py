@@ -222,3 +222,37 @@ def test_a_python_dataset_giving_one_key_twice_is_refused_without_a_manifest(
     assert not (tmp_path / "out" / "manifest.json").exists()
     unique = [{"__key__": key, "txt": key} for key in "abcdef"]
     assert shardkit.build(unique, str(tmp_path / "ok"), options=options).samples == 6
+
+
+@pytest.mark.parametrize("index", [True, False])
+def test_the_written_keys_are_read_from_the_indexes_the_build_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, index: bool
+) -> None:
+    # The repeat check read every written shard's headers even where the build had just
+    # written its .idx (20-35% of a small-sample Python build): the index says the keys.
+    from shardkit.builder import _shards as shards_module
+
+    walked: list[str] = []
+    real = shards_module.read_tar_samples
+
+    def spy(url: str) -> Any:
+        walked.append(url)
+        return real(url)
+
+    monkeypatch.setattr(shards_module, "read_tar_samples", spy)
+    options = BuildOptions(workers=1, max_count=2, index=index)
+    unique = [{"__key__": key, "txt": key} for key in "abcdef"]
+    assert shardkit.build(unique, str(tmp_path / "ok"), options=options).samples == 6
+    assert len(walked) == (0 if index else 3)
+    walked.clear()
+    # a key written twice is still found from the indexes: in two shards, or twice in one
+    # (that index fails its check and the shard's headers are read)
+    for keys, shards_walked in (("abcaef", 0), ("abacde", 1)):
+        with pytest.raises(BuildError, match=r"the key 'a' is written twice"):
+            shardkit.build(
+                [{"__key__": key, "txt": key} for key in keys],
+                str(tmp_path / f"twice-{keys}"),
+                options=BuildOptions(workers=1, max_count=3, index=index, shuffle=False),
+            )
+        assert len(walked) == (shards_walked if index else -(-len(keys) // 3))
+        walked.clear()

@@ -266,3 +266,24 @@ def test_a_field_some_samples_have_is_bad_data_for_the_others(tmp_path: os.PathL
     some = Dataset(folder, handler="ignore").map(_foo_on_s00002)
     assert list(some.to_tuple("__key__", "foo")) == [("s00002", 1)]
     assert keys(list(some.rename(bar="foo"))) == ["s00002"]
+
+
+def test_a_field_no_sample_has_counts_the_sample_withheld_at_a_cut(tmp_path: str) -> None:
+    # A local shard cut inside k0's bin member (read through its memory map): k0 is never
+    # handed out, but to_tuple/rename behind field-keeping stages see that it had cls only.
+    from shardkit import ShardWriter
+
+    with ShardWriter(os.path.join(str(tmp_path), "s-%06d.tar"), index=False) as sink:
+        for i in range(3):
+            sink.write({"__key__": f"k{i}", "cls": i, "bin": bytes(30000)})
+    path = os.path.join(str(tmp_path), "s-000000.tar")
+    os.truncate(path, 10000)
+    ds = Dataset(path, handler="ignore_and_stop")
+    assert list(ds) == [] and list(ds.to_tuple("cls")) == []
+    with pytest.raises(ConfigError, match=r"'foo'; the samples have the fields cls \(a sample cut"):
+        list(ds.shuffle(10).decode().select(bool).to_tuple("foo"))
+    with pytest.raises(ConfigError, match=r"rename\(\): no sample has a field 'foo'"):
+        list(ds.rename(x="foo"))
+    assert list(ds.batched(2).unbatched().to_tuple("foo")) == []  # fields may have changed
+    with pytest.raises(TruncatedShardError):  # the default handler: the cut itself raises
+        list(Dataset(path).to_tuple("foo"))

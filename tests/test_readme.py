@@ -24,11 +24,13 @@ since the reading example batches decoded images as they are), ``list.csv``
 ``old/shard-000000.tar`` .. ``old/shard-000099.tar``, ``data/`` (a ``shardkit build`` of
 ``images/``), ``a.tar`` / ``b.tar`` (two of its shards), ``pairs/`` (samples of a JPEG, a
 caption and a FLAC clip), ``captions.csv`` (url,caption), and ``speech/`` / ``videos/``
-(shards of FLAC + txt and of MP4 + txt samples).
+(shards of FLAC + txt and of MP4 + txt samples), ``docs.jsonl`` and ``tokenizer.json``
+(the token example's documents and a word-level tokenizer).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -127,6 +129,22 @@ def _make_folder(root: Path) -> None:
     shutil.copy(root / "data" / result.shards[0].name, root / "a.tar")
     shutil.copy(root / "data" / result.shards[1].name, root / "b.tar")
     _make_media(root, rows)
+    _make_documents(root)
+
+
+def _make_documents(root: Path) -> None:
+    """The token example's inputs: docs.jsonl and a word-level tokenizer.json (no download)."""
+    import tokenizers
+
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(root / "tokenizer.json"))
+    with open(root / "docs.jsonl", "w") as f:
+        for i in range(300):
+            text = " ".join(words[(i * 7 + j) % 8] for j in range(5 + i % 40))
+            f.write(json.dumps({"text": text}) + "\n")
 
 
 def _make_media(root: Path, rows: list[dict[str, Any]]) -> None:

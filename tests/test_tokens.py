@@ -258,11 +258,24 @@ def test_bad_tokenizer_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
         assert code == 2 and len(err) == 1 and err[0].startswith("Error:") and name in err[0]
 
 
+def test_a_tokenizer_that_is_no_regular_file_is_named_once(tmp_path: Path) -> None:
+    # The reading door's error named the file, and load_tokenizer named it again:
+    # "tokenizer P: P: not a regular file (a FIFO)". (tests/conftest_doors.py plants a FIFO,
+    # /dev/zero, a huge file and bad JSON at a token build's tokenizer path.)
+    fifo = tmp_path / "tokenizer.json"
+    os.mkfifo(fifo)
+    options = shardkit.BuildOptions(tokenizer=str(fifo), workers=1)
+    with pytest.raises(ConfigError, match=r"not a regular file \(a FIFO\)") as got:
+        shardkit.build([{"text": "a b"}], str(tmp_path / "out"), options=options)
+    assert str(got.value).count(str(fifo)) == 1
+
+
 def test_resume_with_another_tokenizer_refused(corpus: dict[str, Any], tmp_path: Path) -> None:
     root = corpus["root"]
     out = tmp_path / "out"
     out.mkdir()
-    from shardkit.builder._tokens import JOURNAL_NAME, load_tokenizer
+    from shardkit.builder._journal import JOURNAL_NAME
+    from shardkit.builder._tokens import load_tokenizer
 
     header = {"tokens_journal": 1, "tokenizer": {"path": "x", "sha256": "0" * 64, "vocab_size": 3}}
     (out / JOURNAL_NAME).write_text(json.dumps(header) + "\n")

@@ -168,7 +168,13 @@ class DataError(ShardkitError, ValueError):
 
 
 class FormatError(DataError):
-    """A shard is not well-formed (tar, TFRecord framing, tf.train.Example)."""
+    """A shard is not well-formed (tar, TFRecord framing, tf.train.Example).
+
+    ``withheld``: the fields of the sample the error left partial (the members read whole
+    before it), which the reader does not hand out; empty when no sample was withheld.
+    Field-checking stages use it (see :mod:`shardkit.pipeline._stages`)."""
+
+    withheld: tuple[str, ...] = ()
 
 
 class TruncatedShardError(FormatError):

@@ -135,7 +135,9 @@ def iter_shard_samples(
         if verify and source is not stream:
             _read_gzip_tail(source, url)
     except _GZIP_ERRORS as exc:
-        handler(FormatError(f"corrupt gzip stream: {exc}", url=url))
+        error = FormatError(f"corrupt gzip stream: {exc}", url=url)
+        error.withheld = getattr(exc, "withheld", ())
+        handler(error)
     except FormatError as exc:
         handler(exc)
 

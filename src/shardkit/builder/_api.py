@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import storage
 from ..errors import BuildError, ConfigError, StorageError
-from ..formats.names import is_shard_name
+from ..formats.names import is_megatron, is_shard_name
 from ..pipeline import find_shards, is_manifest
 from ._folders import list_image_folder
 from ._kinds import is_table
@@ -35,7 +35,7 @@ def build(
     if not isinstance(options, BuildOptions):
         raise ConfigError(f"options must be a BuildOptions, not {type(options).__name__}")
     out_path = os.fspath(out)
-    if options.tokenizer is not None or _is_megatron(source):
+    if options.tokenizer is not None or is_megatron(source):
         from ._tokens import build_tokens
 
         return build_tokens(source, _output_store(out_path, options), options, progress)
@@ -70,10 +70,6 @@ def _output_store(out_path: str, options: BuildOptions) -> Store:
 
 
 _LAYOUT_FOLDER = "layout='samples' applies to a folder"
-
-
-def _is_megatron(source: Any) -> bool:
-    return isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".bin")
 
 
 def _is_remote(out: str) -> bool:

@@ -44,14 +44,14 @@ from .._optional import require
 from .._version import __version__
 from ..config import default_workers
 from ..engines import make_executor, run_state
-from ..errors import BuildError, ConfigError
-from ..formats.names import MANIFEST_NAME
+from ..errors import BuildError, ConfigError, ShardkitError
+from ..formats.names import MANIFEST_NAME, is_megatron
 from ..formats.record import ShardRecord
 from ..formats.tar import tar_chunks
 from ..formats.tokens import encode_group, token_dtype
 from ..writer import ShardFile
 from ._folder import OutputFolder
-from ._journal import JOURNAL_NAME, Journal
+from ._journal import Journal
 from ._lease import store_lock
 from ._manifest import write_manifest
 from ._results import BuildProgress, BuildResult, ProgressFn
@@ -59,7 +59,7 @@ from ._store import Store
 from ._worker import TaskResult
 from .options import BuildOptions
 
-__all__ = ["GROUP_TOKENS", "JOURNAL_NAME", "build_tokens", "load_tokenizer"]
+__all__ = ["GROUP_TOKENS", "build_tokens", "load_tokenizer"]
 
 #: a token sample closes once it holds this many tokens (2 MiB of uint16)
 GROUP_TOKENS = 1 << 20
@@ -89,7 +89,8 @@ def load_tokenizer(path: str) -> Tokenizer:
     except FileNotFoundError:
         raise ConfigError(f"tokenizer {file}: no such file") from None
     except OSError as exc:  # StorageError: not a regular file, too large, unreadable
-        raise ConfigError(f"tokenizer {file}: {exc}") from None
+        detail = exc.message if isinstance(exc, ShardkitError) else exc  # it names the file
+        raise ConfigError(f"tokenizer {file}: {detail}") from None
     try:
         text = data.decode("utf-8")
         vocab = tokenizers.Tokenizer.from_str(text).get_vocab_size(with_added_tokens=True)
@@ -113,7 +114,7 @@ def build_tokens(
     """See the module docs."""
     started = time.monotonic()
     tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer is not None else None
-    megatron = _megatron_source(source)
+    megatron = is_megatron(source)
     if tokenizer is None and not megatron:
         raise ConfigError("building token shards needs a tokenizer (--tokenizer)")
     if megatron and tokenizer is not None:
@@ -156,7 +157,7 @@ def _build_locked(
     journal.start(fresh=not resumed)
     rows = (
         _megatron_documents(os.fspath(source))
-        if _megatron_source(source)
+        if is_megatron(source)
         else _text_rows(source, options)
     )
     skipped: list[tuple[str, str]] = []
@@ -205,11 +206,6 @@ def _build_locked(
         reused,
         time.monotonic() - started,
     )
-
-
-def _megatron_source(source: Any) -> bool:
-    """Whether ``source`` names a Megatron ``.bin`` (tokenized already)."""
-    return isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".bin")
 
 
 def _header(

@@ -257,6 +257,14 @@ def _plain_sample(
     return sample if key is not None else None
 
 
+def _withhold(exc: Exception, current: dict[str, Any] | None) -> None:
+    """Name on ``exc`` the fields of the sample it leaves partial, which is not handed
+    out (:attr:`FormatError.withheld`; a raw gzip error carries them to the reader that
+    turns it into a FormatError)."""
+    if current is not None:
+        exc.withheld = tuple(k for k in current if not k.startswith("__"))  # type: ignore[attr-defined]
+
+
 def _samples(
     members: TarScanner,
     read: Callable[[], Any],
@@ -281,6 +289,11 @@ def _samples(
         # known (webdataset yields the sample then too): the sample read so far is whole.
         if current is not None and exc.key != current["__key__"]:
             yield current
+        else:
+            _withhold(exc, current)
+        raise
+    except Exception as exc:  # a gzip stream cut or corrupt under the tar stream
+        _withhold(exc, current)
         raise
     if current is not None:
         yield current

@@ -27,6 +27,7 @@ same thing everywhere:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from typing import Literal
@@ -38,6 +39,7 @@ __all__ = [
     "GZIP_SUFFIX",
     "MANIFEST_NAME",
     "MAX_PATTERN_WIDTH",
+    "MEGATRON_SUFFIX",
     "SHARD_SUFFIXES",
     "TEMPORARY_MARK",
     "TFRECORD_SUFFIXES",
@@ -46,6 +48,7 @@ __all__ = [
     "check_pattern",
     "decode_name",
     "encode_name",
+    "is_megatron",
     "format_from_name",
     "is_pattern",
     "is_shard_name",
@@ -222,3 +225,12 @@ def decode_name(text: str) -> str:
 def _decode_one(match: re.Match[str]) -> str:
     real = match.group(1)
     return real if real is not None else chr(ord(match.group()) - _OFFSET)
+
+
+#: A Megatron-LM indexed dataset is named by its token file; its ``.idx`` lies beside it.
+MEGATRON_SUFFIX = ".bin"
+
+
+def is_megatron(source: object) -> bool:
+    """Whether ``source`` names a Megatron-LM indexed dataset: a path ending ``.bin``."""
+    return isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(MEGATRON_SUFFIX)

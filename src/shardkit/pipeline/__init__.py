@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     # the supported API: not in __all__.
     from ._idxfiles import load_index as load_index
     from ._idxfiles import load_indexes as load_indexes
+    from ._idxfiles import shard_size as shard_size
     from ._indexed import IndexedDataset
     from ._loader import Loader
     from ._mixing import MixedDataset, mix
@@ -57,6 +58,7 @@ _LAZY = {
     "resolve_parts": "._urls",
     "load_index": "._idxfiles",
     "load_indexes": "._idxfiles",
+    "shard_size": "._idxfiles",
     "TokenSource": "._tokentable",
 }
 

@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from ..handlers import reraise
 from . import _elastic as elastic
 from . import _epochs as epochs
 from ._context import Context
 from ._counting import Counting, Slice, Take, Unbatched
+from ._decode import Decode
 from ._source import ReadOptions, stream_samples
-from ._stages import Batched, Select, Shuffle, Stage
+from ._stages import Batched, Rename, Select, Shuffle, Stage, ToTuple, Withheld
 from ._state import Progress, ReadsAhead, counted, finished
 from ._urls import ShardList
 
@@ -36,6 +38,8 @@ Equalize = Literal["pad", "drop"]
 
 # Stages after which the number of items is unknown in advance.
 _UNCOUNTABLE = (Select, Slice, Unbatched)
+# Stages after which a sample still has the fields the reader gave it.
+_KEEPS_FIELDS = (Decode, Select, Shuffle, Slice, Take)
 
 
 @dataclass(frozen=True)
@@ -202,8 +206,10 @@ class Recipe:
         stages: tuple[Stage, ...],
         progress: Progress,
         watch: _Watch | None = None,
+        withheld: Withheld | None = None,
     ) -> Iterator[Any]:
-        """The raw items of stream ``ctx`` (before ``stages``), less the first ``skip``."""
+        """The raw items of stream ``ctx`` (before ``stages``), less the first ``skip``;
+        ``withheld`` wraps the read handler (see :meth:`build`)."""
         if self.mode(shards) == "shards" and ctx.world > 1:
             logger.warning(
                 "no per-shard sample counts: ranks may get different numbers of samples and "
@@ -214,7 +220,8 @@ class Recipe:
             space = progress.space if pass_index == 0 else None
             return self.plan(shards, ctx, stages, pass_index, space)
 
-        return stream_samples(shards, plan_for, self.read, skip, self.passes, watch)
+        read = self.read if withheld is None else dataclasses.replace(self.read, handler=withheld)
+        return stream_samples(shards, plan_for, read, skip, self.passes, watch)
 
     def build(
         self,
@@ -224,18 +231,27 @@ class Recipe:
         tallies: tuple[int, ...] | None = (),
     ) -> Iterator[Any]:
         """The items of stream ``ctx``, less the ``progress.consumed`` already handed out;
-        ``tallies``: the saved counts of the counting stages after the resume point."""
+        ``tallies``: the saved counts of the counting stages after the resume point.
+
+        Under a handler that does not raise, the samples the reader withholds (cut inside
+        one of their own members) are recorded (:class:`~.stages.Withheld`) for the
+        ``to_tuple`` / ``rename`` stages that no renaming stage precedes: their check of
+        fields no sample has counts those samples' whole fields (see
+        :mod:`shardkit.pipeline._stages`)."""
         stages = self._stages_for_build()
         cut = self.cut(stages)
         skip = progress.consumed
         watch = None
         if self.take is not None and self.mode(shards) == "cycle":
             watch = _Watch(stages)
-        items = self.samples(shards, ctx, 0 if cut else skip, stages, progress, watch)
+        withheld = None if self.read.handler is reraise else Withheld(self.read.handler)
+        direct = _direct_field_stages(stages) if withheld is not None else set()
+        items = self.samples(shards, ctx, 0 if cut else skip, stages, progress, watch, withheld)
         if self.empty_check and not skip:
             items = _check_not_empty(items, ctx)
-        for stage in stages[:cut]:
-            items = stage(items if watch is None else watch.feed(stage, items), ctx)
+        for index, stage in enumerate(stages[:cut]):
+            items = items if watch is None else watch.feed(stage, items)
+            items = _apply(stage, items, ctx, withheld if index in direct else None)
         if cut and skip:
             items = (
                 itertools.islice(items, skip, None) if watch is None else watch.skip(items, skip)
@@ -253,16 +269,35 @@ class Recipe:
                 f"has {len(later)} counting stages (with_epoch, slice) after its last shuffle"
             )
         saved = iter(tallies or ())
-        for stage in stages[cut:]:
+        for index, stage in enumerate(stages[cut:], cut):
             if watch is not None:
                 items = watch.feed(stage, items)
             if isinstance(stage, Counting):
                 items = stage.run(items, ctx, progress.tally(next(saved, 0)))
             else:
-                items = stage(items, ctx)
+                items = _apply(stage, items, ctx, withheld if index in direct else None)
             if isinstance(items, ReadsAhead):
                 progress.lookahead.append(items.lookahead)
         return finished(items, progress)
+
+
+def _apply(stage: Stage, items: Iterator[Any], ctx: Context, withheld: Withheld | None) -> Any:
+    """``stage`` over ``items``; a field stage given ``withheld`` counts those samples."""
+    if withheld is not None and isinstance(stage, (ToTuple, Rename)):
+        return stage.run(items, ctx, withheld)
+    return stage(items, ctx)
+
+
+def _direct_field_stages(stages: tuple[Stage, ...]) -> set[int]:
+    """The positions of the ``to_tuple`` / ``rename`` stages whose samples have the
+    fields the reader gave them (only stages that keep fields come before them)."""
+    direct = set()
+    for index, stage in enumerate(stages):
+        if isinstance(stage, (ToTuple, Rename)):
+            direct.add(index)
+        if not isinstance(stage, _KEEPS_FIELDS):
+            break
+    return direct
 
 
 def stage_shape(stage: Stage) -> list[Any]:

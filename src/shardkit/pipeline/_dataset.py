@@ -397,7 +397,7 @@ class Dataset(_Base):
     def shards(self) -> ShardList:
         """The shard list of the source (read on first use: a manifest or folder listing)."""
         if self._shards is None:
-            from ._tokentable import is_megatron
+            from ..formats.names import is_megatron
 
             if is_megatron(self._source):  # not a tar shard: read as one, it is "truncated"
                 raise ConfigError(

@@ -150,6 +150,7 @@ class MixRecipe(Recipe):
         stages: tuple[Stage, ...],
         progress: Progress,
         watch: Any = None,
+        withheld: Any = None,  # each source's own chain records what its reader withheld
     ) -> Iterator[Any]:
         rng = ctx.rng("mix")
         if self.take is not None or self.passes is None:

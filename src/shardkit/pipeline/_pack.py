@@ -159,6 +159,7 @@ class PackRecipe(Recipe):
         stages: tuple[Stage, ...],
         progress: Progress,
         watch: Any = None,
+        withheld: Any = None,  # packed items are not the reader's samples: no field stage sees them
     ) -> Iterator[Any]:
         if self.take is not None or self.passes != 1:
             raise ConfigError(
@@ -182,7 +183,7 @@ def packed(
     base: Dataset, seq_len: int, *, drop_last: bool = False, shuffle: bool = True
 ) -> Dataset:
     """``base``'s documents as packed items (what :meth:`Dataset.pack` returns)."""
-    from ._tokentable import is_megatron
+    from ..formats.names import is_megatron
 
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
         raise ConfigError(f"pack() takes seq_len, an int >= 1, not {seq_len!r}")

@@ -17,8 +17,13 @@ webdataset): then what ``f`` raises goes to that handler too (:func:`handles`), 
 
 A field name that *no* sample of a stream has (``to_tuple("foo")``, ``rename(x="foo")``,
 ``map_dict(foo=f)``) is a :class:`~shardkit.errors.ConfigError` at the end of the stream,
-whatever the handler, naming the fields the samples have: a typo, not bad data. The
-decode stage is in :mod:`shardkit.pipeline._decode`.
+whatever the handler, naming the fields the samples have: a typo, not bad data. A
+sample the reader withheld because a stream was cut inside one of its members (a handler
+such as ``ignore_and_stop`` let the stream end there) counts for this check with the
+fields it had whole (:class:`Withheld`): webdataset hands that partial sample on, and its
+``to_tuple`` / ``rename`` then raise on the fields it lacks; shardkit never hands it out,
+but ``to_tuple("foo")`` over a stream whose only sample was cut still raises. The decode
+stage is in :mod:`shardkit.pipeline._decode`.
 """
 
 from __future__ import annotations
@@ -27,7 +32,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import ConfigError, DataError, MissingFieldError, UnsafeDataError
+from ..errors import (
+    ConfigError,
+    DataError,
+    FormatError,
+    MissingFieldError,
+    UnsafeDataError,
+)
 from ..handlers import Handler, reraise
 from ._collate import Collate, collate_batch
 from ._context import Context
@@ -42,6 +53,7 @@ __all__ = [
     "Shuffle",
     "Stage",
     "ToTuple",
+    "Withheld",
     "handles",
     "missing_field",
     "parse_fields",
@@ -89,6 +101,28 @@ def report_error(handler: Handler, exc: Exception, item: Any) -> None:
         handler(exc)
 
 
+class Withheld:
+    """A stream's read handler that also records the fields of the samples the reader
+    withheld (left partial by a cut or bad data inside one of their own members:
+    :attr:`~shardkit.errors.FormatError.withheld`) when ``handler`` did not raise; at
+    most :attr:`LIMIT` names are kept."""
+
+    LIMIT = 256
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.fields: dict[str, None] = {}  # ordered, as the sample had them
+
+    def __call__(self, exc: Exception) -> bool:
+        result = self.handler(exc)
+        if isinstance(exc, FormatError):
+            for name in exc.withheld:
+                if len(self.fields) >= self.LIMIT:
+                    break
+                self.fields.setdefault(name)
+        return result
+
+
 class _Fields:
     """Which of a stage's wanted fields some sample of the stream had; at its end, one
     that none had is a :class:`ConfigError` (see the module docs)."""
@@ -97,6 +131,13 @@ class _Fields:
         self.wanted = wanted
         self.unseen = list(range(len(wanted)))
         self.example: Any = None
+        self.cut = False  # the example is the fields of a withheld sample
+
+    def see_withheld(self, withheld: Withheld | None) -> None:
+        """Count the fields of the samples the reader withheld (see the module docs)."""
+        if withheld is not None and withheld.fields:
+            self.cut = self.example is None
+            self.see(dict(withheld.fields))
 
     def see(self, sample: Any) -> None:
         if self.example is None:
@@ -108,9 +149,14 @@ class _Fields:
         if self.unseen and isinstance(self.example, Mapping):
             name = ";".join(self.wanted[self.unseen[0]])
             have = [k for k in self.example if not k.startswith("__")][:32]
+            cut = (
+                " (a sample cut short where the stream stopped on an error, not handed out)"
+                if self.cut
+                else ""
+            )
             raise ConfigError(
                 f"{method}(): no sample has a field {name!r}; the samples have the fields "
-                f"{', '.join(have) or '(none)'}"
+                f"{', '.join(have) or '(none)'}{cut}"
             )
 
 
@@ -260,6 +306,13 @@ class ToTuple(Stage):
     check_fields: bool = True
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
+        return self.run(items, ctx)
+
+    def run(
+        self, items: Iterator[Any], ctx: Context, withheld: Withheld | None = None
+    ) -> Iterator[Any]:
+        """The stage over ``items``; ``withheld``: the samples the reader withheld, when
+        no stage before this one renames fields (see the module docs)."""
         fields, handler = self.fields, self.handler
         seen = _Fields(fields if self.missing_is_error and self.check_fields else ())
         for sample in items:
@@ -278,6 +331,7 @@ class ToTuple(Stage):
                 out.append(value)
             else:
                 yield tuple(out)
+        seen.see_withheld(withheld)
         seen.check("to_tuple")
 
 
@@ -292,6 +346,12 @@ class Rename(Stage):
     check_fields: bool = True
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
+        return self.run(items, ctx)
+
+    def run(
+        self, items: Iterator[Any], ctx: Context, withheld: Withheld | None = None
+    ) -> Iterator[Any]:
+        """As :meth:`ToTuple.run`."""
         seen = _Fields(tuple(old for _, old in self.names) if self.check_fields else ())
         for sample in items:
             seen.see(sample)
@@ -305,6 +365,7 @@ class Rename(Stage):
                 out[new] = sample[old]
             else:
                 yield out
+        seen.see_withheld(withheld)
         seen.check("rename")
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,12 +23,7 @@ from ..formats.tar import buffer_samples
 from ..formats.tokens import decode_group
 from ..storage import is_local, local_path, open_regular
 
-__all__ = ["TokenSource", "TokenTable", "is_megatron"]
-
-
-def is_megatron(source: str | Sequence[str]) -> bool:
-    """Whether ``source`` names a Megatron indexed dataset (its ``.bin``)."""
-    return isinstance(source, str) and source.endswith(".bin")
+__all__ = ["TokenSource", "TokenTable"]
 
 
 @dataclass
