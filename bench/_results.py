@@ -24,10 +24,21 @@ import platform
 import sys
 from typing import Any
 
-__all__ = ["Results", "add_json_option", "machine"]
+__all__ = ["Results", "add_json_option", "builder_module", "machine"]
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 _KEPT_PATHS = ("/dev/shm", "/tmp")
+
+
+def builder_module(name: str) -> Any:
+    """``shardkit.builder``'s module ``_NAME``, or ``NAME`` in a ``--base`` tree from before
+    the build's modules were private by name."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"shardkit.builder._{name}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"shardkit.builder.{name}")
 
 
 def add_json_option(parser: argparse.ArgumentParser, name: str) -> None:

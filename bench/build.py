@@ -450,18 +450,21 @@ _IMPORTS = {
     "litdata-optimize-2": "litdata",
     # shardkit loads its build machinery at the first build() (~55 ms here, where no
     # bytecode is cached): an import like the peers', so it is done before the clock starts.
-    "shardkit": "shardkit.builder.api",
-    "shardkit-1-worker": "shardkit.builder.api",
-    "shardkit-sha256": "shardkit.builder.api",
-    "shardkit-defaults": "shardkit.builder.api",
-    "shardkit-resize": "shardkit.builder.api",
+    "shardkit": "shardkit.builder._api",
+    "shardkit-1-worker": "shardkit.builder._api",
+    "shardkit-sha256": "shardkit.builder._api",
+    "shardkit-defaults": "shardkit.builder._api",
+    "shardkit-resize": "shardkit.builder._api",
 }
 
 
 def run_contender(name: str, src: str, out: str, workers: int) -> None:
     """Subprocess entry: import, time the work, print one JSON line."""
     if name in _IMPORTS:
-        __import__(_IMPORTS[name])
+        try:
+            __import__(_IMPORTS[name])
+        except ModuleNotFoundError:  # a --base tree from before builder/api.py was _api.py
+            __import__(_IMPORTS[name].replace("._api", ".api"))
     started = time.perf_counter()
     info = CONTENDERS[name][1](src, out, workers)
     info["seconds"] = time.perf_counter() - started
@@ -673,7 +676,7 @@ def measure(name: str, src: str, out: str, workers: int, base: str = "") -> dict
 
 def count_bad(out: str) -> int:
     """Images in the output that fail shardkit's header validation (truncated, empty...)."""
-    from shardkit.builder.validate import check_image
+    from shardkit.builder._validate import check_image
     from shardkit.errors import DataError
 
     bad = 0

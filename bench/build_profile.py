@@ -44,18 +44,18 @@ def _cpu() -> float:
 
 def profile(src: str, hash_name: str, rounds: int) -> dict[str, float]:
     """CPU us per image of each stage, for the shardkit on ``sys.path``."""
-    from shardkit.builder import worker
-    from shardkit.builder.folders import list_image_folder
+    from shardkit.builder import _worker as worker
+    from shardkit.builder._folders import list_image_folder
+    from shardkit.builder._plan import cut_tasks, estimator, order_items
+    from shardkit.builder._store import LocalStore
+    from shardkit.builder._validate import check_image
     from shardkit.builder.options import BuildOptions
-    from shardkit.builder.plan import cut_tasks, estimator, order_items
-    from shardkit.builder.store import LocalStore
-    from shardkit.builder.validate import check_image
     from shardkit.errors import DataError
 
     try:
         from shardkit.formats.tar import tar_chunks
     except ImportError:  # an older version kept it in the part writer
-        from shardkit.builder.partwriter import tar_chunks  # type: ignore[no-redef]
+        from shardkit.builder._partwriter import tar_chunks  # type: ignore[no-redef]
 
     new_hasher: Callable[[], Any]
     if "hash" in inspect.signature(BuildOptions).parameters:

@@ -7,7 +7,7 @@ Run: ``PATH=.venv/bin:$PATH scripts/test-services .venv/bin/python bench/commit.
 What is timed is the driver's commit of a pass-through build into ``s3://``: per task
 (one shard each here) its journal record (one PUT), then its part's rename to the final
 name (a server-side COPY and a DELETE), then the wait for all of them before the manifest,
-through :class:`shardkit.builder.commit.Renamer` exactly as ``build`` drives it. The part
+through :class:`shardkit.builder._commit.Renamer` exactly as ``build`` drives it. The part
 objects (1 KB each: commit cost does not depend on shard size, a COPY stays in the
 server) are uploaded first, untimed. ``--threads 0`` is the serial commit of before;
 ``16`` is what a build into an object store uses now (``COMMIT_THREADS``). The commit of
@@ -19,7 +19,7 @@ rename is three requests).
 ``--assembled`` times an assembled build's commits instead (resized images, Python
 samples, URLs: shards cut by the driver and assembled by the workers): per shard its
 chunk's journal record, the shard's record and the chunk part's deletion (three requests
-too), through :class:`shardkit.builder.assembly.WorkerAssembler`.
+too), through :class:`shardkit.builder._assembly.WorkerAssembler`.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from _results import Results, add_json_option
 
 
 def run(url: str, shards: int, threads: int, rtt: float) -> tuple[float, float]:
-    from shardkit.builder.commit import Renamer
-    from shardkit.builder.journal import Journal
-    from shardkit.builder.store import ObjectStore
-    from shardkit.builder.worker import TaskResult
+    from shardkit.builder._commit import Renamer
+    from shardkit.builder._journal import Journal
+    from shardkit.builder._store import ObjectStore
+    from shardkit.builder._worker import TaskResult
     from shardkit.formats.record import ShardRecord
 
     store = ObjectStore(url)
@@ -72,11 +72,11 @@ def run_assembled(url: str, shards: int, threads: int, rtt: float) -> tuple[floa
     """The same for an assembled build (resized images, Python samples): per chunk task its
     journal record (a PUT); per shard, once a worker assembled it, its record (a PUT) and
     the deletion of the chunk part it read (a DELETE), through the WorkerAssembler."""
-    from shardkit.builder.assembly import WorkerAssembler
-    from shardkit.builder.journal import Journal
+    from shardkit.builder._assembly import WorkerAssembler
+    from shardkit.builder._journal import Journal
+    from shardkit.builder._store import ObjectStore
+    from shardkit.builder._worker import TaskResult
     from shardkit.builder.options import BuildOptions
-    from shardkit.builder.store import ObjectStore
-    from shardkit.builder.worker import TaskResult
     from shardkit.formats.record import ShardRecord
 
     store = ObjectStore(url)
@@ -113,7 +113,7 @@ def run_assembled(url: str, shards: int, threads: int, rtt: float) -> tuple[floa
 def _assembled(assembler: Any) -> None:
     """What the driver does when workers return the shards it planned (none is written:
     the commit is what is timed)."""
-    from shardkit.builder.manifest import ShardRecord
+    from shardkit.builder._manifest import ShardRecord
 
     for plan in assembler.ready:
         assembler.done(plan, ShardRecord(plan.name, plan.samples, plan.size, ""))

@@ -32,7 +32,7 @@ import time
 import uuid
 from typing import Any
 
-from _results import Results, add_json_option
+from _results import Results, add_json_option, builder_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # the tests' proxy: one copy
@@ -42,7 +42,8 @@ def child(url: str, in_flight: int, repeats: int) -> None:
     """List ``url`` once untimed (the client is made, its first connections opened), then
     ``repeats`` times; print the best wall time, the median and the item count as JSON."""
     from shardkit import storage
-    from shardkit.builder.folders import list_remote_folder
+
+    list_remote_folder = builder_module("folders").list_remote_folder
 
     if in_flight:
         storage.REQUESTS_IN_FLIGHT = in_flight

@@ -301,10 +301,10 @@ def spec_torchrgb(root: str, samples: int, limit: int) -> Work:
 
 def _core_threads() -> int:
     """The decode threads shardkit's ``decode()`` picks in one process here (at least 2)."""
-    from shardkit.pipeline.context import Context
+    from shardkit.pipeline._context import Context
 
     try:
-        from shardkit.pipeline.decode import default_threads
+        from shardkit.pipeline._decode import default_threads
     except ImportError:  # an older shardkit, for before/after runs: min(4, cores) then
         return max(2, min(4, len(os.sched_getaffinity(0))))
     return max(2, default_threads(Context(seed=0, epoch=0)))

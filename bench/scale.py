@@ -51,7 +51,7 @@ import sys
 import time
 from typing import Any
 
-from _results import Results, add_json_option
+from _results import Results, add_json_option, builder_module
 
 ROOT = "/dev/shm/shardkit-bench-scale"
 ENGINES = ("local", "ray", "dask")
@@ -119,7 +119,8 @@ def driver_child(kind: str, count: int, out: str) -> None:
     import resource
 
     from shardkit import BuildOptions, build
-    from shardkit.builder import api, plan
+
+    api, plan = builder_module("api"), builder_module("plan")
 
     makers = {"folder": folder_source, "table": table_source}
     source: Any = makers[kind](count) if kind in makers else TinyDataset(count)
@@ -146,7 +147,7 @@ def driver_child(kind: str, count: int, out: str) -> None:
         return
     spill_module = None
     if "spill" in inspect.signature(api.list_source).parameters:
-        from shardkit.builder import spill as spill_module
+        spill_module = builder_module("spill")
     with spill_module.Spill() if spill_module else contextlib.nullcontext() as spill:
         extra = {"spill": spill} if spill_module else {}
         listing = api.list_source(source, out, options, **extra)
@@ -185,8 +186,8 @@ def _count_held_records() -> dict[str, int]:
     loaded (and checked) the journal of a build it resumes."""
     import gc
 
-    from shardkit.builder import run
-    from shardkit.builder.worker import TaskResult
+    run = builder_module("run")
+    TaskResult = builder_module("worker").TaskResult
 
     held = {"records": 0, "records_bytes": 0}
     finish, prepare = run._Driver._finish, run._Driver.prepare

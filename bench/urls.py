@@ -145,7 +145,7 @@ def _packed(out: str) -> list[bytes]:
 
 
 def _bad(images: list[bytes]) -> int:
-    from shardkit.builder.validate import check_image
+    from shardkit.builder._validate import check_image
     from shardkit.errors import DataError
 
     bad = 0

@@ -457,7 +457,7 @@ def _huge(path: str, size: int | None = None) -> None:
 
 
 def _huge_tokenizer(path: str) -> None:
-    from shardkit.builder.tokens import _TOKENIZER_LIMIT
+    from shardkit.builder._tokens import _TOKENIZER_LIMIT
 
     _huge(path, _TOKENIZER_LIMIT)
 

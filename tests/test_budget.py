@@ -181,7 +181,7 @@ def test_a_row_group_of_many_rows_is_read_in_batches_that_hold_a_bounded_count_o
 ) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    from shardkit.builder import parquet
+    from shardkit.builder import _parquet as parquet
 
     rows = 600  # 600 cells of 8,000 values (64,000 bytes each: under the cell limit)
     cell = pa.array([[0] * 8000] * rows, pa.list_(pa.int8()))
@@ -194,7 +194,7 @@ def test_a_row_group_of_many_rows_is_read_in_batches_that_hold_a_bounded_count_o
 
 def test_cells_of_every_type_are_sized_from_arrow() -> None:
     pa = pytest.importorskip("pyarrow")
-    from shardkit.builder.parquet import _cell_sizes
+    from shardkit.builder._parquet import _cell_sizes
 
     column = pa.array([[1, 2], None, [], [3]], pa.list_(pa.int64()))
     assert _cell_sizes(column).tolist() == [32, 0, 0, 16]
@@ -247,7 +247,7 @@ def test_case_4_a_clip_over_the_budget_is_refused_before_numpy_allocates() -> No
 def test_case_4_build_validation_skips_a_video_over_the_pixel_limit_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from shardkit.builder.validate import check_one
+    from shardkit.builder._validate import check_one
 
     data = _mp4(256)
     assert check_one("clip.mp4", data) == ("clip.mp4", data)
@@ -306,7 +306,7 @@ def _png_header(width: int, height: int) -> bytes:
 def test_build_validation_applies_the_readers_pixel_limit() -> None:
     """A 50000x50000 PNG (2.5 gigapixels) passed header validation, and every reader then
     refused it."""
-    from shardkit.builder.validate import check_image
+    from shardkit.builder._validate import check_image
 
     assert check_image(_png_header(4000, 3000), "png") == "png"
     with pytest.raises(DataError, match="a 50000x50000 image: 2,500,000,000 pixels declared"):
@@ -326,7 +326,7 @@ def test_the_image_decoders_refuse_it_from_the_header_too() -> None:
 def test_limits_are_read_per_call_so_a_raised_one_applies(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from shardkit.builder.validate import check_image
+    from shardkit.builder._validate import check_image
 
     monkeypatch.setenv("SHARDKIT_MAX_IMAGE_PIXELS", str(10**10))
     assert check_image(_png_header(50000, 50000), "png") == "png"

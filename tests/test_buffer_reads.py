@@ -364,7 +364,7 @@ def _bytes(sample: dict[str, object]) -> dict[str, object]:
 
 
 def test_read_indexed_sample_refuses_a_span_of_two_samples(indexed: str) -> None:
-    from shardkit.pipeline.idxfiles import load_index
+    from shardkit.pipeline._idxfiles import load_index
     from shardkit.tools.index import read_indexed_sample
 
     shard = os.path.join(indexed, "shard-000000.tar")

@@ -44,7 +44,7 @@ def test_a_task_stopped_after_its_last_sample_leaves_no_temporary_file(
     # Regression, found through the test above under load: the stop signal can arrive
     # after a task's last sample, while it reports progress or commits its last part; that
     # stretch was outside the task's cleanup, and the part's temporary file stayed.
-    from shardkit.builder import worker
+    from shardkit.builder import _worker as worker
 
     def stopped(self: object) -> None:
         raise KeyboardInterrupt  # what a signal handler raises at that point

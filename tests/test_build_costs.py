@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from shardkit.builder import folders, inputs
+from shardkit.builder import _folders as folders
+from shardkit.builder import _inputs as inputs
 from shardkit.errors import DataError
 from shardkit.storage import _doors
 
@@ -71,10 +72,10 @@ def test_a_worker_does_not_import_what_its_build_does_not_read() -> None:
     downloader (tens of milliseconds before each worker's first task)."""
     code = (
         "import sys\n"
-        "from shardkit.builder import worker\n"
+        "from shardkit.builder import _worker as worker\n"
         "from shardkit.builder.options import BuildOptions\n"
-        "from shardkit.builder.inputs import FileSource\n"
-        "from shardkit.builder.store import LocalStore\n"
+        "from shardkit.builder._inputs import FileSource\n"
+        "from shardkit.builder._store import LocalStore\n"
         "context = worker.WorkerContext(LocalStore('.'), BuildOptions(), FileSource('.'), ())\n"
         "worker.init_worker(context, None).close()\n"
         "print(sorted(m for m in sys.modules if m.endswith(('builder.shards', 'builder.fetch',"
@@ -115,7 +116,7 @@ from shardkit.engines import _local
 seen = []
 real = _local.warm_up
 def warm_up(preload=()):
-    seen.append(("shardkit.builder.api" in sys.modules, tuple(preload)))
+    seen.append(("shardkit.builder._api" in sys.modules, tuple(preload)))
     real(preload)
 _local.warm_up = warm_up
 import shardkit
@@ -128,10 +129,10 @@ if __name__ == "__main__":
     done = subprocess.run(
         [sys.executable, str(path)], capture_output=True, text=True, check=True, timeout=120
     )
-    assert done.stdout.strip() == "(False, ('shardkit.builder.worker',))", done.stdout
+    assert done.stdout.strip() == "(False, ('shardkit.builder._worker',))", done.stdout
 
 
 def test_the_server_preloads_the_worker_module() -> None:
-    from shardkit.builder import worker
+    from shardkit.builder import _worker as worker
 
-    assert worker.WORKER_MODULE == worker.__name__ == "shardkit.builder.worker"
+    assert worker.WORKER_MODULE == worker.__name__ == "shardkit.builder._worker"

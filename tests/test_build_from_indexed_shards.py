@@ -15,7 +15,7 @@ from conftest_remote import http_service
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.builder import shards
+from shardkit.builder import _shards as shards
 from shardkit.errors import FormatError
 from shardkit.formats.example import encode_example
 from shardkit.formats.tfrecord import frame_record

@@ -1,5 +1,5 @@
 """A ``datasets.Dataset`` is built through the one field path a Hugging Face parquet list
-takes (builder/tables.py rows, validate.check_fields, worker.sample_record): the same rows
+takes (builder/_tables.py rows, validate.check_fields, worker.sample_record): the same rows
 as a Dataset or as its ``Dataset.to_parquet`` file give the same shard bytes, tar and
 TFRecord, and the list's options (``resize``, ``validate``, ``fields``) apply to it."""
 
@@ -16,7 +16,7 @@ from conftest_build import make_corpus_jpeg, make_flac, make_png, read_samples, 
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.builder.validate import check_image
+from shardkit.builder._validate import check_image
 from shardkit.codecs import image_size
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.builder.keys import _resolve, key_base, make_keys, path_key, relative_path
+from shardkit.builder._keys import _resolve, key_base, make_keys, path_key, relative_path
 
 
 def test_collisions_get_the_extension_then_a_counter() -> None:

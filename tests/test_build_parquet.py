@@ -18,7 +18,7 @@ from conftest_hostile import run_measured
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.builder import parquet
+from shardkit.builder import _parquet as parquet
 from shardkit.errors import MissingDependencyError
 
 

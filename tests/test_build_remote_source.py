@@ -142,7 +142,7 @@ def test_workers_use_the_drivers_s3_endpoint(
     # read from the server the driver listed.
     import pickle
 
-    from shardkit.builder.folders import list_remote_folder
+    from shardkit.builder._folders import list_remote_folder
 
     _upload(corpus, f"s3://{s3_bucket}/endpoint")
     listing = list_remote_folder(f"s3://{s3_bucket}/endpoint")
@@ -163,7 +163,7 @@ def test_a_large_s3_folder_is_listed_folder_by_folder_into_spill_files(
     # shuffle through buckets: the same shards as a local build under the same budget,
     # and nothing of the listing is left in the filesystem's listing cache.
     from shardkit import storage
-    from shardkit.builder import spill
+    from shardkit.builder import _spill as spill
 
     _upload(corpus, f"s3://{s3_bucket}/large")
     monkeypatch.setattr(spill, "ORDER_BUDGET", 8)
@@ -197,7 +197,7 @@ def _classes_bucket(url: str, classes: int, per_class: int, *, nested: bool = Fa
 
 
 def _listed(url: str) -> tuple[list[Any], list[str], list[tuple[str, str]], str]:
-    from shardkit.builder.folders import list_remote_folder
+    from shardkit.builder._folders import list_remote_folder
 
     listing = list_remote_folder(url)
     return list(listing.items or []), listing.classes, listing.skipped, listing.fingerprint
@@ -225,7 +225,7 @@ def test_folders_listed_concurrently_give_the_serial_listing(
     # items, classes, skipped files and fingerprint are those of a listing one folder at
     # a time, through sorted runs on disk as through memory, and so are the shards.
     from shardkit import storage
-    from shardkit.builder import spill
+    from shardkit.builder import _spill as spill
 
     url = f"s3://{s3_bucket}/many"
     _classes_bucket(url, classes=12, per_class=4, nested=True)

@@ -156,7 +156,7 @@ def test_jpeg_resize_matches_a_full_decode_and_antialiased_resize(
 ) -> None:
     from PIL import Image
 
-    from shardkit.builder.transform import _encode, _resized, transform_image
+    from shardkit.builder._transform import _encode, _resized, transform_image
 
     data = _photo(size, mode)
     out, ext, got = transform_image(data, "jpg", resize=resize, max_side=None, quality=95)
@@ -170,7 +170,7 @@ def test_jpeg_resize_matches_a_full_decode_and_antialiased_resize(
 
 
 def test_dct_scale_never_goes_under_the_target() -> None:
-    from shardkit.builder.transform import _dct_scale
+    from shardkit.builder._transform import _dct_scale
 
     assert _dct_scale(1000, 800, (280, 224)) == 2
     assert _dct_scale(448, 448, (224, 224)) == 2
@@ -307,7 +307,7 @@ def test_fixed_size_jpegs_match_pillow(
 ) -> None:
     from PIL import Image
 
-    from shardkit.builder.transform import transform_image
+    from shardkit.builder._transform import transform_image
 
     data = _photo(size, mode)
     out, ext, got = transform_image(
@@ -328,7 +328,7 @@ def test_fixed_size_jpegs_match_pillow(
 def test_fixed_size_pngs_are_pillows_pixels(
     resize_mode: str, scaled: tuple[int, int], box: tuple[int, int, int]
 ) -> None:
-    from shardkit.builder.transform import transform_image
+    from shardkit.builder._transform import transform_image
 
     data = make_png(3, (300, 120))
     out, ext, got = transform_image(

@@ -14,9 +14,9 @@ from conftest_scale import s3_bucket, snapshot_s3
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.builder import run
-from shardkit.builder.journal import JOURNAL_NAME
-from shardkit.builder.worker import TaskResult
+from shardkit.builder import _run as run
+from shardkit.builder._journal import JOURNAL_NAME
+from shardkit.builder._worker import TaskResult
 
 __all__ = ["s3_bucket"]  # a fixture
 
@@ -87,7 +87,7 @@ def test_a_resumed_build_holds_no_record_per_finished_task(
 def test_a_build_resumed_from_an_object_store_journal_holds_no_record_per_task(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: str
 ) -> None:
-    from shardkit.builder import journal
+    from shardkit.builder import _journal as journal
 
     monkeypatch.setattr(journal, "_BATCH", 7, raising=False)  # several batches
     src = make_corpus(str(tmp_path / "src"), count=60, bad=False)
@@ -106,7 +106,7 @@ def test_a_build_resumed_from_an_object_store_journal_holds_no_record_per_task(
 def test_a_journal_with_a_far_task_index_costs_no_memory_per_index() -> None:
     """The journal is not trusted: a record naming task 10**12 is noted in one block of
     :class:`_Finished` (not an 8 TB table)."""
-    from shardkit.builder.journal import _Finished
+    from shardkit.builder._journal import _Finished
 
     finished = _Finished()
     finished.put(10**12, 5)

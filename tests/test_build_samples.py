@@ -17,7 +17,7 @@ import webdataset as wds
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.builder import spill as spill_module
+from shardkit.builder import _spill as spill_module
 from shardkit.errors import ConfigError, DataError, MissingDependencyError
 from tests.conftest_build import (
     make_corpus_jpeg,

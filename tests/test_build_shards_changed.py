@@ -15,7 +15,7 @@ from conftest_remote import gcs_options, http_service, s3_options
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.builder import shards
+from shardkit.builder import _shards as shards
 from shardkit.errors import BuildError
 
 

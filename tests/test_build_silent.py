@@ -14,8 +14,8 @@ import pytest
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.builder import spill as spill_module
-from shardkit.builder.spill import Spill
+from shardkit.builder import _spill as spill_module
+from shardkit.builder._spill import Spill
 from shardkit.demo import make_image_folder
 from shardkit.errors import BuildError
 from shardkit.tools import verify, write_indexes
@@ -164,7 +164,7 @@ def test_a_key_a_shard_holds_twice_is_written_once_the_later_one_skipped(tmp_pat
 
 
 def test_later_repeats_are_found_the_same_across_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardkit.builder.plan import later_repeats  # new: the base has none
+    from shardkit.builder._plan import later_repeats  # new: the base has none
 
     keys = [f"k{i % 700}" for i in range(2000)]
     expected = {i: i % 700 for i in range(700, 2000)}
@@ -230,7 +230,7 @@ def test_the_written_keys_are_read_from_the_indexes_the_build_wrote(
 ) -> None:
     # The repeat check read every written shard's headers even where the build had just
     # written its .idx (20-35% of a small-sample Python build): the index says the keys.
-    from shardkit.builder import shards as shards_module
+    from shardkit.builder import _shards as shards_module
 
     walked: list[str] = []
     real = shards_module.read_tar_samples

@@ -17,8 +17,8 @@ import pytest
 from conftest_build import make_corpus_jpeg
 
 import shardkit
+from shardkit.builder._skipped import IN_MANIFEST, SKIPPED_NAME
 from shardkit.builder.options import BuildOptions
-from shardkit.builder.skipped import IN_MANIFEST, SKIPPED_NAME
 from shardkit.tools import verify
 
 

@@ -22,12 +22,12 @@ from conftest_build import make_corpus, read_samples, snapshot, write
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.builder import spill as spill_module
-from shardkit.builder.folders import list_image_folder
+from shardkit.builder import _spill as spill_module
+from shardkit.builder._folders import list_image_folder
+from shardkit.builder._plan import chunk_stream, order_items
+from shardkit.builder._pysources import list_python
+from shardkit.builder._spill import Spill, remove_stale
 from shardkit.builder.options import BuildOptions as _Options
-from shardkit.builder.plan import chunk_stream, order_items
-from shardkit.builder.pysources import list_python
-from shardkit.builder.spill import Spill, remove_stale
 from shardkit.errors import BuildError
 
 BUDGET = 16

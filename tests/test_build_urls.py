@@ -380,8 +380,8 @@ def test_two_builds_in_one_process_have_their_own_downloads(
     """Two runs' downloads, interleaved in one process with other settings: closing one
     (its build ended) leaves the other's session, loop and breaker alone. The download
     loop was a module global that a run with other settings closed and replaced."""
-    from shardkit.builder.fetch import Downloads
-    from shardkit.builder.sources import Item
+    from shardkit.builder._fetch import Downloads
+    from shardkit.builder._sources import Item
 
     urls, good = served
     ok = [u for u in urls if u in good][:12]
@@ -405,8 +405,8 @@ def test_a_task_that_stops_early_gives_back_the_room_its_downloads_held(
     """Room for one byte: every download but the next one the task takes waits. A task
     that stops mid-way (its item failed with on_error='fail') must give back what its
     downloads hold, or the next task's downloads would wait for room forever."""
-    from shardkit.builder.fetch import Downloads
-    from shardkit.builder.sources import Item
+    from shardkit.builder._fetch import Downloads
+    from shardkit.builder._sources import Item
 
     urls, good = served
     ok = [u for u in urls if u in good][:8]
@@ -429,8 +429,8 @@ def test_waiting_for_room_does_not_count_toward_the_timeout(
 ) -> None:
     """A 1 s timeout, room for one byte, and a task that takes 0.4 s per item: the later
     downloads wait for room far longer than 1 s in all, and none times out."""
-    from shardkit.builder.fetch import Downloads
-    from shardkit.builder.sources import Item
+    from shardkit.builder._fetch import Downloads
+    from shardkit.builder._sources import Item
 
     urls, good = served
     ok = [u for u in urls if u in good][:6]

@@ -76,8 +76,8 @@ def test_tar_output_is_exactly_what_tarwriter_writes(tmp_path: Path) -> None:
 def test_one_check_for_the_fields_of_a_sample_names_a_file_or_a_field() -> None:
     from conftest_build import make_corpus_jpeg, make_png
 
-    from shardkit.builder.sources import SampleFileError
-    from shardkit.builder.validate import Blame, check_fields
+    from shardkit.builder._sources import SampleFileError
+    from shardkit.builder._validate import Blame, check_fields
     from shardkit.errors import DataError
 
     jpg, png = make_corpus_jpeg(1), make_png(2)

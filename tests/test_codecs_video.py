@@ -15,7 +15,7 @@ import shardkit
 from shardkit.codecs import check_field
 from shardkit.codecs._video import read_clip
 from shardkit.errors import ConfigError, DataError, DecodeError, MissingDependencyError
-from shardkit.pipeline.context import Context
+from shardkit.pipeline._context import Context
 
 FPS = 30
 GOP = 30  # a keyframe every second

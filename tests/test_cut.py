@@ -9,13 +9,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from shardkit.builder.assembly import Cutter
+from shardkit.builder._assembly import Cutter
+from shardkit.builder._partwriter import PartWriter
+from shardkit.builder._plan import cut_tasks
+from shardkit.builder._sources import Item
+from shardkit.builder._store import LocalStore
+from shardkit.builder._worker import TaskResult
 from shardkit.builder.options import BuildOptions
-from shardkit.builder.partwriter import PartWriter
-from shardkit.builder.plan import cut_tasks
-from shardkit.builder.sources import Item
-from shardkit.builder.store import LocalStore
-from shardkit.builder.worker import TaskResult
 from shardkit.errors import ConfigError
 from shardkit.formats import tar
 from shardkit.formats.cut import Cut

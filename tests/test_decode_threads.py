@@ -17,7 +17,7 @@ from conftest_pipeline import keys, tiny_jpeg, write_shards
 from shardkit import Dataset, DecodeError, TarWriter
 from shardkit.config import cpu_quota, usable_cores
 from shardkit.errors import TruncatedShardError
-from shardkit.pipeline.decode import MAX_DEFAULT_THREADS
+from shardkit.pipeline._decode import MAX_DEFAULT_THREADS
 
 
 def decode_threads() -> list[str]:

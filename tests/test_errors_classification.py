@@ -96,7 +96,7 @@ def _bug(*args: Any, **kwargs: Any) -> Any:
 def test_a_bug_while_resizing_fails_the_build_instead_of_skipping_every_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Regression (#11): builder/transform.py turned every exception into "cannot decode"."""
+    """Regression (#11): builder/_transform.py turned every exception into "cannot decode"."""
     folder = _png_folder(tmp_path)
     monkeypatch.setattr(PIL.Image.Image, "resize", _bug)
     options = BuildOptions(workers=1, resize=16, on_error="skip")
@@ -107,7 +107,7 @@ def test_a_bug_while_resizing_fails_the_build_instead_of_skipping_every_image(
 def test_a_bug_while_validating_fails_the_build_instead_of_skipping_every_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Regression (#11): builder/validate.py turned every exception into "cannot decode"."""
+    """Regression (#11): builder/_validate.py turned every exception into "cannot decode"."""
     folder = _png_folder(tmp_path)
     monkeypatch.setattr(PIL.ImageFile.ImageFile, "load", _bug)
     options = BuildOptions(workers=1, validate="full", on_error="skip")

@@ -210,7 +210,7 @@ def test_shardwriter_past_rlimit_fsize(tmp_path: Path) -> None:
 _MANIFEST_ENOSPC = textwrap.dedent(
     """
     import errno, importlib, sys
-    manifest = importlib.import_module("shardkit.builder.manifest")
+    manifest = importlib.import_module("shardkit.builder._manifest")
     from shardkit.cli import main
 
     real = manifest.atomic_write

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import shardkit
-from shardkit.pipeline.state import Position
+from shardkit.pipeline._state import Position
 
 ROOT = Path(shardkit.__file__).parent
 
@@ -85,8 +85,8 @@ def test_one_json_parse() -> None:
 
 # Files read without the door, each for a reason: none is a file shardkit finds in data.
 OWN_FILES = {
-    "builder/lease.py": "the kernel's boot id under /proc",
-    "builder/spill.py": "a spill file this process wrote in its private temporary folder",
+    "builder/_lease.py": "the kernel's boot id under /proc",
+    "builder/_spill.py": "a spill file this process wrote in its private temporary folder",
     "config.py": "the kernel's cgroup CPU quota",
     "demo.py": "an image the demo wrote a moment before",
     "engines/_local.py": "the user's own __main__ script, read back for its guard",
@@ -117,7 +117,7 @@ def _store_switches(source: str) -> int:
 
 def test_a_store_is_used_through_its_protocol() -> None:
     """What differs between a local folder and an object store is a member of the
-    ``Store`` protocol (builder/store.py), not an ``isinstance`` switch (six were)."""
+    ``Store`` protocol (builder/_store.py), not an ``isinstance`` switch (six were)."""
     switching = {name for name, text in _modules().items() if _store_switches(text)}
     assert not switching
     assert _store_switches("threads = 4 if isinstance(store, ObjectStore) else 0\n") == 1
@@ -142,7 +142,7 @@ OWN_WRITES = {
     "_flock.py": "a lock file",
     "_temporary.py": "the temporary itself (the writing door AtomicFile goes through)",
     "builder/_journallog.py": "the journal, appended line by line, never through a link",
-    "builder/spill.py": "a spill file in the build's private temporary folder",
+    "builder/_spill.py": "a spill file in the build's private temporary folder",
     "cachelimit.py": "the cache's lock file",
     "engines/testing.py": "a marker file of the test engines",
     "tools/proc.py": "a sample's fields, into proc's private temporary folder",
@@ -168,7 +168,7 @@ CLAIMS = {
     "_flock.py": ("an exclusive flock without waiting", ("LOCK_NB",)),
     "cli/_toolargs.py": ("the CLI's error line", ('"Error: ', 'f"Error: ')),
     "tools/_media.py": ("a field's thumbnail", (".thumbnail(",)),
-    "pipeline/idxfiles.py": ("trusting an .idx file", ("check_index(",)),
+    "pipeline/_idxfiles.py": ("trusting an .idx file", ("check_index(",)),
 }
 
 

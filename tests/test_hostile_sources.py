@@ -149,7 +149,7 @@ def test_a_fifo_swapped_in_between_stat_and_open_does_not_block(tmp_path: Path) 
     Path(image).write_bytes(b"x" * 10)
     script = f"""
 import os
-from shardkit.builder import inputs
+from shardkit.builder import _inputs as inputs
 real_stat = os.stat
 os.stat = lambda path, *a, **k: real_stat({image!r} if path == {fifo!r} else path, *a, **k)
 try:

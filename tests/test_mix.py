@@ -11,7 +11,7 @@ from conftest_pipeline import write_shards
 
 import shardkit
 from shardkit.errors import ConfigError
-from shardkit.pipeline.mixing import apportion
+from shardkit.pipeline._mixing import apportion
 
 
 def tag(prefix: bytes) -> Any:
@@ -91,7 +91,7 @@ def test_ranks_and_workers_get_equal_exact_shares(
     workers: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from shardkit.pipeline import context
+    from shardkit.pipeline import _context as context
 
     a, b = sources
     everything: list[bytes] = []
@@ -100,7 +100,7 @@ def test_ranks_and_workers_get_equal_exact_shares(
         got: list[dict[str, Any]] = []
         for worker in range(workers):
             monkeypatch.setattr(context, "current_worker", lambda w=worker: (w, workers))
-            monkeypatch.setattr("shardkit.pipeline.dataset.current_worker", context.current_worker)
+            monkeypatch.setattr("shardkit.pipeline._dataset.current_worker", context.current_worker)
             mixed.set_epoch(0)
             got.extend(mixed)
         assert len(got) == len(mixed) == 20
@@ -148,7 +148,7 @@ def test_state_dict_resumes_mid_epoch_exactly(
 def test_a_resume_does_not_read_what_it_skips(
     sources: tuple[shardkit.Dataset, shardkit.Dataset], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shardkit.pipeline import source as source_module
+    from shardkit.pipeline import _source as source_module
 
     a, b = sources
     plain_a = shardkit.Dataset(a.shards.urls[0].rsplit("/", 1)[0])

@@ -63,7 +63,7 @@ def test_lazy_names_and_submodules_are_there_on_first_use() -> None:
         "else:\n    raise SystemExit('no AttributeError')"
     )
     assert "shardkit.builder.options" in loaded and "shardkit.storage" in loaded
-    assert "shardkit.pipeline.dataset" not in loaded  # dir() imported nothing
+    assert "shardkit.pipeline._dataset" not in loaded  # dir() imported nothing
 
 
 def test_reading_tar_shards_loads_neither_the_builder_nor_crc32c(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_reading_tar_shards_loads_neither_the_builder_nor_crc32c(tmp_path: Path)
     )
     assert "shardkit.reader" in loaded
     unwanted = {"crc32c", "importlib.metadata", "email", "shardkit.builder"}
-    assert not loaded & (unwanted | {"shardkit.pipeline.mixing", "shardkit.pipeline.loader"})
+    assert not loaded & (unwanted | {"shardkit.pipeline._mixing", "shardkit.pipeline._loader"})
     assert not loaded & _HEAVY
 
 
@@ -96,10 +96,10 @@ def test_tfrecord_loads_crc32c_on_first_use() -> None:
 
 
 def test_build_function_and_builder_modules_do_not_shadow_each_other() -> None:
-    import shardkit.builder.worker as worker
+    import shardkit.builder._worker as worker
 
     assert callable(shardkit.build)
-    assert worker.__name__ == "shardkit.builder.worker"
+    assert worker.__name__ == "shardkit.builder._worker"
 
 
 def test_py_typed_is_shipped() -> None:
@@ -133,7 +133,7 @@ def test_error_fields_survive_pickling() -> None:
 
 def test_no_module_imports_its_own_package() -> None:
     """A package's ``__init__`` exports what its modules define, never the reverse: a
-    module importing its own package is a cycle (``builder/api`` once imported a helper
+    module importing its own package is a cycle (``builder/_api`` once imported a helper
     of ``builder/__init__``, which imports ``api`` to run a build). import-linter's
     contracts (``make lint``) cover the cycles between sibling modules, not this one."""
     import grimp

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from shardkit import Dataset, FormatError
 from shardkit.pipeline import ShardList
-from shardkit.pipeline.context import Context
-from shardkit.pipeline.epochs import plan_stream, rank_samples, split_counts
+from shardkit.pipeline._context import Context
+from shardkit.pipeline._epochs import plan_stream, rank_samples, split_counts
 
 
 @given(st.integers(0, 500), st.integers(1, 8), st.integers(1, 16))

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit import ConfigError, Dataset, Loader
-from shardkit.pipeline.elastic import merge
-from shardkit.pipeline.epochs import stream_ranges, through_space
-from shardkit.pipeline.state import Position
+from shardkit.pipeline._elastic import merge
+from shardkit.pipeline._epochs import stream_ranges, through_space
+from shardkit.pipeline._state import Position
 
 COUNTS = [10, 14, 9, 11, 12, 8]  # 64 samples
 

@@ -81,12 +81,12 @@ def _stage_classes(base: type) -> set[type]:
 def test_every_stage_is_in_the_resume_table(shard_folder: str) -> None:
     """The contract enumerates: a new Stage subclass fails here until a pipeline of
     PIPELINES uses it (and so goes through the midpoint resume test below)."""
-    import shardkit.pipeline.counting
-    import shardkit.pipeline.decode  # registers its stages
-    from shardkit.pipeline.stages import Stage
+    import shardkit.pipeline._counting
+    import shardkit.pipeline._decode  # registers its stages
+    from shardkit.pipeline._stages import Stage
 
     used = {type(s) for build in PIPELINES.values() for s in build(shard_folder)._recipe.stages}
-    abstract = {shardkit.pipeline.counting.Counting}
+    abstract = {shardkit.pipeline._counting.Counting}
     missing = sorted(c.__name__ for c in _stage_classes(Stage) - abstract - used)
     assert not missing, f"stages missing from the resume table PIPELINES: {missing}"
 

@@ -10,7 +10,7 @@ from conftest_pipeline import keys, write_shards
 from shardkit import ConfigError, Dataset
 from shardkit.formats.names import is_shard_name
 from shardkit.pipeline import ShardList, resolve_source
-from shardkit.pipeline.urls import parse_manifest
+from shardkit.pipeline._urls import parse_manifest
 
 
 def test_brace_pattern_and_url_list(tmp_path: os.PathLike[str]) -> None:

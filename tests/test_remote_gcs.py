@@ -200,7 +200,7 @@ def test_a_gcs_403_is_not_retried() -> None:
 
 
 # --------------------------------------------------------------------------- remote build
-# shardkit.build into gs://: workers write straight into the bucket (builder/store.py),
+# shardkit.build into gs://: workers write straight into the bucket (builder/_store.py),
 # reaching gcsfs through the environment (STORAGE_EMULATOR_HOST, FSSPEC_GS_TOKEN).
 
 

@@ -19,7 +19,7 @@ from conftest_remote import cutting_proxy, s3_options
 from shardkit import Dataset, ShardWriter
 from shardkit.errors import StorageError
 from shardkit.pipeline import resolve_source
-from shardkit.pipeline.urls import parse_manifest
+from shardkit.pipeline._urls import parse_manifest
 
 ALL = [f"s{i:05d}" for i in range(10)]
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 import shardkit
 from shardkit import BuildOptions, BuildProgress, storage
-from shardkit.builder.assembly import Cutter
-from shardkit.builder.store import ObjectStore
-from shardkit.builder.worker import TaskResult
+from shardkit.builder._assembly import Cutter
+from shardkit.builder._store import ObjectStore
+from shardkit.builder._worker import TaskResult
 from shardkit.formats.record import ShardRecord
 
 __all__ = ["s3_bucket"]  # the fixture, used by name
@@ -194,7 +194,7 @@ def test_the_driver_keeps_no_record_per_chunk_once_it_is_cut(
     holds at the manifest does not grow with the chunks (here 45, of 2 items each)."""
     import gc
 
-    from shardkit.builder import run
+    from shardkit.builder import _run as run
 
     held: list[int] = []
     finish = run._Driver._finish

@@ -16,8 +16,8 @@ from conftest_scale import s3_bucket, snapshot_local, snapshot_s3
 
 import shardkit
 from shardkit import BuildOptions
-from shardkit.builder.journal import Journal
-from shardkit.builder.store import ObjectStore
+from shardkit.builder._journal import Journal
+from shardkit.builder._store import ObjectStore
 from shardkit.errors import StorageError
 
 __all__ = ["s3_bucket"]  # the fixture, used by name
@@ -131,7 +131,7 @@ def test_assembled_commits_overlap_and_parts_go_after_their_records(
 ) -> None:
     """Chunk records, shard records and part deletions run concurrently; a part is deleted
     only after its chunk's record and the record of every shard that read it."""
-    from shardkit.builder.assembly import ShardPlan, WorkerAssembler
+    from shardkit.builder._assembly import ShardPlan, WorkerAssembler
 
     local = str(tmp_path / "local")
     shardkit.build(SAMPLES, local, options=BuildOptions(**ASSEMBLED))  # type: ignore[arg-type]

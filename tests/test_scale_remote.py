@@ -276,7 +276,7 @@ def test_a_live_lease_from_another_pid_namespace_of_this_host_is_not_taken_over(
     # over at once, as a killed build's. But containers that share the host name (host
     # networking) each have their own pids: the holder was a live build in another
     # container, whose next renewal then found its lease gone. Its pid space differs.
-    from shardkit.builder import lease
+    from shardkit.builder import _lease as lease
 
     url = f"s3://{s3_bucket}/namespaced"
     lock = f"{s3_bucket}/namespaced/{LOCK}"
@@ -323,8 +323,8 @@ def test_an_expired_lease_is_taken_over_and_a_live_one_is_not(s3_bucket: str) ->
 
 
 def test_the_lease_is_renewed_and_a_lost_lease_is_noticed(s3_bucket: str) -> None:
-    from shardkit.builder.lease import hold_lease
-    from shardkit.builder.store import ObjectStore
+    from shardkit.builder._lease import hold_lease
+    from shardkit.builder._store import ObjectStore
 
     lock = f"{s3_bucket}/lease/{LOCK}"
     fs = _fs()

@@ -27,8 +27,8 @@ _NOT_RECORDS = {"shardkit.formats.manifest.ManifestShard", "shardkit.tools.verif
 # build's progress (a run's counts, not a shard's).
 _COUNTS_NOT_RECORDS = {
     "shardkit.tools.stats.ShardStats",
-    "shardkit.builder.results.BuildProgress",
-    "shardkit.builder.run._Tally",  # the driver's running totals of a whole build
+    "shardkit.builder._results.BuildProgress",
+    "shardkit.builder._run._Tally",  # the driver's running totals of a whole build
 }
 
 

@@ -1,4 +1,4 @@
-"""One shard-list resolver (:mod:`shardkit.pipeline.urls`): every entry point that takes a
+"""One shard-list resolver (:mod:`shardkit.pipeline._urls`): every entry point that takes a
 source reads the shards it names, in its order, and ``build`` falls back to an image folder
 only when it names none. The ``.idx`` files beside a pattern's shards count as a folder's."""
 
@@ -24,7 +24,8 @@ import shardkit
 import shardkit.tools
 from shardkit import BuildOptions, storage
 from shardkit.errors import BuildError, FormatError
-from shardkit.pipeline import resolve_source, urls
+from shardkit.pipeline import _urls as urls
+from shardkit.pipeline import resolve_source
 from shardkit.reader import read_shard
 from shardkit.tools import write_indexes
 
@@ -277,7 +278,7 @@ def test_every_entry_point_that_takes_a_source_is_in_the_contract(
 
 def test_only_the_resolver_picks_shards_out_of_a_folder_listing() -> None:
     """A module that lists a folder and keeps the names that look like shards is a second
-    resolver: only pipeline/urls.py may do both."""
+    resolver: only pipeline/_urls.py may do both."""
     root = Path(shardkit.__file__).parent
     both = []
     for path in sorted(root.rglob("*.py")):
@@ -289,7 +290,7 @@ def test_only_the_resolver_picks_shards_out_of_a_folder_listing() -> None:
         }
         if names & {"listdir", "scandir", "ls", "glob", "iterdir"} and "is_shard_name" in names:
             both.append(str(path.relative_to(root)))
-    assert both == [os.path.join("pipeline", "urls.py")]
+    assert both == [os.path.join("pipeline", "_urls.py")]
 
 
 def _sources(tmp_path: Path) -> dict[str, str]:

@@ -360,7 +360,7 @@ def test_a_fifo_idx_in_a_shard_folder_is_named_not_taken_for_a_missing_index(
 
 
 def test_a_full_temporary_folder_during_the_spill_is_one_line() -> None:
-    from shardkit.builder.spill import RecordFile
+    from shardkit.builder._spill import RecordFile
     from shardkit.errors import BuildError
 
     records = RecordFile("/dev/full", batch=2)  # every write: ENOSPC

@@ -274,8 +274,8 @@ def test_resume_with_another_tokenizer_refused(corpus: dict[str, Any], tmp_path:
     root = corpus["root"]
     out = tmp_path / "out"
     out.mkdir()
-    from shardkit.builder.journal import JOURNAL_NAME
-    from shardkit.builder.tokens import load_tokenizer
+    from shardkit.builder._journal import JOURNAL_NAME
+    from shardkit.builder._tokens import load_tokenizer
 
     header = {"tokens_journal": 1, "tokenizer": {"path": "x", "sha256": "0" * 64, "vocab_size": 3}}
     (out / JOURNAL_NAME).write_text(json.dumps(header) + "\n")
@@ -301,7 +301,7 @@ def test_resume_after_a_kill_keeps_finished_shards(corpus: dict[str, Any], tmp_p
 
     with pytest.raises(KeyboardInterrupt):
         shardkit.build(str(root / "docs.jsonl"), str(out), options=options, progress=stop_after_two)
-    from shardkit.builder.journal import JOURNAL_NAME
+    from shardkit.builder._journal import JOURNAL_NAME
 
     assert (out / JOURNAL_NAME).exists() and not (out / "manifest.json").exists()
     (out / "shard-000001.tar").write_bytes(b"damaged")  # a recorded shard that changed
@@ -424,7 +424,7 @@ def test_killed_build_resumes_to_the_same_bytes(corpus: dict[str, Any], tmp_path
     )
     (tmp_path / "run.py").write_text(script)
     child = subprocess.Popen([sys.executable, str(tmp_path / "run.py")], env=os.environ.copy())
-    from shardkit.builder.journal import JOURNAL_NAME
+    from shardkit.builder._journal import JOURNAL_NAME
 
     journal = out / JOURNAL_NAME
     deadline = time.monotonic() + 120

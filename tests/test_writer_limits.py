@@ -131,8 +131,8 @@ def _shard_file(folder: Path, keys: list[str]) -> None:
 
 
 def _part_writer(folder: Path, keys: list[str]) -> None:
-    from shardkit.builder.partwriter import PartWriter
-    from shardkit.builder.store import LocalStore
+    from shardkit.builder._partwriter import PartWriter
+    from shardkit.builder._store import LocalStore
     from shardkit.formats.cut import Cut
     from shardkit.formats.tar import tar_chunks
 
@@ -188,7 +188,7 @@ _WRITERS: dict[str, Write] = {
     "shardkit.formats.tar.TarWriter": _tar_writer,
     "shardkit.writer.ShardFile": _shard_file,
     "shardkit.writer.ShardWriter": _shard_writer,
-    "shardkit.builder.partwriter.PartWriter": _part_writer,
+    "shardkit.builder._partwriter.PartWriter": _part_writer,
     "shardkit.tools._outputs.Output": _output,
     "shardkit.writer.Rotation": _rotation,
     "shardkit.tools._rawsplit.raw_shards": _rotation,
@@ -233,8 +233,8 @@ def test_the_writers_table_lists_every_writer_of_a_shard_file() -> None:
     # writers of samples they make themselves, through a ShardFile the table covers: an
     # assembled shard's indexed copy, a token build's groups (sizes bounded by GROUP_TOKENS)
     made_here = {
-        "shardkit.builder.assembly._assemble_indexed",
-        "shardkit.builder.tokens._write_shard",
+        "shardkit.builder._assembly._assemble_indexed",
+        "shardkit.builder._tokens._write_shard",
     }
     missing = users - set(_WRITERS) - made_here
     assert not missing, f"writers of shard files missing from _WRITERS: {sorted(missing)}"

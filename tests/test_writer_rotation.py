@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import shardkit
-from shardkit.builder.partwriter import PartWriter
-from shardkit.builder.store import LocalStore
+from shardkit.builder._partwriter import PartWriter
+from shardkit.builder._store import LocalStore
 from shardkit.formats import tar
 from shardkit.formats.cut import Cut
 from shardkit.formats.record import ShardRecord

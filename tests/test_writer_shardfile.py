@@ -91,8 +91,8 @@ def _split(folder: Path, source: str, name: str) -> str:
 
 
 def _part_writer(folder: Path, source: str, name: str) -> str:
-    from shardkit.builder.partwriter import PartWriter
-    from shardkit.builder.store import LocalStore
+    from shardkit.builder._partwriter import PartWriter
+    from shardkit.builder._store import LocalStore
     from shardkit.formats.cut import Cut
 
     trailer = tar.END_OF_ARCHIVE if name == ".tar" else b""

@@ -33,7 +33,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .builder import BuildOptions, BuildProgress, BuildResult, build
     from .codecs import audio, image, video
-    from .formats.record import ShardInfo
+    from .formats.record import ShardInfo, ShardRecord
     from .formats.tar import TarWriter
     from .mapshards import ShardResult, map_shards
     from .pipeline import Dataset, IndexedDataset, Loader, MixedDataset, mix
@@ -49,6 +49,7 @@ _LAZY = {
     "build": ".builder",
     "TarWriter": ".formats.tar",
     "ShardInfo": ".formats.record",
+    "ShardRecord": ".formats.record",
     "ShardWriter": ".writer",
     "Dataset": ".pipeline",
     "IndexedDataset": ".pipeline",
@@ -83,6 +84,7 @@ __all__ = [
     "MissingDependencyError",
     "MixedDataset",
     "ShardInfo",
+    "ShardRecord",
     "ShardResult",
     "ShardWriter",
     "ShardkitError",

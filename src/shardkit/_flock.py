@@ -4,8 +4,8 @@ still where it was looked for.
 A lock belongs to a file, not to a name: whoever held it before may have removed or
 replaced the file while we waited for our turn, and then the lock we got guards nothing.
 So the lock counts only if the name still leads to the locked file. Used for the build
-lock of an output folder (``builder/journal.py``), the lock that keeps a build's spill
-folder alive (``builder/spill.py``) and the eviction of a cached copy (``cachelimit.py``).
+lock of an output folder (``builder/_journal.py``), the lock that keeps a build's spill
+folder alive (``builder/_spill.py``) and the eviction of a cached copy (``cachelimit.py``).
 ``flock`` locks hold across processes of one machine (and across containers that share
 the folder); not over NFS.
 """

@@ -172,7 +172,7 @@ class FormatError(DataError):
 
     ``withheld``: the fields of the sample the error left partial (the members read whole
     before it), which the reader does not hand out; empty when no sample was withheld.
-    Field-checking stages use it (see :mod:`shardkit.pipeline.stages`)."""
+    Field-checking stages use it (see :mod:`shardkit.pipeline._stages`)."""
 
     withheld: tuple[str, ...] = ()
 

@@ -143,7 +143,7 @@ def map_shards(
 
     ``inputs`` is a source as :class:`~shardkit.Dataset` reads it (a folder, a
     ``manifest.json``, a brace pattern ``in-{000000..000999}.tar``, a list of URLs; see
-    :mod:`shardkit.pipeline.urls`); ``outputs`` a list of the same length or a pattern
+    :mod:`shardkit.pipeline._urls`); ``outputs`` a list of the same length or a pattern
     (``out/s-%06d.tar``, filled with the input's position). ``fn`` returns the output
     sample, or None to drop it; it must pickle (a module-level function). ``engine``
     ``"local"`` uses ``workers`` processes; ``"ray"``/``"dask"`` use the cluster at
@@ -179,7 +179,7 @@ def map_shard_streams(
     """:func:`map_shards` with a transform of a whole shard's sample stream."""
     check_engine(engine, address)
     check_hash(hash)
-    from .pipeline.urls import resolve_source  # the one resolver: what Dataset reads
+    from .pipeline import resolve_source  # the one resolver: what Dataset reads
 
     sources = resolve_source(inputs, storage_options=storage_options, counts=False).urls
     targets = _outputs(outputs, len(sources))

@@ -43,15 +43,9 @@ from .handlers import Handler, reraise
 if TYPE_CHECKING:
     from .formats.members import MemberTable
 
-__all__ = [
-    "detect_format",
-    "holds_whole_shard",
-    "iter_shard_samples",
-    "iter_stream_samples",
-    "load_manifest",
-    "manifest_urls",
-    "read_shard",
-]
+# The supported API is read_shard; the other functions here are shardkit's own (the
+# pipeline, the tools): importable, not in __all__.
+__all__ = ["read_shard"]
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +172,7 @@ def read_shard(
     view keeps the mapping alive); elsewhere fields are ``bytes`` either way.
 
     ``members``: the member table of the shard's checked index
-    (:mod:`shardkit.formats.members`, through :func:`shardkit.pipeline.idxfiles.load_index`).
+    (:mod:`shardkit.formats.members`, through :func:`shardkit.pipeline._idxfiles.load_index`).
     Where the shard mapped has the size the table was made for, no header is parsed: the
     table is checked once against the shard's bytes
     (:func:`~shardkit.formats.members.verify_members`; the verdict is kept on the table)

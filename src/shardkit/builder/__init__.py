@@ -14,14 +14,21 @@ Importing this package is light; the machinery loads when :func:`build` runs. Se
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .._lazy import lazy_exports
 from ..formats.record import ShardRecord
-from .kinds import is_table
+from ._kinds import is_table
+from ._results import BuildProgress, BuildResult, ProgressFn
 from .options import BuildOptions
-from .results import BuildProgress, BuildResult, ProgressFn
+
+if TYPE_CHECKING:
+    from ._skipped import SKIPPED_NAME as SKIPPED_NAME
 
 __all__ = ["BuildOptions", "BuildProgress", "BuildResult", "ShardRecord", "build"]
+
+# Shared with the CLI, not the supported API (not in __all__); loaded on first use.
+__getattr__, __dir__ = lazy_exports(__name__, {"SKIPPED_NAME": "._skipped"})
 
 
 def build(
@@ -51,7 +58,7 @@ def build(
     guard its entry point with ``if __name__ == "__main__":``.
     """
     _start_workers(source, BuildOptions() if options is None else options)
-    from .api import build as run  # the machinery: ~50 ms of imports, while the server boots
+    from ._api import build as run  # the machinery: ~50 ms of imports, while the server boots
 
     return run(source, out, options=options, to_sample=to_sample, progress=progress)
 
@@ -70,5 +77,5 @@ def _start_workers(source: Any, options: Any) -> None:
 
     images = ("cv2", "simplejpeg", "PIL.Image") if options.transforms else ()
     # A list may name http(s) URLs: its workers download with aiohttp (skipped if absent).
-    fetch = ("aiohttp", f"{__name__}.fetch") if is_table(source) else ()
-    warm_up((f"{__name__}.worker", *images, *fetch))  # worker.WORKER_MODULE
+    fetch = ("aiohttp", f"{__name__}._fetch") if is_table(source) else ()
+    warm_up((f"{__name__}._worker", *images, *fetch))  # worker.WORKER_MODULE

@@ -7,7 +7,7 @@ import bisect
 from collections import deque
 from typing import Any
 
-from .worker import TaskResult
+from ._worker import TaskResult
 
 __all__ = ["FetchTally", "fetched"]
 

@@ -1,7 +1,7 @@
 """Where a build journal's lines live: one local file of JSON lines (:class:`FileLog`),
 or one object per record in an object store (:class:`ObjectLog`); each is read back as a
 stream (the header, then each record with where to read it again) and written a record
-at a time. :mod:`shardkit.builder.journal` is their door and describes the layout."""
+at a time. :mod:`shardkit.builder._journal` is their door and describes the layout."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .. import storage
 from ..errors import BuildError, StorageError
 from ..formats.jsondoc import load_json
 from ..formats.limits import MAX_DOCUMENT_SIZE
-from .store import ObjectStore
+from ._store import ObjectStore
 
 __all__ = ["JOURNAL_DIR", "FileLog", "Log", "ObjectLog"]
 

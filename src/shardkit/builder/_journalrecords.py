@@ -1,7 +1,7 @@
 """The typed records a build journal keeps, and their JSON: one finished task
-(:class:`~shardkit.builder.worker.TaskResult`: its parts as shard records, what it
+(:class:`~shardkit.builder._worker.TaskResult`: its parts as shard records, what it
 skipped, its counts) and one shard assembled from chunks (:class:`AssembledShard`).
-:mod:`shardkit.builder.journal` is their door."""
+:mod:`shardkit.builder._journal` is their door."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from ..digest import entry_digest, parse_digest
 from ..formats.record import ShardRecord
-from .worker import TaskResult
+from ._worker import TaskResult
 
 __all__ = ["AssembledShard", "decode_result", "encode_result"]
 

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 from ..engines import Executor, make_executor
 from ..errors import BuildError
+from ._plan import Task
+from ._sources import Listing
+from ._worker import WorkerContext, init_worker
 from .options import BuildOptions
-from .plan import Task
-from .sources import Listing
-from .worker import WorkerContext, init_worker
 
 __all__ = ["cluster_executor", "counted", "picklable"]
 

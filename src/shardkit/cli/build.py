@@ -173,8 +173,7 @@ def _field(text: str) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from .. import storage
-    from ..builder import build
-    from ..builder.skipped import SKIPPED_NAME
+    from ..builder import SKIPPED_NAME, build
 
     options = options_from(args)
     try:

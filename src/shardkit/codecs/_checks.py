@@ -4,7 +4,7 @@ Each check reads what it must to say that a field is whole and of its kind, neve
 it all: UTF-8 text, JSON, npy headers, audio (soundfile) and video (PyAV) containers. A bad
 field raises :class:`~shardkit.errors.DataError` whose message is the reason; a missing
 extra (``audio``, ``video``) is a :class:`~shardkit.errors.MissingDependencyError`. Images
-have their own checks (:func:`shardkit.builder.validate.check_image`).
+have their own checks (:func:`shardkit.builder._validate.check_image`).
 """
 
 from __future__ import annotations

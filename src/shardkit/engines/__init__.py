@@ -14,7 +14,7 @@ cluster ``proc``) uses; :func:`make_executor` is the one factory:
   ``distributed.Queue``; Dask already re-raises the original exception.
 
 Each sends the per-run ``context`` (for a build: its
-:class:`~shardkit.builder.worker.WorkerContext`) to every worker process once and makes
+:class:`~shardkit.builder._worker.WorkerContext`) to every worker process once and makes
 the run's state there from it, before that process's first task of the run, through
 ``init(context, reporter) -> state``. A task gets its own run's state from
 :func:`run_state` (a context variable set around each task, never a module global: two

@@ -1,5 +1,5 @@
-"""Make :class:`~shardkit.pipeline.dataset.Dataset` a ``torch.utils.data.IterableDataset``
-(and :class:`~shardkit.pipeline.indexed.IndexedDataset` a ``torch.utils.data.Dataset``)
+"""Make :class:`~shardkit.pipeline._dataset.Dataset` a ``torch.utils.data.IterableDataset``
+(and :class:`~shardkit.pipeline._indexed.IndexedDataset` a ``torch.utils.data.Dataset``)
 without importing torch.
 
 ``IterableDataset`` is an abstract base class, so a class can be registered as a virtual

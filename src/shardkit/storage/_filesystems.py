@@ -93,7 +93,7 @@ _SCHEME_MODULES = {
 
 # Event loops that run in a thread of their own and hold keep-alive connections: fsspec's
 # IO loop (looked up as each fork begins) and those registered by detach_loop_at_fork (the
-# build's download loop, builder/fetch.py). The ones there are as a fork begins, for the
+# build's download loop, builder/_fetch.py). The ones there are as a fork begins, for the
 # child to detach.
 _loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 _loops_at_fork: list[Any] = []

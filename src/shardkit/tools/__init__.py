@@ -10,7 +10,7 @@ are used underneath.
 from __future__ import annotations
 
 from ..formats.index import ShardIndex, index_url
-from ..pipeline.idxfiles import load_index
+from ..pipeline import load_index
 from ._inputs import (
     Manifest,
     ShardRef,

@@ -1,5 +1,5 @@
 """Turn command-line inputs into shards: ``-`` for a tar stream on stdin (gzip is
-detected), or any source the one resolver takes (:mod:`shardkit.pipeline.urls`: a folder,
+detected), or any source the one resolver takes (:mod:`shardkit.pipeline._urls`: a folder,
 local or remote, by its ``manifest.json`` or its shard files; a manifest; a brace pattern
 or URL), so a tool reads the same shards as ``Dataset`` and ``build`` for the same input.
 """
@@ -14,12 +14,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from .. import storage
+from .. import pipeline, storage
 from ..errors import ConfigError, FormatError
 from ..formats.manifest import ManifestContents, ManifestShard
 from ..formats.names import MANIFEST_NAME, Format
 from ..handlers import Handler, reraise
-from ..pipeline import urls
 from ..reader import detect_format, iter_stream_samples, load_manifest, read_shard
 
 __all__ = [
@@ -115,21 +114,21 @@ def class_names(
 
 def list_folder(folder: str) -> list[str]:
     """Shard files in a local folder, sorted by name (no manifest involved)."""
-    return [os.path.join(folder, name) for name in urls.list_folder(folder).shards]
+    return [os.path.join(folder, name) for name in pipeline.list_folder(folder).shards]
 
 
 def has_manifest(spec: str | ShardRef) -> bool:
     """Whether an input is a local folder that the resolver reads by its manifest."""
     if isinstance(spec, ShardRef) or not storage.is_local(spec):
         return False
-    return os.path.isdir(storage.local_path(spec)) and urls.list_folder(spec).has_manifest
+    return os.path.isdir(storage.local_path(spec)) and pipeline.list_folder(spec).has_manifest
 
 
 def resolve_inputs(
     specs: Sequence[str], *, storage_options: dict[str, Any] | None = None
 ) -> list[ShardRef]:
     """The shards named by command-line inputs, in order (see the module docs): ``-``, or
-    what the one resolver (:func:`shardkit.pipeline.urls.resolve_parts`) says a source
+    what the one resolver (:func:`shardkit.pipeline._urls.resolve_parts`) says a source
     names, each shard with what its manifest says of it."""
     if isinstance(specs, str):
         specs = [specs]
@@ -138,7 +137,7 @@ def resolve_inputs(
         if spec == "-":
             refs.append(ShardRef("-", "tar", False))
             continue
-        for part in urls.resolve_parts(spec, storage_options=storage_options, counts=False):
+        for part in pipeline.resolve_parts(spec, storage_options=storage_options, counts=False):
             if part.manifest is not None and part.contents is not None:
                 refs.extend(_manifest(part.manifest, part.contents, part.urls).shards)
             else:

@@ -340,7 +340,7 @@ def _on_cluster(
     the shards processed this run; ``progress`` hears of each as its task's result arrives,
     and of the outputs an earlier run left (resumed) at the end."""
     from ..mapshards import map_shard_streams
-    from ..pipeline.urls import resolve_source
+    from ..pipeline import resolve_source
 
     given = [inputs] if isinstance(inputs, str) else list(cast(Iterable[Any], inputs))
     if not all(isinstance(url, str) and url != "-" for url in given):

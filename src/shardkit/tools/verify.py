@@ -33,7 +33,7 @@ from ..digest import digest_name
 from ..errors import FormatError, StorageError, escape_controls
 from ..formats.index import ShardIndex, compare_index
 from ..formats.tar import TarScanner
-from ..pipeline.idxfiles import load_index
+from ..pipeline import load_index
 from ..reader import load_manifest
 from ..storage import Tally
 from ._checks import Seen, check_tar, check_tfrecord

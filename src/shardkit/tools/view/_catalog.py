@@ -1,7 +1,7 @@
 """The samples a viewer shows: by number, a page at a time, filtered, with statistics.
 
 A source with an ``.idx`` file for every shard is read by random access
-(:class:`~shardkit.pipeline.indexed.IndexedDataset`): any page costs the reads of its own
+(:class:`~shardkit.pipeline._indexed.IndexedDataset`): any page costs the reads of its own
 samples, and a key filter runs over the index keys without reading a sample. Without
 indexes the samples are read forward from the start (a later shard is started directly
 once the number of its first sample is known).
@@ -105,7 +105,7 @@ class Catalog:
         storage_options: dict[str, Any] | None = None,
         cache_bytes: int = CACHE_BYTES,
     ) -> None:
-        from ...pipeline.urls import resolve_source
+        from ...pipeline import resolve_source
 
         self.source = source
         self.label = label
@@ -135,8 +135,7 @@ class Catalog:
             self._sample(0)  # a source that does not read fails now, not in the browser
 
     def _open_indexed(self) -> tuple[Any, list[str], list[int], str | None]:
-        from ...pipeline.idxfiles import load_indexes
-        from ...pipeline.indexed import IndexedDataset
+        from ...pipeline import IndexedDataset, load_indexes
 
         try:
             loaded = load_indexes(self.urls, storage_options=self._options, required=True)

@@ -1,0 +1,226 @@
+"""The one ``.idx`` loader: every consumer of an index (``Dataset``'s sample counts,
+:class:`~shardkit.pipeline._indexed.IndexedDataset`, ``verify``, the build from shards)
+loads it here.
+
+An index is untrusted input like any file read. :func:`read_index` is the one place an
+``.idx`` file is opened and parsed; :func:`load_index` then checks it whole
+(:func:`shardkit.formats.index.check_index`: it names its shard, each key once, spans in
+order, not overlapping, inside the shard and the reader's limits) and, given the shard's
+size, refuses a stale one (made for a shard of another size). :func:`load_indexes` loads
+many, at most :data:`shardkit.storage.REQUESTS_IN_FLIGHT` remote ones at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Literal, TypeVar
+
+from .. import storage
+from ..errors import ConfigError, FormatError
+from ..formats.index import (
+    INDEX_SUFFIX,
+    ShardIndex,
+    check_index,
+    check_shard_size,
+    index_url,
+    prepared_members,
+)
+from ..formats.members import MemberTable
+
+__all__ = [
+    "IndexCache",
+    "index_counts",
+    "load_index",
+    "load_indexes",
+    "read_index",
+    "shard_size",
+]
+
+_log = logging.getLogger(__name__)
+_Kept = TypeVar("_Kept")
+
+Sizes = Sequence[int | None] | Literal["stat"] | None
+"""Shard sizes to check indexes against: one per URL (None: ask the storage), ``"stat"``
+to ask the storage for each, or None to check none."""
+
+
+def read_index(shard_url: str, storage_options: dict[str, Any] | None) -> ShardIndex | None:
+    """The parsed ``.idx`` file of a shard, unchecked, or None when it has none (the one
+    place an index file is opened)."""
+    url = index_url(shard_url)
+    if not storage.url_exists(url, storage_options):
+        return None
+    data = storage.read_document(url, storage_options=storage_options, what="index file")
+    return ShardIndex.from_json(data, url=url)
+
+
+def load_index(
+    shard_url: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    size: int | None = None,
+    unchecked: Literal["raise", "ignore"] = "raise",
+) -> ShardIndex | None:
+    """The index of a shard, checked whole (see the module docs), or None when it has none;
+    with ``size``, a stale index (made for a shard of another size) is a FormatError.
+    ``unchecked="ignore"``: an index that fails the whole check is None (logged), for a
+    caller that can read the shard through instead."""
+    index = read_index(shard_url, storage_options)
+    if index is None:
+        return None
+    try:
+        check_index(index, storage.basename(shard_url), url=index_url(shard_url))
+    except FormatError as exc:
+        if unchecked == "raise":
+            raise
+        _log.warning("%s: not used, the shard is read through instead", exc)
+        return None
+    if size is not None:
+        check_shard_size(shard_url, index.shard_bytes or 0, size)
+    return index
+
+
+def load_indexes(
+    urls: Sequence[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    sizes: Sizes = None,
+    required: bool = False,
+    unchecked: Literal["raise", "ignore"] = "raise",
+) -> list[ShardIndex | None]:
+    """:func:`load_index` for each shard (remote ones at most
+    ``storage.REQUESTS_IN_FLIGHT`` at once); with ``required``, a ConfigError naming the
+    first shard that has none; ``unchecked`` as for :func:`load_index`."""
+    return _each_index(urls, lambda index: index, storage_options, sizes, required, unchecked)
+
+
+def _each_index(
+    urls: Sequence[str],
+    keep: Callable[[ShardIndex | None], _Kept],
+    storage_options: dict[str, Any] | None,
+    sizes: Sizes,
+    required: bool = False,
+    unchecked: Literal["raise", "ignore"] = "raise",
+) -> list[_Kept]:
+    """``keep(index)`` of each shard's index as :func:`load_indexes` loads them: what is
+    not kept is let go before the next is loaded."""
+
+    def load(i: int) -> _Kept:
+        url = urls[i]
+        size = None if sizes is None or sizes == "stat" else sizes[i]
+        if sizes is not None and size is None:
+            size = shard_size(url, storage_options)
+        index = load_index(url, storage_options=storage_options, size=size, unchecked=unchecked)
+        if index is None and required:
+            raise ConfigError(
+                f"{url} has no index ({storage.basename(index_url(url))}): "
+                "run `shardkit index` on its folder first"
+            )
+        return keep(index)
+
+    if len(urls) <= 1 or all(storage.is_local(url) for url in urls):
+        return [load(i) for i in range(len(urls))]
+    from concurrent.futures import ThreadPoolExecutor  # only remote shards need threads
+
+    with ThreadPoolExecutor(min(storage.REQUESTS_IN_FLIGHT, len(urls))) as pool:
+        return list(pool.map(load, range(len(urls))))
+
+
+def index_counts(
+    urls: Sequence[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    listed: Collection[str] | None = None,
+    sizes: Sizes = "stat",
+) -> tuple[int, ...] | None:
+    """Per-shard sample counts from the ``.idx`` files beside ``urls``, when every shard
+    has one, else None. ``listed``: the names in the shards' folder, when it was listed
+    (else the first shard's index is looked for, and the others only if it is there).
+    Each index is loaded by :func:`load_indexes` and checked against its shard's size:
+    a bad or stale one raises FormatError."""
+    if not urls or any(storage.is_executing(url) for url in urls):
+        return None
+    if listed is not None:
+        if not all(storage.basename(index_url(url)) in listed for url in urls):
+            return None
+    elif not storage.url_exists(index_url(urls[0]), storage_options):
+        return None  # a list without indexes costs one look
+    # only the counts are kept: one index is held at a time
+    found = _each_index(
+        urls, lambda index: None if index is None else index.samples, storage_options, sizes
+    )
+    counts = [count for count in found if count is not None]
+    return tuple(counts) if len(counts) == len(urls) else None
+
+
+def shard_size(url: str, storage_options: dict[str, Any] | None) -> int:
+    """A shard's size in bytes, as its storage states it."""
+    if storage.is_local(url):
+        return os.stat(storage.local_path(url)).st_size
+    fs, path = storage.filesystem(url, storage_options)
+    return int(fs.size(path))
+
+
+class IndexCache:
+    """The member tables (:mod:`shardkit.formats.members`) of the shards one reader
+    opens, each index loaded and checked once (:func:`load_index`), the table kept with
+    its verdict against the shard's bytes, at most ``limit`` samples' worth, the least
+    recently used let go first. A local shard's entry holds while neither it nor its
+    index changes (size, mtime, inode); a remote one's for the run (a cache copy read is
+    checked against the size the table was made for). An index without a table (an
+    older one) is remembered as such. It belongs to one process: a pickled copy (a
+    DataLoader worker's) starts empty."""
+
+    def __init__(self, limit: int = 1 << 22) -> None:
+        self.limit = limit
+        self._entries: collections.OrderedDict[str, tuple[object, MemberTable | None]] = (
+            collections.OrderedDict()
+        )
+        self._held = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"limit": self.limit}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["limit"])  # type: ignore[misc]
+
+    def get(self, url: str, storage_options: dict[str, Any] | None) -> MemberTable | None:
+        """The member table of ``url``'s checked index; None when it has no index or its
+        index has no table (FormatError for a bad or stale one, as :func:`load_index`)."""
+        stamp: object = None
+        size = None
+        if storage.is_local(url):
+            path = storage.local_path(url)
+            try:
+                shard, index = os.stat(path), os.stat(path + INDEX_SUFFIX)
+            except OSError:
+                return None
+            size = shard.st_size
+            stamp = (size, shard.st_mtime_ns, shard.st_ino)
+            stamp = (stamp, index.st_size, index.st_mtime_ns, index.st_ino)
+        entry = self._entries.get(url)
+        if entry is not None and entry[0] == stamp:
+            self._entries.move_to_end(url)
+            return entry[1]
+        found = load_index(url, storage_options=storage_options, size=size)
+        table = None if found is None else prepared_members(found, url=index_url(url))
+        if found is not None:
+            self._keep(url, stamp, table)
+        return table
+
+    def _keep(self, url: str, stamp: object, table: MemberTable | None) -> None:
+        old = self._entries.pop(url, None)
+        if old is not None:
+            self._held -= _held(old[1])
+        self._entries[url] = (stamp, table)
+        self._held += _held(table)
+        while self._held > self.limit and len(self._entries) > 1:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._held -= _held(dropped)
+
+
+def _held(table: MemberTable | None) -> int:
+    return 0 if table is None else len(table.offsets)
