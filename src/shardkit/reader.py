@@ -85,10 +85,20 @@ def iter_stream_samples(
 
         yield from iter_samples(stream, url=url, handler=handler, max_member_size=max_member_size)
         return
-    from .formats.example import decode_example, example_to_sample
     from .formats.tfrecord import iter_records
 
     records = iter_records(stream, url=url, verify=verify, max_record_length=max_member_size)
+    for _, sample in _record_samples(records, url, handler):
+        yield sample
+
+
+def _record_samples(
+    records: Iterator[tuple[int, bytes]], url: str, handler: Handler
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each TFRecord record as a sample (its Example's features, keyed by its index) with its
+    offset; a record that is bad data goes to ``handler``, which may stop the stream."""
+    from .formats.example import decode_example, example_to_sample
+
     for index, (offset, record) in enumerate(records):
         try:
             features = decode_example(record, url=url, offset=offset)
@@ -98,7 +108,7 @@ def iter_stream_samples(
                 return
             continue
         sample["__offset__"] = offset
-        yield sample
+        yield offset, sample
 
 
 def iter_shard_samples(
@@ -220,7 +230,6 @@ def _mapped_records(
     """The samples of a mapped TFRecord shard: its records sliced out of the mapping
     (:func:`shardkit.formats.tfrecord.buffer_records`, CRCs checked), decoded as
     :func:`iter_stream_samples` decodes them, pages behind the reader let go."""
-    from .formats.example import decode_example, example_to_sample
     from .formats.tfrecord import buffer_records
 
     released = 0
@@ -228,15 +237,7 @@ def _mapped_records(
         records = buffer_records(
             mapped, url=url, verify=verify, max_record_length=max_record_length
         )
-        for index, (offset, record) in enumerate(records):
-            try:
-                features = decode_example(record, url=url, offset=offset)
-                sample = example_to_sample(features, key=f"{index:08d}", url=url)
-            except DataError as exc:
-                if not handler(exc):
-                    return
-                continue
-            sample["__offset__"] = offset
+        for offset, sample in _record_samples(records, url, handler):
             yield sample
             done = offset - offset % mmap.PAGESIZE
             if done - released >= _RELEASE and _DONTNEED is not None:
