@@ -195,7 +195,7 @@ def _build_locked(
         },
     }
     guard()
-    write_manifest(store.join(MANIFEST_NAME), document, store.storage_options)
+    write_manifest(store.join(MANIFEST_NAME), document, store.access)
     journal.remove()
     return BuildResult(
         store.url,
@@ -373,7 +373,7 @@ def _write_shard(task: _Task) -> TaskResult:
     if tokenizer is not None:
         documents = [e.ids for e in tokenizer.encode_batch(documents, add_special_tokens=True)]
     url = store.join(task.name)
-    shard = ShardFile.open(url, storage_options=store.storage_options, hash=hash_name)
+    shard = ShardFile.open(url, access=store.access, hash=hash_name)
     try:
         tokens = count = groups = 0
         group: list[Any] = []
