@@ -7,7 +7,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ..digest import digest_hex
 from ..errors import MESSAGE_LIMIT, ConfigError, escape_controls, shorten
@@ -29,6 +29,7 @@ __all__ = [
     "positive",
     "plain",
     "print_error",
+    "run_tool",
     "seconds",
     "seed",
     "size",
@@ -170,14 +171,14 @@ class ShardBar:
         self._unit = unit
         self._bar: Any = None
 
-    def update(self, progress: Any) -> None:
+    def update(self, snapshot: Any) -> None:
         if not self._show:
             return
         if self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=progress.total, unit=self._unit, dynamic_ncols=True, leave=False)
-        self._bar.update(progress.shards - self._bar.n)
+            self._bar = tqdm(total=snapshot.total, unit=self._unit, dynamic_ncols=True, leave=False)
+        self._bar.update(snapshot.shards - self._bar.n)
 
     def __enter__(self) -> ShardBar:
         return self
@@ -185,3 +186,37 @@ class ShardBar:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+R = TypeVar("R")
+
+
+def run_tool(
+    args: argparse.Namespace,
+    tool: Callable[..., R],
+    summary: Callable[[R], str | None],
+    *,
+    stdout: bool = True,
+    **options: Any,
+) -> int:
+    """The one body of the subcommands that write shards (cat, convert, split, proc):
+    refuse a terminal as the input stream (and as the output, where it may be ``-``:
+    ``stdout``), run ``tool(args.inputs, args.output, **options)`` with the bar of input
+    shards (:class:`ShardBar`) and the ``--hash`` digest printer plugged in, then print
+    ``summary(result)`` on stderr (None: no line) unless ``-q``."""
+    check_stdin(args.inputs)
+    if stdout:
+        check_stdout(args.output)
+    with ShardBar(args) as bar:
+        result = tool(
+            args.inputs,
+            args.output,
+            hash=args.hash,
+            on_shard=digest_printer(args.hash, args.output),
+            progress=bar.update,
+            **options,
+        )
+    line = summary(result)
+    if line is not None and not args.quiet:
+        print(line, file=sys.stderr)
+    return 0

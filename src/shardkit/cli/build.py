@@ -232,19 +232,19 @@ class _ProgressBar:
         self._disable = disable
         self._bar: Any = None
 
-    def update(self, progress: Any) -> None:
+    def update(self, snapshot: Any) -> None:
         if self._disable:
             return
         if self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=progress.total, unit="img", dynamic_ncols=True)
-        done = progress.samples + progress.skipped
-        self._bar.total = progress.total
+            self._bar = tqdm(total=snapshot.total, unit="img", dynamic_ncols=True)
+        done = snapshot.samples + snapshot.skipped
+        self._bar.total = snapshot.total
         self._bar.update(done - self._bar.n)
-        rate = progress.bytes / progress.elapsed / 1e6 if progress.elapsed > 0 else 0.0
+        rate = snapshot.bytes / snapshot.elapsed / 1e6 if snapshot.elapsed > 0 else 0.0
         self._bar.set_postfix_str(
-            f"{rate:.0f} MB/s, {progress.shards} shards, {progress.skipped} skipped", refresh=False
+            f"{rate:.0f} MB/s, {snapshot.shards} shards, {snapshot.skipped} skipped", refresh=False
         )
 
     def __enter__(self) -> _ProgressBar:

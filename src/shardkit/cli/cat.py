@@ -9,20 +9,16 @@ sample. --skip applies first, then --shuffle, then --count.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ..errors import escape_controls
 from ..formats.names import FORMATS
 from ._toolargs import (
     TOOL_HASH_HELP,
-    ShardBar,
     add_hash_option,
     add_tool_parser,
-    check_stdin,
-    check_stdout,
     count,
-    digest_printer,
+    run_tool,
     seed,
 )
 
@@ -53,21 +49,17 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..tools.cat import cat
 
-    check_stdin(args.inputs)
-    check_stdout(args.output)
-    with ShardBar(args) as bar:
-        written = cat(
-            args.inputs,
-            args.output,
-            count=args.count,
-            skip=args.skip,
-            shuffle=args.shuffle,
-            seed=args.seed,
-            format=args.format,
-            hash=args.hash,
-            on_shard=digest_printer(args.hash, args.output),
-            progress=bar.update,
-        )
-    if args.output != "-" and not args.quiet:
-        print(f"wrote {written} samples to {escape_controls(args.output)}", file=sys.stderr)
-    return 0
+    def summary(written: int) -> str | None:
+        shown = escape_controls(args.output)
+        return None if args.output == "-" else f"wrote {written} samples to {shown}"
+
+    return run_tool(
+        args,
+        cat,
+        summary,
+        count=args.count,
+        skip=args.skip,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        format=args.format,
+    )

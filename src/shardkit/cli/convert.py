@@ -12,21 +12,17 @@ a file, '-' or a shard pattern; its extension gives the format unless --to says.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ..errors import escape_controls
 from ..formats.names import FORMATS
 from ._toolargs import (
     TOOL_HASH_HELP,
-    ShardBar,
     add_hash_option,
     add_tool_parser,
-    check_stdin,
-    check_stdout,
-    digest_printer,
     plural,
     positive,
+    run_tool,
     size,
 )
 
@@ -49,22 +45,14 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..formats.record import ShardInfo
     from ..tools.convert import convert
 
-    check_stdin(args.inputs)
-    check_stdout(args.output)
-    with ShardBar(args) as bar:
-        samples, shards = convert(
-            args.inputs,
-            args.output,
-            to=args.to,
-            max_count=args.max_count,
-            max_size=args.max_size,
-            hash=args.hash,
-            on_shard=digest_printer(args.hash, args.output),
-            progress=bar.update,
-        )
-    where = plural(len(shards), "shard") if shards else escape_controls(args.output)
-    if args.output != "-" and not args.quiet:
-        print(f"converted {samples} samples into {where}", file=sys.stderr)
-    return 0
+    def summary(result: tuple[int, list[ShardInfo]]) -> str | None:
+        samples, shards = result
+        where = plural(len(shards), "shard") if shards else escape_controls(args.output)
+        return None if args.output == "-" else f"converted {samples} samples into {where}"
+
+    return run_tool(
+        args, convert, summary, to=args.to, max_count=args.max_count, max_size=args.max_size
+    )

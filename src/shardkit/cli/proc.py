@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from typing import Any
 
 from ..engines import ENGINES
@@ -19,13 +18,10 @@ from ..errors import ConfigError
 from ..handlers import ON_ERROR
 from ._toolargs import (
     TOOL_HASH_HELP,
-    ShardBar,
     add_hash_option,
     add_tool_parser,
-    check_stdin,
-    check_stdout,
-    digest_printer,
     positive,
+    run_tool,
     seconds,
     size,
 )
@@ -72,35 +68,27 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tools.proc import proc
+    from ..tools.proc import ProcResult, proc
 
     _command(args)
-    check_stdin(args.inputs)
-    check_stdout(args.output)
-    with ShardBar(args) as bar:
-        result = proc(
-            args.inputs,
-            args.shell_command,
-            args.output,
-            workers=args.parallel,
-            on_error=args.on_error,
-            names=args.names,
-            timeout=args.timeout,
-            max_count=args.max_count,
-            max_size=args.max_size,
-            engine=args.engine,
-            address=args.address,
-            hash=args.hash,
-            on_shard=digest_printer(args.hash, args.output),
-            progress=bar.update,
-        )
-    skipped = f", skipped {result.skipped}" if result.skipped else ""
-    if not args.quiet:
-        print(
-            f"processed {result.samples_in} samples, wrote {result.samples_out}{skipped}",
-            file=sys.stderr,
-        )
-    return 0
+
+    def summary(result: ProcResult) -> str:
+        skipped = f", skipped {result.skipped}" if result.skipped else ""
+        return f"processed {result.samples_in} samples, wrote {result.samples_out}{skipped}"
+
+    return run_tool(
+        args,
+        lambda inputs, output, **options: proc(inputs, args.shell_command, output, **options),
+        summary,
+        workers=args.parallel,
+        on_error=args.on_error,
+        names=args.names,
+        timeout=args.timeout,
+        max_count=args.max_count,
+        max_size=args.max_size,
+        engine=args.engine,
+        address=args.address,
+    )
 
 
 def _command(args: argparse.Namespace) -> None:

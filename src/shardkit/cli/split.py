@@ -9,18 +9,15 @@ read. The format follows the pattern's extension (.tar, .tar.gz, .tfrecord, ...)
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ._toolargs import (
     TOOL_HASH_HELP,
-    ShardBar,
     add_hash_option,
     add_tool_parser,
-    check_stdin,
-    digest_printer,
     plural,
     positive,
+    run_tool,
     size,
 )
 
@@ -47,21 +44,19 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..formats.record import ShardInfo
     from ..tools.split import split
 
-    check_stdin(args.inputs)
-    with ShardBar(args) as bar:
-        shards = split(
-            args.inputs,
-            args.output,
-            max_count=args.max_count,
-            max_size=args.max_size,
-            max_shards=args.max_shards,
-            hash=args.hash,
-            on_shard=digest_printer(args.hash, args.output),
-            progress=bar.update,
-        )
-    total = sum(info.samples for info in shards)
-    if not args.quiet:
-        print(f"wrote {total} samples into {plural(len(shards), 'shard')}", file=sys.stderr)
-    return 0
+    def summary(shards: list[ShardInfo]) -> str:
+        total = sum(info.samples for info in shards)
+        return f"wrote {total} samples into {plural(len(shards), 'shard')}"
+
+    return run_tool(
+        args,
+        split,
+        summary,
+        stdout=False,  # the output is a shard pattern
+        max_count=args.max_count,
+        max_size=args.max_size,
+        max_shards=args.max_shards,
+    )
