@@ -195,13 +195,13 @@ def run_tool(
     args: argparse.Namespace,
     tool: Callable[..., R],
     summary: Callable[[R], str | None],
-    *,
+    *options: str,
     stdout: bool = True,
-    **options: Any,
 ) -> int:
     """The one body of the subcommands that write shards (cat, convert, split, proc):
     refuse a terminal as the input stream (and as the output, where it may be ``-``:
-    ``stdout``), run ``tool(args.inputs, args.output, **options)`` with the bar of input
+    ``stdout``), run ``tool(args.inputs, args.output, OPTION=args.OPTION, ...)`` for each
+    of ``options`` (the options' ``dest`` is the tool's keyword) with the bar of input
     shards (:class:`ShardBar`) and the ``--hash`` digest printer plugged in, then print
     ``summary(result)`` on stderr (None: no line) unless ``-q``."""
     check_stdin(args.inputs)
@@ -214,7 +214,7 @@ def run_tool(
             hash=args.hash,
             on_shard=digest_printer(args.hash, args.output),
             progress=bar.update,
-            **options,
+            **{name: getattr(args, name) for name in options},
         )
     line = summary(result)
     if line is not None and not args.quiet:

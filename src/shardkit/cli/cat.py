@@ -53,13 +53,4 @@ def run(args: argparse.Namespace) -> int:
         shown = escape_controls(args.output)
         return None if args.output == "-" else f"wrote {written} samples to {shown}"
 
-    return run_tool(
-        args,
-        cat,
-        summary,
-        count=args.count,
-        skip=args.skip,
-        shuffle=args.shuffle,
-        seed=args.seed,
-        format=args.format,
-    )
+    return run_tool(args, cat, summary, "count", "skip", "shuffle", "seed", "format")

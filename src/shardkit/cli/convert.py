@@ -53,6 +53,4 @@ def run(args: argparse.Namespace) -> int:
         where = plural(len(shards), "shard") if shards else escape_controls(args.output)
         return None if args.output == "-" else f"converted {samples} samples into {where}"
 
-    return run_tool(
-        args, convert, summary, to=args.to, max_count=args.max_count, max_size=args.max_size
-    )
+    return run_tool(args, convert, summary, "to", "max_count", "max_size")

@@ -48,7 +48,15 @@ def add_parser(sub: Any) -> None:
     # The old spelling: -c means --count in cat, show and tsv, so proc's is -e now.
     parser.add_argument("-c", dest="old_command", help=argparse.SUPPRESS)
     parser.add_argument("-o", "--output", required=True, help="file, '-' or shard pattern")
-    parser.add_argument("-p", "--parallel", type=positive, default=1, help="samples at once")
+    parser.add_argument(
+        "-p",
+        "--parallel",
+        dest="workers",
+        metavar="PARALLEL",
+        type=positive,
+        default=1,
+        help="samples at once",
+    )
     parser.add_argument(
         "--on-error", choices=ON_ERROR, default="fail", help="a failing sample: fail or skip it"
     )
@@ -76,19 +84,11 @@ def run(args: argparse.Namespace) -> int:
         skipped = f", skipped {result.skipped}" if result.skipped else ""
         return f"processed {result.samples_in} samples, wrote {result.samples_out}{skipped}"
 
-    return run_tool(
-        args,
-        lambda inputs, output, **options: proc(inputs, args.shell_command, output, **options),
-        summary,
-        workers=args.parallel,
-        on_error=args.on_error,
-        names=args.names,
-        timeout=args.timeout,
-        max_count=args.max_count,
-        max_size=args.max_size,
-        engine=args.engine,
-        address=args.address,
-    )
+    def tool(inputs: list[str], output: str, **options: Any) -> ProcResult:
+        return proc(inputs, args.shell_command, output, **options)
+
+    options = ["workers", "on_error", "names", "timeout", "max_count", "max_size", "engine"]
+    return run_tool(args, tool, summary, *options, "address")
 
 
 def _command(args: argparse.Namespace) -> None:

@@ -51,12 +51,5 @@ def run(args: argparse.Namespace) -> int:
         total = sum(info.samples for info in shards)
         return f"wrote {total} samples into {plural(len(shards), 'shard')}"
 
-    return run_tool(
-        args,
-        split,
-        summary,
-        stdout=False,  # the output is a shard pattern
-        max_count=args.max_count,
-        max_size=args.max_size,
-        max_shards=args.max_shards,
-    )
+    options = ("max_count", "max_size", "max_shards")
+    return run_tool(args, split, summary, *options, stdout=False)  # -o is a shard pattern
