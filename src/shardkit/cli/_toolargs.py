@@ -18,6 +18,7 @@ __all__ = [
     "PrintableFormatter",
     "ShardBar",
     "add_hash_option",
+    "add_output_options",
     "add_tool_parser",
     "check_stdin",
     "check_stdout",
@@ -140,6 +141,19 @@ TOOL_HASH_HELP = (
     "print each file's digest (blake3, sha256, xxh3-128), one 'HEX  FILE' line as b3sum, "
     "sha256sum and xxh128sum write and check (-c); default none"
 )
+
+PATTERN_LIMITS = ("samples per shard (patterns)", "bytes per shard (patterns)")
+"""The help of ``--max-count`` and ``--max-size`` where the output may be one file."""
+
+
+def add_output_options(parser: Any, limits: tuple[str, str] | None = PATTERN_LIMITS) -> None:
+    """The options of a subcommand that writes shards (:func:`run_tool`): ``--max-count``
+    and ``--max-size`` with the help texts ``limits`` (None: the output is one file or
+    stream), and ``--hash``."""
+    if limits is not None:
+        parser.add_argument("--max-count", type=positive, help=limits[0])
+        parser.add_argument("--max-size", type=size, help=limits[1])
+    add_hash_option(parser, "none", TOOL_HASH_HELP)
 
 
 def digest_printer(hash: str, output: str) -> Callable[[Any], None] | None:

@@ -14,8 +14,7 @@ from typing import Any
 from ..errors import escape_controls
 from ..formats.names import FORMATS
 from ._toolargs import (
-    TOOL_HASH_HELP,
-    add_hash_option,
+    add_output_options,
     add_tool_parser,
     count,
     run_tool,
@@ -42,7 +41,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--shuffle", type=count, default=0, metavar="N", help="shuffle buffer")
     parser.add_argument("--seed", type=seed, default=0, help="shuffle seed")
     parser.add_argument("--format", choices=FORMATS, help="output format (default: from -o's name)")
-    add_hash_option(parser, "none", TOOL_HASH_HELP)
+    add_output_options(parser, None)
     parser.set_defaults(func=run)
 
 

@@ -17,13 +17,10 @@ from typing import Any
 from ..errors import escape_controls
 from ..formats.names import FORMATS
 from ._toolargs import (
-    TOOL_HASH_HELP,
-    add_hash_option,
+    add_output_options,
     add_tool_parser,
     plural,
-    positive,
     run_tool,
-    size,
 )
 
 EXAMPLES = """
@@ -38,9 +35,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("inputs", nargs="+", metavar="SRC", help="shards, folders or '-'")
     parser.add_argument("-o", "--output", required=True, help="file, '-' or shard pattern")
     parser.add_argument("--to", choices=FORMATS, help="output format")
-    parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
-    parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
-    add_hash_option(parser, "none", TOOL_HASH_HELP)
+    add_output_options(parser)
     parser.set_defaults(func=run)
 
 

@@ -17,13 +17,11 @@ from ..engines import ENGINES
 from ..errors import ConfigError
 from ..handlers import ON_ERROR
 from ._toolargs import (
-    TOOL_HASH_HELP,
-    add_hash_option,
+    add_output_options,
     add_tool_parser,
     positive,
     run_tool,
     seconds,
-    size,
 )
 
 logger = logging.getLogger(__name__)
@@ -62,8 +60,7 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--names", choices=("sample", "key"), default="sample")
     parser.add_argument("--timeout", type=seconds, help="seconds per sample")
-    parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
-    parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
+    add_output_options(parser)
     parser.add_argument(
         "--engine",
         choices=ENGINES,
@@ -71,7 +68,6 @@ def add_parser(sub: Any) -> None:
         help="ray/dask: one cluster task per input shard, -o a pattern (docs/scaling.md)",
     )
     parser.add_argument("--address", help="the Ray or Dask cluster (HOST:PORT)")
-    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 

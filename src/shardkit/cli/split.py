@@ -12,13 +12,11 @@ import argparse
 from typing import Any
 
 from ._toolargs import (
-    TOOL_HASH_HELP,
-    add_hash_option,
+    add_output_options,
     add_tool_parser,
     plural,
     positive,
     run_tool,
-    size,
 )
 
 EXAMPLES = """
@@ -36,10 +34,8 @@ def add_parser(sub: Any) -> None:
         "inputs", nargs="*", default=["-"], metavar="INPUT", help="shards, folders or '-' (default)"
     )
     parser.add_argument("-o", "--output", required=True, metavar="PATTERN", help="shard pattern")
-    parser.add_argument("--max-count", type=positive, help="samples per shard")
-    parser.add_argument("--max-size", type=size, help="bytes per shard (e.g. 500MB, 1GiB)")
+    add_output_options(parser, ("samples per shard", "bytes per shard (e.g. 500MB, 1GiB)"))
     parser.add_argument("--max-shards", type=positive, help="stop after K shards")
-    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 
