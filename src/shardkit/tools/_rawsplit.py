@@ -29,7 +29,6 @@ __all__ = ["raw_shards", "split_raw"]
 
 def raw_shards(
     pattern: str,
-    *,
     max_count: int | None,
     max_size: Size | None,
     max_shards: int | None = None,

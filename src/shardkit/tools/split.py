@@ -45,19 +45,33 @@ def write_shards(
     the rest of the input is not read. ``hash`` names each shard's digest algorithm
     (:mod:`shardkit.digest`).
     """
+    run = ToolRun(Access.of(storage_options), hash=hash, on_shard=on_shard)
+    return _written(samples, pattern, run, (max_count, max_size, max_shards), format)
+
+
+Limits = tuple[int | None, Size | None, int | None]
+"""``max_count``, ``max_size`` and ``max_shards`` of a shard pattern."""
+
+
+def _written(
+    samples: Iterable[dict[str, Any]],
+    pattern: str,
+    run: ToolRun,
+    limits: Limits,
+    format: Format | None,
+) -> list[ShardInfo]:
+    """:func:`write_shards`: each shard reported to ``run.on_shard`` as the next is begun."""
+    max_count, max_size, max_shards = limits
     if not is_pattern(pattern):
         raise ConfigError(
             f"output {pattern!r} needs a shard number placeholder: e.g. out/shard-%06d.tar"
         )
     if max_count is None and max_size is None:
         raise ConfigError("give max_count and/or max_size (--max-count, --max-size)")
+    on_shard = run.on_shard
+    quiet = replace(run, on_shard=None)  # reported here, in the loop
     out = Output(
-        pattern,
-        format=format,
-        max_count=max_count,
-        max_size=max_size,
-        max_shards=max_shards,
-        run=ToolRun(Access.of(storage_options), hash=hash),
+        pattern, quiet, format=format, max_count=max_count, max_size=max_size, max_shards=max_shards
     )
     reported = 0
     with out:
@@ -98,6 +112,7 @@ def split(
     run = ToolRun.of("split", options)
     if sha256 is not None:
         run = replace(run, hash="sha256" if sha256 else "none")
+    limits = (max_count, max_size, max_shards)
     check_pattern(pattern, option="output")
     refs = as_refs(inputs, run.access)
     kind, gz = format_from_name(pattern)
@@ -105,23 +120,6 @@ def split(
         if max_count is None and max_size is None:
             raise ConfigError("give max_count and/or max_size (--max-count, --max-size)")
         prepare_output(pattern)
-        sink = raw_shards(
-            pattern,
-            max_count=max_count,
-            max_size=max_size,
-            max_shards=max_shards,
-            run=run,
-        )
+        sink = raw_shards(pattern, *limits, run=run)
         return split_raw(run.track(refs), sink)
-    samples = iter_samples(run.track(refs))
-    return write_shards(
-        samples,
-        pattern,
-        max_count=max_count,
-        max_size=max_size,
-        max_shards=max_shards,
-        format=format,
-        storage_options=run.access,
-        on_shard=run.on_shard,
-        hash=run.hash,
-    )
+    return _written(iter_samples(run.track(refs)), pattern, run, limits, format)
