@@ -74,13 +74,16 @@ class PrintableFormatter(logging.Formatter):
         return escape_controls(shorten(super().formatMessage(record), MESSAGE_LIMIT))
 
 
-def add_tool_parser(sub: Any, name: str, *, help: str, doc: str | None, epilog: str) -> Any:
-    """A subcommand parser whose ``--help`` shows the module docs and the examples as typed."""
+def add_tool_parser(
+    sub: Any, name: str, *, help: str, doc: str | None, epilog: str = "", notes: str | None = None
+) -> Any:
+    """A subcommand parser whose ``--help`` shows the module docs and the examples
+    (``epilog``) as typed, or ``notes`` as they are."""
     return sub.add_parser(
         name,
         help=help,
         description=plain(doc or help),
-        epilog="examples:\n" + epilog.strip("\n"),
+        epilog="examples:\n" + epilog.strip("\n") if epilog else notes,
         formatter_class=HelpFormatter,
     )
 

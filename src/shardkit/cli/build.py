@@ -21,9 +21,8 @@ from ..errors import ConfigError, EmptyBuildError, escape_controls
 from ..handlers import ON_ERROR
 from ..units import format_size
 from ._toolargs import (
-    HelpFormatter,
+    add_tool_parser,
     integer,
-    plain,
     plural,
     positive,
     print_error,
@@ -44,13 +43,8 @@ Each shard gets its .idx beside it (as `shardkit index OUT` writes) unless --no-
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "build",
-        help="pack images / a file list / shards into shards (parallel, resumable)",
-        description=plain(__doc__),
-        epilog=_EPILOG,
-        formatter_class=HelpFormatter,
-    )
+    help = "pack images / a file list / shards into shards (parallel, resumable)"
+    parser = add_tool_parser(sub, "build", help=help, doc=__doc__, notes=_EPILOG)
     parser.add_argument("src", help="image folder, .csv/.jsonl/.parquet list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
     # Every option is a BuildOptions field of the same name; its default is that field's
