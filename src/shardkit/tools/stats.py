@@ -166,21 +166,16 @@ class Stats:
         }
 
 
+@dataclass
 class _Collector:
-    def __init__(
-        self,
-        result: Stats,
-        label: str | None,
-        names: dict[str, str],
-        image_sizes: bool,
-        media: bool,
-    ) -> None:
-        self.result = result
-        self.label = label
-        self.names = names
-        self.image_sizes = image_sizes
-        self.media = media
-        self.want = label.split(".", 1)[0].lower() if label else None
+    result: Stats
+    label: str | None
+    names: dict[str, str]
+    image_sizes: bool
+    media: bool
+
+    def __post_init__(self) -> None:
+        self.want = self.label.split(".", 1)[0].lower() if self.label else None
 
     def sample(
         self, shard: ShardStats, fields: dict[str, Any], sizes: dict[str, int], disk: int
