@@ -36,6 +36,7 @@ DOORS = {
     "reader.py:read_shard",
     "writer.py:__init__",  # ShardWriter
     "storage/_access.py:of",  # Access.of itself
+    "storage/_access.py:given",
     "tools/_inputs.py:read_manifest",
     "tools/_inputs.py:resolve_inputs",
     "tools/grid.py:contact_sheet",
@@ -103,12 +104,13 @@ def test_storage_options_is_taken_at_the_doors_only() -> None:
 
 def _loose_uses(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[int]:
     """Lines where ``node`` uses its ``storage_options`` other than by resolving it
-    (``Access.of(storage_options)``) or handing it to a door (``storage_options=``)."""
+    (``Access.of(storage_options)``, ``Access.given``) or handing it to a door
+    (``storage_options=``)."""
     allowed: set[int] = set()
     for call in ast.walk(node):
         if not isinstance(call, ast.Call):
             continue
-        if ast.unparse(call.func).endswith("Access.of"):
+        if ast.unparse(call.func).endswith(("Access.of", "Access.given")):
             allowed.update(id(arg) for arg in call.args)
         allowed.update(id(k.value) for k in call.keywords if k.arg == "storage_options")
     return [
@@ -153,11 +155,12 @@ def test_refs_carry_their_access_and_as_refs_fills_in_the_runs() -> None:
     assert got == given  # access is not part of a ref's identity
 
 
-def test_resolved_refs_carry_the_storage_options(tmp_path: Path) -> None:
+def test_resolved_refs_carry_the_storage_options_they_were_given(tmp_path: Path) -> None:
     shard = write_shards(str(tmp_path / "in"), samples(3), per_shard=5)[0]
     options = {"anon": True}
     refs = tools.resolve_inputs([shard], storage_options=options)
     assert [ref.access for ref in refs] == [Access(options)]
+    assert [ref.access for ref in tools.resolve_inputs([shard])] == [None]  # the run's
 
 
 @pytest.mark.parametrize(
@@ -198,6 +201,10 @@ def test_tools_reach_storage_through_the_access_they_were_given(
     options = {"marker": 1}
     written = tools.cat(shard, str(tmp_path / "all.tar"), storage_options=options)
     assert written == 4
+    assert opened and all(access == Access(options) for access in opened)
+    opened.clear()  # refs resolved without options are read with the run's
+    refs = tools.resolve_inputs(shard)
+    assert tools.cat(refs, str(tmp_path / "again.tar"), storage_options=options) == 4
     assert opened and all(access == Access(options) for access in opened)
 
 

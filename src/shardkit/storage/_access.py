@@ -41,6 +41,12 @@ class Access:
             )
         return cls(dict(storage_options))
 
+    @classmethod
+    def given(cls, storage_options: Access | StorageOptions | None) -> Access | None:
+        """:meth:`of` what was given; None where nothing was (what carries it, a tool's
+        input shard, is then reached as the run that reads it says)."""
+        return None if storage_options is None else cls.of(storage_options)
+
     @property
     def storage_options(self) -> dict[str, Any]:
         """The options as fsspec takes them (a copy)."""

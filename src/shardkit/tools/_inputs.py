@@ -87,14 +87,14 @@ class Manifest:
 
 
 def read_manifest(url: str, *, storage_options: Access | StorageOptions | None = None) -> Manifest:
-    """Parse a manifest; shard names are resolved next to it. Unknown fields are ignored."""
-    access = Access.of(storage_options)
-    contents, urls = load_manifest(url, access=access)
-    return _manifest(url, contents, urls, access)
+    """Parse a manifest; shard names are resolved next to it. Unknown fields are ignored.
+    Its shards carry ``storage_options`` (:meth:`~shardkit.storage.Access.given`)."""
+    contents, urls = load_manifest(url, access=Access.of(storage_options))
+    return _manifest(url, contents, urls, Access.given(storage_options))
 
 
 def _manifest(
-    url: str, contents: ManifestContents, urls: Sequence[str], access: Access
+    url: str, contents: ManifestContents, urls: Sequence[str], access: Access | None
 ) -> Manifest:
     refs = []
     for shard, shard_url in zip(contents.shards, urls, strict=True):
@@ -140,7 +140,7 @@ def resolve_inputs(
     names, each shard with what its manifest says of it."""
     if isinstance(specs, str):
         specs = [specs]
-    access = Access.of(storage_options)
+    access, carried = Access.of(storage_options), Access.given(storage_options)
     refs: list[ShardRef] = []
     for spec in specs:
         if spec == "-":
@@ -148,9 +148,9 @@ def resolve_inputs(
             continue
         for part in pipeline.resolve_parts(spec, access=access, counts=False):
             if part.manifest is not None and part.contents is not None:
-                refs.extend(_manifest(part.manifest, part.contents, part.urls, access).shards)
+                refs.extend(_manifest(part.manifest, part.contents, part.urls, carried).shards)
             else:
-                refs.extend(ShardRef(url, *detect_format(url), access=access) for url in part.urls)
+                refs.extend(ShardRef(url, *detect_format(url), access=carried) for url in part.urls)
     if not refs:
         raise ConfigError("no input shards given")
     if sum(ref.stdin for ref in refs) > 1:
