@@ -17,13 +17,17 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from . import storage
 from .digest import DEFAULT_HASH, HashName, check_hash
 from .engines import Engine, Executor, check_engine, make_executor
 from .errors import ConfigError, ShardkitError
 from .formats.record import ShardInfo
+from .storage import LOCAL, Access, StorageOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["ShardResult", "map_shards"]
 
@@ -64,12 +68,49 @@ class ShardResult:
         return None if self.resumed else self.shard.digest
 
 
+class MapOptions(TypedDict, total=False):
+    """The keywords of :func:`map_shards`: where its tasks run (``engine``, ``address``,
+    ``workers``), how storage is reached (``storage_options``), who hears of each output
+    (``progress``) and each output's digest (``hash``)."""
+
+    engine: Engine
+    address: str | None
+    workers: int | None
+    storage_options: Access | StorageOptions | None
+    progress: Callable[[ShardResult], None] | None
+    hash: HashName
+
+
+@dataclass(frozen=True)
+class MapRun:
+    """A map's settings (:class:`MapOptions`, resolved once: :meth:`of`)."""
+
+    engine: Engine = "local"
+    address: str | None = None
+    workers: int | None = None
+    access: Access = LOCAL
+    progress: Callable[[ShardResult], None] | None = None
+    hash: HashName = DEFAULT_HASH
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> MapRun:
+        """The settings :func:`map_shards` was given; any other keyword is a TypeError."""
+        for name in options:
+            if name not in _MAP_KEYWORDS:
+                raise TypeError(f"map_shards() got an unexpected keyword argument {name!r}")
+        given = {name: value for name, value in options.items() if name != "storage_options"}
+        return cls(access=Access.of(options.get("storage_options")), **given)
+
+
+_MAP_KEYWORDS = frozenset(cast(Any, MapOptions).__optional_keys__)
+
+
 @dataclass(frozen=True)
 class _Task:
     transform: Transform
     input: str
     output: str
-    storage_options: dict[str, Any] | None
+    access: Access
     hash: str = DEFAULT_HASH
     index: bool = True
 
@@ -100,11 +141,11 @@ def run_shard(task: _Task) -> ShardResult:
         kind,
         gzip=gz,
         index=task.index,
-        storage_options=task.storage_options,
+        access=task.access,
         hash=task.hash,
     )
     try:
-        samples = _counted(read_shard(task.input, storage_options=task.storage_options), read)
+        samples = _counted(read_shard(task.input, storage_options=task.access), read)
         try:
             for sample in task.transform(samples):
                 shard.write_sample(sample, codecs=True)
@@ -131,13 +172,7 @@ def map_shards(
     fn: SampleFn,
     inputs: str | Sequence[str],
     outputs: str | Sequence[str],
-    *,
-    engine: Engine = "local",
-    address: str | None = None,
-    workers: int | None = None,
-    storage_options: dict[str, Any] | None = None,
-    progress: Callable[[ShardResult], None] | None = None,
-    hash: HashName = DEFAULT_HASH,
+    **options: Unpack[MapOptions],
 ) -> list[ShardResult]:
     """Apply ``fn`` to every sample of every input shard; input *i* -> output *i*.
 
@@ -148,51 +183,37 @@ def map_shards(
     sample, or None to drop it; it must pickle (a module-level function). ``engine``
     ``"local"`` uses ``workers`` processes; ``"ray"``/``"dask"`` use the cluster at
     ``address``. Outputs that already exist are complete (writes are atomic) and are
-    skipped. ``hash`` names each output's digest algorithm (:mod:`shardkit.digest`).
+    skipped. ``hash`` names each output's digest algorithm (:mod:`shardkit.digest`);
+    ``storage_options`` are fsspec's, for remote inputs and outputs; ``progress`` gets each
+    :class:`ShardResult` as its task ends (the keywords: :class:`MapOptions`).
     Returns one result per input, in order.
     """
-    return map_shard_streams(
-        functools.partial(_each, fn),
-        inputs,
-        outputs,
-        engine=engine,
-        address=address,
-        workers=workers,
-        storage_options=storage_options,
-        progress=progress,
-        hash=hash,
-    )
+    return map_shard_streams(functools.partial(_each, fn), inputs, outputs, MapRun.of(options))
 
 
 def map_shard_streams(
     transform: Transform,
     inputs: str | Sequence[str],
     outputs: str | Sequence[str],
-    *,
-    engine: Engine = "local",
-    address: str | None = None,
-    workers: int | None = None,
-    storage_options: dict[str, Any] | None = None,
-    progress: Callable[[ShardResult], None] | None = None,
-    hash: HashName = DEFAULT_HASH,
+    run: MapRun,
 ) -> list[ShardResult]:
     """:func:`map_shards` with a transform of a whole shard's sample stream."""
-    check_engine(engine, address)
-    check_hash(hash)
+    check_engine(run.engine, run.address)
+    check_hash(run.hash)
     from .pipeline import resolve_source  # the one resolver: what Dataset reads
 
-    sources = resolve_source(inputs, storage_options=storage_options, counts=False).urls
+    sources = resolve_source(inputs, storage_options=run.access, counts=False).urls
     targets = _outputs(outputs, len(sources))
     results: dict[int, ShardResult] = {}
     pending: list[tuple[int, _Task]] = []
     for i, (src, dst) in enumerate(zip(sources, targets, strict=True)):
-        if storage.url_exists(dst, storage_options):
-            kept = ShardInfo.at(dst, 0, _size(dst, storage_options), "", i)
+        if storage.url_exists(dst, run.access):
+            kept = ShardInfo.at(dst, 0, _size(dst, run.access), "", i)
             results[i] = ShardResult(src, kept, None, resumed=True)
         else:
-            pending.append((i, _Task(transform, src, dst, storage_options, hash)))
+            pending.append((i, _Task(transform, src, dst, run.access, run.hash)))
     if pending:
-        _run_all(pending, results, engine, address, workers, progress)
+        _run_all(pending, results, run)
     return [results[i] for i in range(len(sources))]
 
 
@@ -209,20 +230,15 @@ def _outputs(outputs: str | Sequence[str], count: int) -> list[str]:
     return targets
 
 
-def _size(url: str, storage_options: dict[str, Any] | None) -> int:
-    fs, path = storage.filesystem(url, storage_options)
+def _size(url: str, access: Access) -> int:
+    fs, path = storage.filesystem(url, access)
     return int(fs.size(path))
 
 
 def _run_all(
-    pending: list[tuple[int, _Task]],
-    results: dict[int, ShardResult],
-    engine: Engine,
-    address: str | None,
-    workers: int | None,
-    progress: Callable[[ShardResult], None] | None,
+    pending: list[tuple[int, _Task]], results: dict[int, ShardResult], run: MapRun
 ) -> None:
-    executor = _executor(engine, address, workers, len(pending))
+    executor = _executor(run.engine, run.address, run.workers, len(pending))
     inflight: dict[Future[ShardResult], int] = {}
     todo = iter(pending)
     try:
@@ -234,8 +250,8 @@ def _run_all(
             done, _ = wait(inflight, return_when=FIRST_COMPLETED)
             for future in done:
                 results[inflight.pop(future)] = result = future.result()
-                if progress is not None:
-                    progress(result)
+                if run.progress is not None:
+                    run.progress(result)
     except BaseException:
         executor.close(cancel=True)
         raise

@@ -28,6 +28,7 @@ from . import storage
 from .cachelimit import enforce_limit, lock_shared
 from .errors import StorageError
 from .formats.tar import Buffer
+from .storage import LOCAL, Access
 
 __all__ = ["RangeReader"]
 
@@ -70,9 +71,9 @@ class _Local:
 
 
 class _Remote:
-    def __init__(self, url: str, storage_options: dict[str, Any] | None) -> None:
+    def __init__(self, url: str, access: Access) -> None:
         self.url = url
-        self.fs, self.path = storage.filesystem(url, storage_options)
+        self.fs, self.path = storage.filesystem(url, access)
         self.size = int(self.fs.size(self.path))
         self.file: Any = None
         self.lock = threading.Lock()
@@ -96,7 +97,7 @@ class RangeReader:
     def __init__(
         self,
         *,
-        storage_options: dict[str, Any] | None = None,
+        access: Access = LOCAL,
         cache_dir: str | None = None,
         cache_limit: int | None = None,
         cache_check: Callable[[str, BinaryIO], bool] | None = None,
@@ -104,7 +105,7 @@ class RangeReader:
     ) -> None:
         if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
             raise ValueError(f"max_open must be an int >= 1, not {max_open!r}")
-        self.storage_options = storage_options
+        self.access = access
         self.cache_dir = cache_dir
         self.cache_limit = cache_limit
         self.cache_check = cache_check
@@ -189,7 +190,7 @@ class RangeReader:
                 return _Local(storage.local_path(url))
             if self.cache_dir is not None:
                 return self._cached(url, self.cache_dir)
-            return _Remote(url, self.storage_options)
+            return _Remote(url, self.access)
         except StorageError:
             raise
         except FileNotFoundError as exc:
@@ -206,7 +207,7 @@ class RangeReader:
                 return _Local(path, cached=True)
             handle: _Local | None = None
             stream = storage.open_read(
-                url, storage_options=self.storage_options, cache_dir=cache_dir, cache_check=check
+                url, access=self.access, cache_dir=cache_dir, cache_check=check
             )
             with stream:
                 while stream.read(1 << 20):
@@ -234,7 +235,7 @@ class RangeReader:
 
     def __getstate__(self) -> dict[str, Any]:
         return {
-            "storage_options": self.storage_options,
+            "access": self.access,
             "cache_dir": self.cache_dir,
             "cache_limit": self.cache_limit,
             "cache_check": self.cache_check,

@@ -39,6 +39,7 @@ from .formats.limits import MAX_MEMBER_SIZE
 from .formats.manifest import ManifestContents, parse_manifest
 from .formats.names import Format, format_from_name
 from .handlers import Handler, reraise
+from .storage import LOCAL, Access, StorageOptions
 
 if TYPE_CHECKING:
     from .formats.members import MemberTable
@@ -158,7 +159,7 @@ def read_shard(
     format: Format | None = None,
     handler: Handler = reraise,
     verify: bool = True,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: Access | StorageOptions | None = None,
     max_member_size: int = MAX_MEMBER_SIZE,
     cache_dir: str | None = None,
     cache_limit: int | None = None,
@@ -193,7 +194,7 @@ def read_shard(
     check = functools.partial(holds_whole_shard, format=kind) if cache_dir is not None else None
     stream = storage.open_read(
         url,
-        storage_options=storage_options,
+        access=Access.of(storage_options),
         cache_dir=cache_dir,
         cache_limit=cache_limit,
         cache_check=check,
@@ -328,15 +329,13 @@ def _sliced_samples(
             mapped.close()
 
 
-def load_manifest(
-    url: str, *, storage_options: dict[str, Any] | None = None
-) -> tuple[ManifestContents, tuple[str, ...]]:
+def load_manifest(url: str, *, access: Access = LOCAL) -> tuple[ManifestContents, tuple[str, ...]]:
     """A manifest (:func:`shardkit.formats.manifest.parse_manifest`) and the URL of each
     shard it names: relative names are joined to the manifest's folder.
 
     A manifest is data: a shard it names that would run a command (``pipe:``) is a
     :class:`~shardkit.errors.ConfigError` (:func:`shardkit.storage.check_data_url`)."""
-    data = storage.read_document(url, storage_options=storage_options, what="manifest")
+    data = storage.read_document(url, access=access, what="manifest")
     contents = parse_manifest(data, url=url)
     base = url.rsplit("/", 1)[0] if "/" in url else ""
     return contents, manifest_urls(contents, base=base, found_in=f"manifest {url}")

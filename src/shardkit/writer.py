@@ -29,6 +29,7 @@ from .formats.index import ShardIndex, index_url
 from .formats.members import TableBuilder
 from .formats.names import FORMATS, Format, check_pattern, format_from_name, shard_name
 from .formats.record import ShardInfo
+from .storage import LOCAL, Access, StorageOptions
 from .units import Size
 
 __all__ = ["Rotation", "ShardFile", "ShardWriter", "copy_samples", "encode_sample"]
@@ -92,7 +93,7 @@ class ShardFile(storage.CommitOrDiscard):
         trailer: bool = True,
         index: bool = False,
         last_key: str | None = None,
-        storage_options: dict[str, Any] | None = None,
+        access: Access = LOCAL,
     ) -> None:
         self.file = file
         self.format: Format = format
@@ -110,7 +111,7 @@ class ShardFile(storage.CommitOrDiscard):
             self._index = ([], [], [])
             if format == "tar" and not gzip:
                 self._members = TableBuilder()
-        self._storage_options = storage_options
+        self._access = access
         self._copy_write = file.write  # one bound method: a scanner batches by its identity
         if gzip:
             file.write(GZIP_HEADER)
@@ -125,11 +126,11 @@ class ShardFile(storage.CommitOrDiscard):
         cut: Cut = _NO_CUT,
         index: bool = False,
         last_key: str | None = None,
-        storage_options: dict[str, Any] | None = None,
+        access: Access = LOCAL,
         hash: str = DEFAULT_HASH,
     ) -> ShardFile:
         """A new shard file at ``url`` (its folder is created, as build makes its output)."""
-        file = storage.open_atomic(url, storage_options=storage_options, hash=hash)
+        file = storage.open_atomic(url, access=access, hash=hash)
         return cls(
             file,
             format,
@@ -137,7 +138,7 @@ class ShardFile(storage.CommitOrDiscard):
             cut=cut,
             index=index,
             last_key=last_key,
-            storage_options=storage_options,
+            access=access,
         )
 
     @property
@@ -261,7 +262,7 @@ class ShardFile(storage.CommitOrDiscard):
             tuple(sizes),
             members=None if self._members is None else self._members.build(),
         )
-        out = storage.open_atomic(index_url(url), storage_options=self._storage_options)
+        out = storage.open_atomic(index_url(url), access=self._access)
         try:
             out.write(index.to_json())
         except BaseException:
@@ -298,7 +299,7 @@ class Rotation(storage.CommitOrDiscard):
         cut: Cut = _NO_CUT,
         trailer: bool = True,
         index: bool = False,
-        storage_options: dict[str, Any] | None = None,
+        access: Access = LOCAL,
         start: int = 0,
         max_shards: int | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
@@ -311,7 +312,7 @@ class Rotation(storage.CommitOrDiscard):
         self.cut = cut
         self.trailer = trailer
         self.index = index
-        self.storage_options = storage_options
+        self.access = access
         self.number = start
         self.max_shards = max_shards
         self.on_shard = on_shard
@@ -341,7 +342,7 @@ class Rotation(storage.CommitOrDiscard):
             trailer=self.trailer,
             index=self.index,
             last_key=self.last_key,
-            storage_options=self.storage_options,
+            access=self.access,
         )
         return self.current
 
@@ -460,7 +461,7 @@ class ShardWriter(storage.CommitOrDiscard):
         format: Format | None = None,
         compress: bool | None = None,
         encode: bool = True,
-        storage_options: dict[str, Any] | None = None,
+        storage_options: Access | StorageOptions | None = None,
         on_shard: Callable[[ShardInfo], None] | None = None,
         hash: HashName = DEFAULT_HASH,
         index: bool = True,
@@ -485,7 +486,7 @@ class ShardWriter(storage.CommitOrDiscard):
         self.max_count = self.cut.max_count
         self.max_size = self.cut.max_size
         self.encode = encode
-        self.storage_options = storage_options
+        self.access = Access.of(storage_options)
         self.index = index
         self._closed = False
         self._rotation = Rotation(
@@ -494,7 +495,7 @@ class ShardWriter(storage.CommitOrDiscard):
             gzip=self.compress,
             cut=self.cut,
             index=index,
-            storage_options=storage_options,
+            access=self.access,
             start=start_index,
             max_shards=max_shards,
             on_shard=on_shard,
@@ -502,7 +503,7 @@ class ShardWriter(storage.CommitOrDiscard):
 
     def _open_file(self, number: int) -> storage.AtomicFile:
         url = shard_name(self.pattern, number)
-        return storage.open_atomic(url, storage_options=self.storage_options, hash=self.hash)
+        return storage.open_atomic(url, access=self.access, hash=self.hash)
 
     @property
     def shards(self) -> list[ShardInfo]:

@@ -141,7 +141,7 @@ def assemble_shard(plan: ShardPlan) -> ShardRecord:
 
 
 def _assemble_indexed(store: Store, plan: ShardPlan) -> ShardRecord:
-    shard = Rotation(lambda _: store.create(plan.name), index=True, storage_options=store.options)
+    shard = Rotation(lambda _: store.create(plan.name), index=True, access=store.access)
     members = TarScanner(cast(BinaryIO, _Ranges(store, plan)), url=store.join(plan.name))
     shard.before_commit = members.flush_copy
     try:

@@ -36,7 +36,7 @@ def _read_url(url: str, size: int, options: dict[str, Any]) -> bytes:
     from .. import storage
 
     try:
-        with storage.open_read(url, storage_options=options) as stream:
+        with storage.open_read(url, access=storage.Access(options)) as stream:
             data = stream.read()
     except OSError as exc:
         raise DataError(f"cannot read: {exc}", url=url) from exc

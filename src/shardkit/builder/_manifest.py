@@ -15,7 +15,7 @@ from ..errors import BuildError, ManifestError, StorageError
 from ..formats.manifest import MANIFEST_VERSION, encode_manifest, parse_manifest
 from ..formats.names import MANIFEST_NAME, bare_name_problem
 from ..formats.record import ShardRecord
-from ..storage import atomic_write
+from ..storage import LOCAL, Access, atomic_write
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -78,13 +78,11 @@ def fetch_total(counts: list[dict[str, int]]) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
-def write_manifest(
-    path: str, manifest: dict[str, Any], storage_options: dict[str, Any] | None = None
-) -> str:
+def write_manifest(path: str, manifest: dict[str, Any], access: Access = LOCAL) -> str:
     """Write the manifest atomically to ``path`` (``OUT/manifest.json``, a file or an object)."""
     data = encode_manifest(manifest)
     try:
-        with atomic_write(path, storage_options=storage_options) as stream:
+        with atomic_write(path, access=access) as stream:
             stream.write(data)
     except StorageError:
         raise

@@ -55,7 +55,7 @@ class PartWriter:
             cut=cut,
             trailer=bool(trailer),
             index=index,
-            storage_options=store.options,
+            access=store.access,
         )
 
     def _create(self, number: int) -> Pending:

@@ -360,7 +360,7 @@ class _Driver:
         )
         manifest["source"] = {**manifest["source"], "path": self.listing.path}
         self.guard()
-        write_manifest(self.store.join(MANIFEST_NAME), manifest, self.store.storage_options)
+        write_manifest(self.store.join(MANIFEST_NAME), manifest, self.store.access)
         self.journal.remove()
         self.folder.remove_strays()
         return self._result(shards, (skipped, count), self.resumed, fetched(manifest))

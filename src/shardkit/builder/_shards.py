@@ -359,7 +359,9 @@ def _whole(url: str, index: ShardIndex, size: int) -> bool:
     tail = size - end
     if not 2 * BLOCK <= tail <= _MAX_TAIL:
         return False
-    reader = RangeReader(storage_options=endpoint_options(url, config.s3_endpoint()), max_open=1)
+    reader = RangeReader(
+        access=storage.Access(endpoint_options(url, config.s3_endpoint())), max_open=1
+    )
     try:
         return not any(reader.read(url, end, tail))
     finally:
@@ -483,7 +485,7 @@ def written_keys(url: str) -> Iterator[tuple[int, str]]:
     the one index loader, :func:`shardkit.pipeline._idxfiles.load_index`, then
     :func:`_whole`), else from its headers (:func:`read_tar_samples`). One shard's keys
     are held at a time."""
-    size = shard_size(url, None)
+    size = shard_size(url, storage.LOCAL)
     try:
         index = load_index(url, size=size)
     except FormatError:  # a key twice in one shard fails the index check: the headers say
@@ -561,7 +563,7 @@ def _check_version(url: str, version: str, stream: BinaryIO, s3_endpoint: str | 
 
 def _current(url: str, s3_endpoint: str | None) -> tuple[Any, str, Mapping[str, Any]]:
     """The filesystem, path and details of a remote shard as it is now (not cached)."""
-    fs, path = storage.filesystem(url, endpoint_options(url, s3_endpoint))
+    fs, path = storage.filesystem(url, storage.Access(endpoint_options(url, s3_endpoint)))
     with contextlib.suppress(AttributeError, NotImplementedError):
         fs.invalidate_cache(path)
     try:
@@ -604,6 +606,6 @@ def _pinned(
         return None, {"headers": {"If-Match": tag}}
     if url.startswith(("gs://", "gcs://")) and meta.get("generation"):
         options = {**endpoint_options(url, s3_endpoint), "version_aware": True}
-        fs, path = storage.filesystem(url, options)
+        fs, path = storage.filesystem(url, storage.Access(options))
         return (fs, f"{path}#{meta['generation']}"), {}
     return None, {}

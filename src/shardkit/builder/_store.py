@@ -62,8 +62,8 @@ class Store(Protocol):
     leaves_temporaries: bool
 
     @property
-    def storage_options(self) -> dict[str, Any] | None:
-        """fsspec options for a file written under it (None: a local path)."""
+    def access(self) -> storage.Access:
+        """How a file written under it is reached (fsspec's options; none: a local path)."""
         ...
 
     @property
@@ -135,7 +135,7 @@ class LocalStore:
 
     commit_threads = 0
     leaves_temporaries = True
-    storage_options = None
+    access = storage.LOCAL
     object_store = None
 
     def __init__(self, root: str, *, hash: str = DEFAULT_HASH) -> None:
@@ -225,8 +225,8 @@ class ObjectStore:
         return f"ObjectStore({self.url!r})"
 
     @property
-    def storage_options(self) -> dict[str, Any] | None:
-        return self.options
+    def access(self) -> storage.Access:
+        return storage.Access.of(self.options)
 
     @property
     def object_store(self) -> ObjectStore:
@@ -249,7 +249,7 @@ class ObjectStore:
     @property
     def fs(self) -> Any:
         if self._fs is None:
-            self._fs, self._root = storage.filesystem(self.url, self.options)
+            self._fs, self._root = storage.filesystem(self.url, self.access)
         return self._fs
 
     @property
@@ -287,7 +287,7 @@ class ObjectStore:
         }
 
     def create(self, name: str) -> Pending:
-        return storage.open_atomic(self.join(name), storage_options=self.options, hash=self.hash)
+        return storage.open_atomic(self.join(name), access=self.access, hash=self.hash)
 
     def rename(self, src: str, dst: str) -> None:
         """Server-side copy, then delete (the copy appears whole or not at all).
@@ -313,7 +313,7 @@ class ObjectStore:
             self.fs.rm(self.path(folder), recursive=True)
 
     def open_read(self, name: str) -> BinaryIO:
-        return storage.open_read(self.join(name), storage_options=self.options)
+        return storage.open_read(self.join(name), access=self.access)
 
     def read_bytes(self, name: str) -> bytes | None:
         try:
@@ -339,7 +339,7 @@ class ObjectStore:
         return {paths[self.fs._strip_protocol(p)]: data for p, data in found.items()}
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        with storage.atomic_write(self.join(name), storage_options=self.options) as stream:
+        with storage.atomic_write(self.join(name), access=self.access) as stream:
             stream.write(data)
 
     def matcher(self) -> Matcher:

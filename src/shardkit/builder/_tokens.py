@@ -112,7 +112,7 @@ def build_tokens(
     source: Any, store: Store, options: BuildOptions, progress: ProgressFn | None = None
 ) -> BuildResult:
     """See the module docs."""
-    started = time.monotonic()
+    report = _Report(progress, time.monotonic())
     tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer is not None else None
     megatron = is_megatron(source)
     if tokenizer is None and not megatron:
@@ -124,7 +124,7 @@ def build_tokens(
         journal = Journal(store, header, refuse=functools.partial(_refuse, store.url, header))
         try:
             return _build_locked(
-                source, store, options, tokenizer, field_name, journal, guard, progress, started
+                source, store, options, tokenizer, field_name, journal, guard, report
             )
         finally:
             journal.close()
@@ -138,8 +138,7 @@ def _build_locked(
     field_name: str,
     journal: Journal,
     guard: Callable[[], None],
-    progress: ProgressFn | None,
-    started: float,
+    report: _Report,
 ) -> BuildResult:
     header = journal.header
     folder = OutputFolder(store, dataclasses.replace(options, format="tar"), journal)
@@ -160,8 +159,7 @@ def _build_locked(
         if is_megatron(source)
         else _text_rows(source, options)
     )
-    skipped: list[tuple[str, str]] = []
-    report = _Report(progress, skipped, started)
+    skipped, started = report.skipped, report.started
     results, reused = _run(folder, tokenizer, field_name, rows, guard, report)
     records = [r.parts[0] for r in results]
     document = {
@@ -195,7 +193,7 @@ def _build_locked(
         },
     }
     guard()
-    write_manifest(store.join(MANIFEST_NAME), document, store.storage_options)
+    write_manifest(store.join(MANIFEST_NAME), document, store.access)
     journal.remove()
     return BuildResult(
         store.url,
@@ -315,11 +313,9 @@ def _run(
 class _Report:
     """Hands the ``progress`` callback a snapshot as each shard is committed."""
 
-    def __init__(
-        self, progress: ProgressFn | None, skipped: list[tuple[str, str]], started: float
-    ) -> None:
+    def __init__(self, progress: ProgressFn | None, started: float) -> None:
         self.progress = progress
-        self.skipped = skipped
+        self.skipped: list[tuple[str, str]] = []  # (path, reason) of each row skipped
         self.started = started
         self.samples = self.shards = 0
 
@@ -373,7 +369,7 @@ def _write_shard(task: _Task) -> TaskResult:
     if tokenizer is not None:
         documents = [e.ids for e in tokenizer.encode_batch(documents, add_special_tokens=True)]
     url = store.join(task.name)
-    shard = ShardFile.open(url, storage_options=store.storage_options, hash=hash_name)
+    shard = ShardFile.open(url, access=store.access, hash=hash_name)
     try:
         tokens = count = groups = 0
         group: list[Any] = []

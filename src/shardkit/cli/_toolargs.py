@@ -7,7 +7,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ..digest import digest_hex
 from ..errors import MESSAGE_LIMIT, ConfigError, escape_controls, shorten
@@ -18,6 +18,7 @@ __all__ = [
     "PrintableFormatter",
     "ShardBar",
     "add_hash_option",
+    "add_output_options",
     "add_tool_parser",
     "check_stdin",
     "check_stdout",
@@ -29,6 +30,7 @@ __all__ = [
     "positive",
     "plain",
     "print_error",
+    "run_tool",
     "seconds",
     "seed",
     "size",
@@ -72,13 +74,16 @@ class PrintableFormatter(logging.Formatter):
         return escape_controls(shorten(super().formatMessage(record), MESSAGE_LIMIT))
 
 
-def add_tool_parser(sub: Any, name: str, *, help: str, doc: str | None, epilog: str) -> Any:
-    """A subcommand parser whose ``--help`` shows the module docs and the examples as typed."""
+def add_tool_parser(
+    sub: Any, name: str, *, help: str, doc: str | None, epilog: str = "", notes: str | None = None
+) -> Any:
+    """A subcommand parser whose ``--help`` shows the module docs and the examples
+    (``epilog``) as typed, or ``notes`` as they are."""
     return sub.add_parser(
         name,
         help=help,
         description=plain(doc or help),
-        epilog="examples:\n" + epilog.strip("\n"),
+        epilog="examples:\n" + epilog.strip("\n") if epilog else notes,
         formatter_class=HelpFormatter,
     )
 
@@ -140,6 +145,19 @@ TOOL_HASH_HELP = (
     "sha256sum and xxh128sum write and check (-c); default none"
 )
 
+PATTERN_LIMITS = ("samples per shard (patterns)", "bytes per shard (patterns)")
+"""The help of ``--max-count`` and ``--max-size`` where the output may be one file."""
+
+
+def add_output_options(parser: Any, limits: tuple[str, str] | None = PATTERN_LIMITS) -> None:
+    """The options of a subcommand that writes shards (:func:`run_tool`): ``--max-count``
+    and ``--max-size`` with the help texts ``limits`` (None: the output is one file or
+    stream), and ``--hash``."""
+    if limits is not None:
+        parser.add_argument("--max-count", type=positive, help=limits[0])
+        parser.add_argument("--max-size", type=size, help=limits[1])
+    add_hash_option(parser, "none", TOOL_HASH_HELP)
+
 
 def digest_printer(hash: str, output: str) -> Callable[[Any], None] | None:
     """With ``--hash ALGO``: prints a committed file's digest as ``HEX  FILE`` (``*sum -c``
@@ -170,14 +188,14 @@ class ShardBar:
         self._unit = unit
         self._bar: Any = None
 
-    def update(self, progress: Any) -> None:
+    def update(self, snapshot: Any) -> None:
         if not self._show:
             return
         if self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=progress.total, unit=self._unit, dynamic_ncols=True, leave=False)
-        self._bar.update(progress.shards - self._bar.n)
+            self._bar = tqdm(total=snapshot.total, unit=self._unit, dynamic_ncols=True, leave=False)
+        self._bar.update(snapshot.shards - self._bar.n)
 
     def __enter__(self) -> ShardBar:
         return self
@@ -185,3 +203,37 @@ class ShardBar:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+R = TypeVar("R")
+
+
+def run_tool(
+    args: argparse.Namespace,
+    tool: Callable[..., R],
+    summary: Callable[[R], str | None],
+    *options: str,
+    stdout: bool = True,
+) -> int:
+    """The one body of the subcommands that write shards (cat, convert, split, proc):
+    refuse a terminal as the input stream (and as the output, where it may be ``-``:
+    ``stdout``), run ``tool(args.inputs, args.output, OPTION=args.OPTION, ...)`` for each
+    of ``options`` (the options' ``dest`` is the tool's keyword) with the bar of input
+    shards (:class:`ShardBar`) and the ``--hash`` digest printer plugged in, then print
+    ``summary(result)`` on stderr (None: no line) unless ``-q``."""
+    check_stdin(args.inputs)
+    if stdout:
+        check_stdout(args.output)
+    with ShardBar(args) as bar:
+        result = tool(
+            args.inputs,
+            args.output,
+            hash=args.hash,
+            on_shard=digest_printer(args.hash, args.output),
+            progress=bar.update,
+            **{name: getattr(args, name) for name in options},
+        )
+    line = summary(result)
+    if line is not None and not args.quiet:
+        print(line, file=sys.stderr)
+    return 0

@@ -21,9 +21,8 @@ from ..errors import ConfigError, EmptyBuildError, escape_controls
 from ..handlers import ON_ERROR
 from ..units import format_size
 from ._toolargs import (
-    HelpFormatter,
+    add_tool_parser,
     integer,
-    plain,
     plural,
     positive,
     print_error,
@@ -44,13 +43,8 @@ Each shard gets its .idx beside it (as `shardkit index OUT` writes) unless --no-
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "build",
-        help="pack images / a file list / shards into shards (parallel, resumable)",
-        description=plain(__doc__),
-        epilog=_EPILOG,
-        formatter_class=HelpFormatter,
-    )
+    help = "pack images / a file list / shards into shards (parallel, resumable)"
+    parser = add_tool_parser(sub, "build", help=help, doc=__doc__, notes=_EPILOG)
     parser.add_argument("src", help="image folder, .csv/.jsonl/.parquet list, or shard URL pattern")
     parser.add_argument("out", help="output folder (one dataset per folder)")
     # Every option is a BuildOptions field of the same name; its default is that field's
@@ -232,19 +226,19 @@ class _ProgressBar:
         self._disable = disable
         self._bar: Any = None
 
-    def update(self, progress: Any) -> None:
+    def update(self, snapshot: Any) -> None:
         if self._disable:
             return
         if self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=progress.total, unit="img", dynamic_ncols=True)
-        done = progress.samples + progress.skipped
-        self._bar.total = progress.total
+            self._bar = tqdm(total=snapshot.total, unit="img", dynamic_ncols=True)
+        done = snapshot.samples + snapshot.skipped
+        self._bar.total = snapshot.total
         self._bar.update(done - self._bar.n)
-        rate = progress.bytes / progress.elapsed / 1e6 if progress.elapsed > 0 else 0.0
+        rate = snapshot.bytes / snapshot.elapsed / 1e6 if snapshot.elapsed > 0 else 0.0
         self._bar.set_postfix_str(
-            f"{rate:.0f} MB/s, {progress.shards} shards, {progress.skipped} skipped", refresh=False
+            f"{rate:.0f} MB/s, {snapshot.shards} shards, {snapshot.skipped} skipped", refresh=False
         )
 
     def __enter__(self) -> _ProgressBar:

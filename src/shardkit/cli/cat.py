@@ -9,20 +9,15 @@ sample. --skip applies first, then --shuffle, then --count.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ..errors import escape_controls
 from ..formats.names import FORMATS
 from ._toolargs import (
-    TOOL_HASH_HELP,
-    ShardBar,
-    add_hash_option,
+    add_output_options,
     add_tool_parser,
-    check_stdin,
-    check_stdout,
     count,
-    digest_printer,
+    run_tool,
     seed,
 )
 
@@ -46,28 +41,15 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--shuffle", type=count, default=0, metavar="N", help="shuffle buffer")
     parser.add_argument("--seed", type=seed, default=0, help="shuffle seed")
     parser.add_argument("--format", choices=FORMATS, help="output format (default: from -o's name)")
-    add_hash_option(parser, "none", TOOL_HASH_HELP)
+    add_output_options(parser, None)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..tools.cat import cat
 
-    check_stdin(args.inputs)
-    check_stdout(args.output)
-    with ShardBar(args) as bar:
-        written = cat(
-            args.inputs,
-            args.output,
-            count=args.count,
-            skip=args.skip,
-            shuffle=args.shuffle,
-            seed=args.seed,
-            format=args.format,
-            hash=args.hash,
-            on_shard=digest_printer(args.hash, args.output),
-            progress=bar.update,
-        )
-    if args.output != "-" and not args.quiet:
-        print(f"wrote {written} samples to {escape_controls(args.output)}", file=sys.stderr)
-    return 0
+    def summary(written: int) -> str | None:
+        shown = escape_controls(args.output)
+        return None if args.output == "-" else f"wrote {written} samples to {shown}"
+
+    return run_tool(args, cat, summary, "count", "skip", "shuffle", "seed", "format")

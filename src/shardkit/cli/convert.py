@@ -12,22 +12,15 @@ a file, '-' or a shard pattern; its extension gives the format unless --to says.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ..errors import escape_controls
 from ..formats.names import FORMATS
 from ._toolargs import (
-    TOOL_HASH_HELP,
-    ShardBar,
-    add_hash_option,
+    add_output_options,
     add_tool_parser,
-    check_stdin,
-    check_stdout,
-    digest_printer,
     plural,
-    positive,
-    size,
+    run_tool,
 )
 
 EXAMPLES = """
@@ -42,29 +35,17 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("inputs", nargs="+", metavar="SRC", help="shards, folders or '-'")
     parser.add_argument("-o", "--output", required=True, help="file, '-' or shard pattern")
     parser.add_argument("--to", choices=FORMATS, help="output format")
-    parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
-    parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
-    add_hash_option(parser, "none", TOOL_HASH_HELP)
+    add_output_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..formats.record import ShardInfo
     from ..tools.convert import convert
 
-    check_stdin(args.inputs)
-    check_stdout(args.output)
-    with ShardBar(args) as bar:
-        samples, shards = convert(
-            args.inputs,
-            args.output,
-            to=args.to,
-            max_count=args.max_count,
-            max_size=args.max_size,
-            hash=args.hash,
-            on_shard=digest_printer(args.hash, args.output),
-            progress=bar.update,
-        )
-    where = plural(len(shards), "shard") if shards else escape_controls(args.output)
-    if args.output != "-" and not args.quiet:
-        print(f"converted {samples} samples into {where}", file=sys.stderr)
-    return 0
+    def summary(result: tuple[int, list[ShardInfo]]) -> str | None:
+        samples, shards = result
+        where = plural(len(shards), "shard") if shards else escape_controls(args.output)
+        return None if args.output == "-" else f"converted {samples} samples into {where}"
+
+    return run_tool(args, convert, summary, "to", "max_count", "max_size")

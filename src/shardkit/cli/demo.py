@@ -8,16 +8,12 @@ import time
 from typing import Any
 
 from ..errors import escape_controls
-from ._toolargs import HelpFormatter, plain, positive
+from ._toolargs import add_tool_parser, positive
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "demo",
-        help="pack a generated sample image folder and read it back",
-        description=plain(__doc__),
-        formatter_class=HelpFormatter,
-    )
+    help = "pack a generated sample image folder and read it back"
+    parser = add_tool_parser(sub, "demo", help=help, doc=__doc__)
     parser.add_argument("out", help="folder to create (sample images and shards go inside)")
     parser.add_argument("--images", type=positive, default=600, help="number of images")
     parser.set_defaults(func=run)

@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from typing import Any
 
 from ..engines import ENGINES
 from ..errors import ConfigError
 from ..handlers import ON_ERROR
 from ._toolargs import (
-    TOOL_HASH_HELP,
-    ShardBar,
-    add_hash_option,
+    add_output_options,
     add_tool_parser,
-    check_stdin,
-    check_stdout,
-    digest_printer,
     positive,
+    run_tool,
     seconds,
-    size,
 )
 
 logger = logging.getLogger(__name__)
@@ -52,14 +46,21 @@ def add_parser(sub: Any) -> None:
     # The old spelling: -c means --count in cat, show and tsv, so proc's is -e now.
     parser.add_argument("-c", dest="old_command", help=argparse.SUPPRESS)
     parser.add_argument("-o", "--output", required=True, help="file, '-' or shard pattern")
-    parser.add_argument("-p", "--parallel", type=positive, default=1, help="samples at once")
+    parser.add_argument(
+        "-p",
+        "--parallel",
+        dest="workers",
+        metavar="PARALLEL",
+        type=positive,
+        default=1,
+        help="samples at once",
+    )
     parser.add_argument(
         "--on-error", choices=ON_ERROR, default="fail", help="a failing sample: fail or skip it"
     )
     parser.add_argument("--names", choices=("sample", "key"), default="sample")
     parser.add_argument("--timeout", type=seconds, help="seconds per sample")
-    parser.add_argument("--max-count", type=positive, help="samples per shard (patterns)")
-    parser.add_argument("--max-size", type=size, help="bytes per shard (patterns)")
+    add_output_options(parser)
     parser.add_argument(
         "--engine",
         choices=ENGINES,
@@ -67,40 +68,23 @@ def add_parser(sub: Any) -> None:
         help="ray/dask: one cluster task per input shard, -o a pattern (docs/scaling.md)",
     )
     parser.add_argument("--address", help="the Ray or Dask cluster (HOST:PORT)")
-    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tools.proc import proc
+    from ..tools.proc import ProcResult, proc
 
     _command(args)
-    check_stdin(args.inputs)
-    check_stdout(args.output)
-    with ShardBar(args) as bar:
-        result = proc(
-            args.inputs,
-            args.shell_command,
-            args.output,
-            workers=args.parallel,
-            on_error=args.on_error,
-            names=args.names,
-            timeout=args.timeout,
-            max_count=args.max_count,
-            max_size=args.max_size,
-            engine=args.engine,
-            address=args.address,
-            hash=args.hash,
-            on_shard=digest_printer(args.hash, args.output),
-            progress=bar.update,
-        )
-    skipped = f", skipped {result.skipped}" if result.skipped else ""
-    if not args.quiet:
-        print(
-            f"processed {result.samples_in} samples, wrote {result.samples_out}{skipped}",
-            file=sys.stderr,
-        )
-    return 0
+
+    def summary(result: ProcResult) -> str:
+        skipped = f", skipped {result.skipped}" if result.skipped else ""
+        return f"processed {result.samples_in} samples, wrote {result.samples_out}{skipped}"
+
+    def tool(inputs: list[str], output: str, **options: Any) -> ProcResult:
+        return proc(inputs, args.shell_command, output, **options)
+
+    options = ["workers", "on_error", "names", "timeout", "max_count", "max_size", "engine"]
+    return run_tool(args, tool, summary, *options, "address")
 
 
 def _command(args: argparse.Namespace) -> None:

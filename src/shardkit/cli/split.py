@@ -9,19 +9,14 @@ read. The format follows the pattern's extension (.tar, .tar.gz, .tfrecord, ...)
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ._toolargs import (
-    TOOL_HASH_HELP,
-    ShardBar,
-    add_hash_option,
+    add_output_options,
     add_tool_parser,
-    check_stdin,
-    digest_printer,
     plural,
     positive,
-    size,
+    run_tool,
 )
 
 EXAMPLES = """
@@ -39,29 +34,18 @@ def add_parser(sub: Any) -> None:
         "inputs", nargs="*", default=["-"], metavar="INPUT", help="shards, folders or '-' (default)"
     )
     parser.add_argument("-o", "--output", required=True, metavar="PATTERN", help="shard pattern")
-    parser.add_argument("--max-count", type=positive, help="samples per shard")
-    parser.add_argument("--max-size", type=size, help="bytes per shard (e.g. 500MB, 1GiB)")
+    add_output_options(parser, ("samples per shard", "bytes per shard (e.g. 500MB, 1GiB)"))
     parser.add_argument("--max-shards", type=positive, help="stop after K shards")
-    add_hash_option(parser, "none", TOOL_HASH_HELP)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..formats.record import ShardInfo
     from ..tools.split import split
 
-    check_stdin(args.inputs)
-    with ShardBar(args) as bar:
-        shards = split(
-            args.inputs,
-            args.output,
-            max_count=args.max_count,
-            max_size=args.max_size,
-            max_shards=args.max_shards,
-            hash=args.hash,
-            on_shard=digest_printer(args.hash, args.output),
-            progress=bar.update,
-        )
-    total = sum(info.samples for info in shards)
-    if not args.quiet:
-        print(f"wrote {total} samples into {plural(len(shards), 'shard')}", file=sys.stderr)
-    return 0
+    def summary(shards: list[ShardInfo]) -> str:
+        total = sum(info.samples for info in shards)
+        return f"wrote {total} samples into {plural(len(shards), 'shard')}"
+
+    options = ("max_count", "max_size", "max_shards")
+    return run_tool(args, split, summary, *options, stdout=False)  # -o is a shard pattern

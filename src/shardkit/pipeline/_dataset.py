@@ -31,6 +31,7 @@ from .. import config
 from ..errors import ConfigError
 from ..formats.names import FORMATS, Format
 from ..handlers import Handler, HandlerName, resolve_handler
+from ..storage import Access, StorageOptions
 from ..units import parse_size
 from . import _elastic as elastic
 from ._chain import Equalize, Recipe
@@ -113,7 +114,7 @@ class Dataset(_Base):
         handler: HandlerName | Handler = "raise",
         format: Format | None = None,
         node: tuple[int, int] | None = None,
-        storage_options: dict[str, Any] | None = None,
+        storage_options: Access | StorageOptions | None = None,
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,
         verify: bool = True,
@@ -146,7 +147,8 @@ class Dataset(_Base):
         if cache_dir is None:
             cache_dir = config.cache_dir()
         limit = read_cache_limit(cache_dir, cache_limit)
-        read = ReadOptions(format, self._handler, verify, storage_options, cache_dir, limit, copy)
+        access = Access.of(storage_options)
+        read = ReadOptions(format, self._handler, verify, access, cache_dir, limit, copy)
         self._recipe = Recipe(
             read,
             equalize,
@@ -405,9 +407,7 @@ class Dataset(_Base):
                     "Dataset(path).pack(2048)",
                     url=str(self._source),
                 )
-            self._shards = resolve_source(
-                self._source, storage_options=self._recipe.read.storage_options
-            )
+            self._shards = resolve_source(self._source, storage_options=self._recipe.read.access)
         return self._shards
 
     @property

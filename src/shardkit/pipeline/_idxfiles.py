@@ -29,6 +29,7 @@ from ..formats.index import (
     prepared_members,
 )
 from ..formats.members import MemberTable
+from ..storage import LOCAL, Access, StorageOptions
 
 __all__ = [
     "IndexCache",
@@ -47,20 +48,20 @@ Sizes = Sequence[int | None] | Literal["stat"] | None
 to ask the storage for each, or None to check none."""
 
 
-def read_index(shard_url: str, storage_options: dict[str, Any] | None) -> ShardIndex | None:
+def read_index(shard_url: str, access: Access) -> ShardIndex | None:
     """The parsed ``.idx`` file of a shard, unchecked, or None when it has none (the one
     place an index file is opened)."""
     url = index_url(shard_url)
-    if not storage.url_exists(url, storage_options):
+    if not storage.url_exists(url, access):
         return None
-    data = storage.read_document(url, storage_options=storage_options, what="index file")
+    data = storage.read_document(url, access=access, what="index file")
     return ShardIndex.from_json(data, url=url)
 
 
 def load_index(
     shard_url: str,
     *,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: Access | StorageOptions | None = None,
     size: int | None = None,
     unchecked: Literal["raise", "ignore"] = "raise",
 ) -> ShardIndex | None:
@@ -68,7 +69,7 @@ def load_index(
     with ``size``, a stale index (made for a shard of another size) is a FormatError.
     ``unchecked="ignore"``: an index that fails the whole check is None (logged), for a
     caller that can read the shard through instead."""
-    index = read_index(shard_url, storage_options)
+    index = read_index(shard_url, Access.of(storage_options))
     if index is None:
         return None
     try:
@@ -86,7 +87,7 @@ def load_index(
 def load_indexes(
     urls: Sequence[str],
     *,
-    storage_options: dict[str, Any] | None = None,
+    access: Access = LOCAL,
     sizes: Sizes = None,
     required: bool = False,
     unchecked: Literal["raise", "ignore"] = "raise",
@@ -94,13 +95,13 @@ def load_indexes(
     """:func:`load_index` for each shard (remote ones at most
     ``storage.REQUESTS_IN_FLIGHT`` at once); with ``required``, a ConfigError naming the
     first shard that has none; ``unchecked`` as for :func:`load_index`."""
-    return _each_index(urls, lambda index: index, storage_options, sizes, required, unchecked)
+    return _each_index(urls, lambda index: index, access, sizes, required, unchecked)
 
 
 def _each_index(
     urls: Sequence[str],
     keep: Callable[[ShardIndex | None], _Kept],
-    storage_options: dict[str, Any] | None,
+    access: Access,
     sizes: Sizes,
     required: bool = False,
     unchecked: Literal["raise", "ignore"] = "raise",
@@ -112,8 +113,8 @@ def _each_index(
         url = urls[i]
         size = None if sizes is None or sizes == "stat" else sizes[i]
         if sizes is not None and size is None:
-            size = shard_size(url, storage_options)
-        index = load_index(url, storage_options=storage_options, size=size, unchecked=unchecked)
+            size = shard_size(url, access)
+        index = load_index(url, storage_options=access, size=size, unchecked=unchecked)
         if index is None and required:
             raise ConfigError(
                 f"{url} has no index ({storage.basename(index_url(url))}): "
@@ -132,7 +133,7 @@ def _each_index(
 def index_counts(
     urls: Sequence[str],
     *,
-    storage_options: dict[str, Any] | None = None,
+    access: Access = LOCAL,
     listed: Collection[str] | None = None,
     sizes: Sizes = "stat",
 ) -> tuple[int, ...] | None:
@@ -146,21 +147,19 @@ def index_counts(
     if listed is not None:
         if not all(storage.basename(index_url(url)) in listed for url in urls):
             return None
-    elif not storage.url_exists(index_url(urls[0]), storage_options):
+    elif not storage.url_exists(index_url(urls[0]), access):
         return None  # a list without indexes costs one look
     # only the counts are kept: one index is held at a time
-    found = _each_index(
-        urls, lambda index: None if index is None else index.samples, storage_options, sizes
-    )
+    found = _each_index(urls, lambda index: None if index is None else index.samples, access, sizes)
     counts = [count for count in found if count is not None]
     return tuple(counts) if len(counts) == len(urls) else None
 
 
-def shard_size(url: str, storage_options: dict[str, Any] | None) -> int:
+def shard_size(url: str, access: Access) -> int:
     """A shard's size in bytes, as its storage states it."""
     if storage.is_local(url):
         return os.stat(storage.local_path(url)).st_size
-    fs, path = storage.filesystem(url, storage_options)
+    fs, path = storage.filesystem(url, access)
     return int(fs.size(path))
 
 
@@ -187,7 +186,7 @@ class IndexCache:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["limit"])  # type: ignore[misc]
 
-    def get(self, url: str, storage_options: dict[str, Any] | None) -> MemberTable | None:
+    def get(self, url: str, access: Access) -> MemberTable | None:
         """The member table of ``url``'s checked index; None when it has no index or its
         index has no table (FormatError for a bad or stale one, as :func:`load_index`)."""
         stamp: object = None
@@ -205,7 +204,7 @@ class IndexCache:
         if entry is not None and entry[0] == stamp:
             self._entries.move_to_end(url)
             return entry[1]
-        found = load_index(url, storage_options=storage_options, size=size)
+        found = load_index(url, storage_options=access, size=size)
         table = None if found is None else prepared_members(found, url=index_url(url))
         if found is not None:
             self._keep(url, stamp, table)

@@ -38,6 +38,7 @@ from ..formats.members import MemberTable, table_sample
 from ..formats.names import Format
 from ..handlers import Handler, HandlerName
 from ..ranges import RangeReader
+from ..storage import Access, StorageOptions
 from ._context import Context
 from ._dataset import Dataset
 from ._decode import Decode
@@ -86,7 +87,7 @@ class IndexedDataset(MapBase[Any]):
         *,
         handler: HandlerName | Handler = "raise",
         format: Format | None = None,
-        storage_options: dict[str, Any] | None = None,
+        storage_options: Access | StorageOptions | None = None,
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,
         verify: bool = True,
@@ -103,7 +104,7 @@ class IndexedDataset(MapBase[Any]):
             verify=verify,
         )
         self._ranges = RangeReader(
-            storage_options=storage_options,
+            access=self._pipe._recipe.read.access,
             cache_dir=self._pipe._recipe.read.cache_dir,
             cache_limit=self._pipe._recipe.read.cache_limit,
             cache_check=_whole_shard,
@@ -188,10 +189,10 @@ class IndexedDataset(MapBase[Any]):
             read = self._pipe._recipe.read
             # The shard list only: the indexes are loaded once, here, not for counts too.
             urls = resolve_source(
-                self._pipe._source, storage_options=read.storage_options, counts=False
+                self._pipe._source, storage_options=read.access, counts=False
             ).urls
             shards = []
-            indexes = load_indexes(urls, storage_options=read.storage_options, required=True)
+            indexes = load_indexes(urls, access=read.access, required=True)
             for url, index in zip(urls, indexes, strict=True):
                 if index is None:  # required: never None
                     raise ConfigError(f"{url} has no index")

@@ -21,6 +21,7 @@ from .. import reader, storage
 from ..errors import FormatError
 from ..formats.names import Format
 from ..handlers import Handler, reraise
+from ..storage import LOCAL, Access
 from ._epochs import EpochPlan, Segment, drop_front
 from ._idxfiles import IndexCache
 from ._urls import ShardList
@@ -41,7 +42,7 @@ class ReadOptions:
     format: Format | None = None
     handler: Handler = reraise
     verify: bool = True
-    storage_options: dict[str, Any] | None = None
+    access: Access = LOCAL
     cache_dir: str | None = None
     cache_limit: int | None = None
     copy: bool = True
@@ -61,7 +62,7 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
     local = storage.is_local(url) and not storage.is_executing(url) and url != "-"
     if kind == "tar" and not gz and local:
         try:
-            members = options.indexes.get(url, options.storage_options)
+            members = options.indexes.get(url, options.access)
         except FormatError as exc:  # a bad or stale index: the shard is refused
             return _refused(exc, options.handler)
     return reader.read_shard(
@@ -69,7 +70,7 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
         format=options.format,
         handler=options.handler,
         verify=options.verify,
-        storage_options=options.storage_options,
+        storage_options=options.access,
         cache_dir=options.cache_dir,
         cache_limit=options.cache_limit,
         copy=options.copy,

@@ -36,6 +36,7 @@ from ..formats import manifest as _manifest
 from ..formats.manifest import ManifestContents
 from ..formats.names import MANIFEST_NAME, is_shard_name
 from ..reader import load_manifest, manifest_urls
+from ..storage import LOCAL, Access, StorageOptions
 from ._idxfiles import index_counts
 
 __all__ = [
@@ -101,12 +102,12 @@ def is_manifest(url: str) -> bool:
 def resolve_source(
     source: str | Sequence[str],
     *,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: Access | StorageOptions | None = None,
     counts: bool = True,
 ) -> ShardList:
     """The :class:`ShardList` a source names (see the module docs for the forms).
     ``counts=False`` skips the ``.idx`` files (only the URLs are wanted)."""
-    parts = resolve_parts(source, storage_options=storage_options, counts=counts)
+    parts = resolve_parts(source, access=Access.of(storage_options), counts=counts)
     urls = tuple(url for part in parts for url in part.urls)
     known = [part.counts for part in parts]
     if any(part_counts is None for part_counts in known):
@@ -117,7 +118,7 @@ def resolve_source(
 def resolve_parts(
     source: str | Sequence[str],
     *,
-    storage_options: dict[str, Any] | None = None,
+    access: Access = LOCAL,
     counts: bool = True,
 ) -> list[SourcePart]:
     """The shards of each part of a source, in order: a folder or manifest is one part,
@@ -136,59 +137,55 @@ def resolve_parts(
     parts: list[SourcePart] = []
     plain: list[str] = []
     for spec in specs:
-        part = _named(spec, storage_options, counts)
+        part = _named(spec, access, counts)
         if part is None:
             plain.append(spec)
             continue
         if plain:
-            parts.append(_plain(plain, storage_options, counts))
+            parts.append(_plain(plain, access, counts))
             plain = []
         if not part.urls:
             raise ConfigError(f"no shards (.tar, .tfrecord, ...) and no {MANIFEST_NAME} in {spec}")
         parts.append(part)
     if plain:
-        parts.append(_plain(plain, storage_options, counts))
+        parts.append(_plain(plain, access, counts))
     return parts
 
 
-def find_shards(
-    source: str, *, storage_options: dict[str, Any] | None = None, counts: bool = False
-) -> SourcePart | None:
+def find_shards(source: str, *, access: Access = LOCAL, counts: bool = False) -> SourcePart | None:
     """What :func:`resolve_parts` makes of one source string, or None when it is a folder
     that holds neither a manifest nor a shard file (the build then reads it as an image
     folder)."""
-    part = _named(source, storage_options, counts)
+    part = _named(source, access, counts)
     if part is None:
-        return _plain([source], storage_options, counts)
+        return _plain([source], access, counts)
     return part if part.urls else None
 
 
-def _named(spec: str, storage_options: dict[str, Any] | None, counts: bool) -> SourcePart | None:
+def _named(spec: str, access: Access, counts: bool) -> SourcePart | None:
     """The part a manifest or folder names (empty for a folder without shards), or None
     for a plain URL or pattern."""
     if storage.is_executing(spec):
         return None
     if is_manifest(spec):
-        return _read_manifest(spec, storage_options)
+        return _read_manifest(spec, access)
     if _is_folder(spec):
-        return _folder(spec, storage_options, counts)
+        return _folder(spec, access, counts)
     return None
 
 
-def _plain(
-    specs: Sequence[str], storage_options: dict[str, Any] | None, counts: bool
-) -> SourcePart:
+def _plain(specs: Sequence[str], access: Access, counts: bool) -> SourcePart:
     urls = tuple(storage.expand_urls(list(specs)))
-    return SourcePart(urls, _beside(urls, storage_options) if counts else None)
+    return SourcePart(urls, _beside(urls, access) if counts else None)
 
 
-def _beside(urls: Sequence[str], storage_options: dict[str, Any] | None) -> tuple[int, ...] | None:
+def _beside(urls: Sequence[str], access: Access) -> tuple[int, ...] | None:
     """Counts from the ``.idx`` files beside a pattern's or list's local shards. Remote
     ones are not looked for: a remote pattern opens nothing before it is read (and an
     http server's answer for a missing file is not to be trusted); its folder
     (``s3://bucket/train/``) is listed, and its indexes used, as a source."""
     if all(storage.is_local(url) for url in urls):
-        return index_counts(urls, storage_options=storage_options)
+        return index_counts(urls, access=access)
     return None
 
 
@@ -200,19 +197,19 @@ def _is_folder(url: str) -> bool:
     return url.endswith("/")
 
 
-def _folder(url: str, storage_options: dict[str, Any] | None, counts: bool) -> SourcePart:
-    listing = list_folder(url, storage_options)
+def _folder(url: str, access: Access, counts: bool) -> SourcePart:
+    listing = list_folder(url, access)
     if listing.has_manifest:
-        return _read_manifest(storage.join(url, MANIFEST_NAME), storage_options)
+        return _read_manifest(storage.join(url, MANIFEST_NAME), access)
     urls = tuple(storage.join(url, name) for name in listing.shards)
     if not counts or not urls:
         return SourcePart(urls)
     sizes = [listing.sizes.get(name) for name in listing.shards]
-    found = index_counts(urls, storage_options=storage_options, listed=listing.names, sizes=sizes)
+    found = index_counts(urls, access=access, listed=listing.names, sizes=sizes)
     return SourcePart(urls, found)
 
 
-def list_folder(url: str, storage_options: dict[str, Any] | None = None) -> FolderListing:
+def list_folder(url: str, access: Access = LOCAL) -> FolderListing:
     """The shard files of one folder (local, or a remote URL), not looking into
     subfolders, and every name in it: a local one through the reading door
     (:func:`shardkit.storage.folder_entries`: only a regular file is a shard; a FIFO at an
@@ -228,7 +225,7 @@ def list_folder(url: str, storage_options: dict[str, Any] | None = None) -> Fold
         names.update(found)
         sizes.update((name, size) for name, size in regular.items() if is_shard_name(name))
     else:
-        fs, path = storage.filesystem(url, storage_options)
+        fs, path = storage.filesystem(url, access)
         try:
             entries = fs.ls(path, detail=True)
         except FileNotFoundError as exc:
@@ -244,8 +241,8 @@ def list_folder(url: str, storage_options: dict[str, Any] | None = None) -> Fold
     return FolderListing(sorted(sizes), frozenset(names), sizes)
 
 
-def _read_manifest(url: str, storage_options: dict[str, Any] | None) -> SourcePart:
-    contents, urls = load_manifest(url, storage_options=storage_options)
+def _read_manifest(url: str, access: Access) -> SourcePart:
+    contents, urls = load_manifest(url, access=access)
     return SourcePart(urls, contents.counts, manifest=url, contents=contents)
 
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 
+from ._access import LOCAL, Access, StorageOptions
 from ._cache import cache_path, open_cached
 from ._doors import folder_entries, open_regular, open_regular_fd, read_document, read_regular
 from ._filesystems import REQUESTS_IN_FLIGHT, detach_loop_at_fork, filesystem, url_exists
@@ -44,10 +45,13 @@ from ._urls import (
 from ._writing import AtomicFile, CommitOrDiscard, Tally, open_atomic
 
 __all__ = [
+    "LOCAL",
     "READ_RETRIES",
     "REQUESTS_IN_FLIGHT",
+    "Access",
     "AtomicFile",
     "CommitOrDiscard",
+    "StorageOptions",
     "Tally",
     "atomic_write",
     "basename",
@@ -79,9 +83,7 @@ __all__ = [
 
 
 @contextlib.contextmanager
-def atomic_write(
-    url: str, *, storage_options: dict[str, Any] | None = None, fsync: bool = False
-) -> Iterator[BinaryIO]:
+def atomic_write(url: str, *, access: Access = LOCAL, fsync: bool = False) -> Iterator[BinaryIO]:
     """Open ``url`` for writing; it appears under its name only if the block succeeds."""
-    with open_atomic(url, storage_options=storage_options, fsync=fsync) as file:
+    with open_atomic(url, access=access, fsync=fsync) as file:
         yield cast(BinaryIO, file.stream)

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 from ..errors import StorageError
 from ..formats.limits import MAX_DOCUMENT_SIZE
+from ._access import LOCAL, Access
 from ._filesystems import _fs
 from ._remote import READ_RETRIES, _ResumableReader
 from ._urls import is_local, local_path
@@ -126,7 +127,7 @@ def folder_entries(folder: str) -> tuple[frozenset[str], dict[str, int]]:
 def read_document(
     url: str,
     *,
-    storage_options: dict[str, Any] | None = None,
+    access: Access = LOCAL,
     limit: int = MAX_DOCUMENT_SIZE,
     what: str = "file",
 ) -> bytes:
@@ -140,7 +141,7 @@ def read_document(
                 _check_size(size, limit, url, what)
                 data = _read_bounded(f, limit)
         else:
-            fs, path = _fs(url, storage_options)
+            fs, path = _fs(url, access)
             remote = _ResumableReader(fs, path, url, retries=READ_RETRIES)
             with io.BufferedReader(remote) as stream:
                 data = _read_bounded(stream, limit)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._optional import missing
 from ..errors import StorageError
+from ._access import LOCAL, Access
 from ._urls import is_local, local_path, url_scheme
 
 if TYPE_CHECKING:
@@ -24,13 +25,13 @@ where it has many to make: the build driver's commits (``builder.commit``) and t
 folders of an image folder it lists (``builder.folders``)."""
 
 
-def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
+def _fs(url: str, access: Access) -> tuple[Any, str]:
     try:
         import fsspec
     except ImportError as exc:  # pragma: no cover - fsspec is a required dependency
         raise StorageError("fsspec is required for remote URLs", url=url) from exc
     try:
-        fs, path = fsspec.core.url_to_fs(url, **_pooled(url, storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(url, **_pooled(url, access.storage_options))
     except ImportError as exc:
         scheme = url_scheme(url)
         if scheme in _SCHEME_MODULES:
@@ -147,13 +148,13 @@ if hasattr(os, "register_at_fork"):
     )
 
 
-def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+def filesystem(url: str, access: Access = LOCAL) -> tuple[Any, str]:
     """The fsspec filesystem of a remote URL and the path inside it."""
-    return _fs(url, storage_options)
+    return _fs(url, access)
 
 
-def url_exists(url: str, storage_options: dict[str, Any] | None = None) -> bool:
+def url_exists(url: str, access: Access = LOCAL) -> bool:
     if is_local(url):
         return os.path.exists(local_path(url))
-    fs, path = _fs(url, storage_options)
+    fs, path = _fs(url, access)
     return bool(fs.exists(path))

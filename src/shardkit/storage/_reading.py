@@ -13,6 +13,7 @@ from typing import IO, Any, BinaryIO, cast
 
 from .. import config
 from ..errors import StorageError
+from ._access import LOCAL, Access
 from ._cache import _CachingReader, cache_path, open_cached
 from ._filesystems import _fs
 from ._remote import _STREAM_BUFFER, READ_RETRIES, _ResumableReader
@@ -49,7 +50,7 @@ class _PipeReader(io.RawIOBase):
 def open_read(
     url: str,
     *,
-    storage_options: dict[str, Any] | None = None,
+    access: Access = LOCAL,
     buffer_size: int = 1 << 20,
     cache_dir: str | None = None,
     retries: int = READ_RETRIES,
@@ -86,7 +87,7 @@ def open_read(
             cached = open_cached(cache_path(url, cache_dir), buffer_size)
             if cached is not None:
                 return cached
-        fs, path = _fs(url, storage_options)
+        fs, path = _fs(url, access)
         remote = _ResumableReader(fs, path, url, retries=retries)
         if cache_dir is None:
             return io.BufferedReader(remote, stream_buffer)

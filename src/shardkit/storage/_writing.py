@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar
 from .._temporary import create_temporary, temporary_name
 from ..digest import format_digest, new_hasher
 from ..errors import StorageError
+from ._access import LOCAL, Access
 from ._filesystems import _fs, protocol
 from ._urls import is_local, local_path
 
@@ -97,7 +98,7 @@ class AtomicFile(CommitOrDiscard):
         self,
         url: str,
         *,
-        storage_options: dict[str, Any] | None = None,
+        access: Access = LOCAL,
         hash: str = "none",
         sha256: bool = False,
         fsync: bool = False,
@@ -116,7 +117,7 @@ class AtomicFile(CommitOrDiscard):
         elif is_local(url):
             self._open_local(local_path(url), buffering)
         else:
-            self._open_remote(url, storage_options)
+            self._open_remote(url, access)
 
     def _open_local(self, path: str, buffering: int) -> None:
         self._path = path
@@ -129,8 +130,8 @@ class AtomicFile(CommitOrDiscard):
         if buffering == 0:
             self._fd = self.stream.fileno()
 
-    def _open_remote(self, url: str, storage_options: dict[str, Any] | None) -> None:
-        self._fs, self._path = _fs(url, storage_options)
+    def _open_remote(self, url: str, access: Access) -> None:
+        self._fs, self._path = _fs(url, access)
         if protocol(self._fs) not in ("s3", "s3a", "gs", "gcs", "memory"):  # no atomic upload
             self._tmp = temporary_name(self._path, hidden=False)
         try:
@@ -264,7 +265,7 @@ class AtomicFile(CommitOrDiscard):
 def open_atomic(
     url: str,
     *,
-    storage_options: dict[str, Any] | None = None,
+    access: Access = LOCAL,
     hash: str = "none",
     sha256: bool = False,
     fsync: bool = False,
@@ -275,7 +276,7 @@ def open_atomic(
     written otherwise."""
     return AtomicFile(
         url,
-        storage_options=storage_options,
+        access=access,
         hash=hash,
         sha256=sha256,
         fsync=fsync,

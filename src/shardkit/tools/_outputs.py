@@ -11,11 +11,11 @@ Samples read from TFRecords become tar fields as documented in :func:`tar_fields
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from .. import storage
-from ..digest import DEFAULT_HASH, HashName, check_hash
+from ..digest import check_hash
 from ..errors import ConfigError
 from ..formats.names import (
     FORMATS,
@@ -28,6 +28,7 @@ from ..formats.names import (
 from ..formats.record import ShardInfo
 from ..units import Size
 from ..writer import ShardFile, ShardWriter
+from ._settings import DEFAULT_RUN, ToolRun
 
 __all__ = ["Output", "prepare_output", "tar_fields"]
 
@@ -62,25 +63,24 @@ def prepare_output(url: str) -> None:
 
 
 class Output(storage.CommitOrDiscard):
-    """An open output: :meth:`write` samples; :attr:`raw` is the tar stream (or None)."""
+    """An open output: :meth:`write` samples; :attr:`raw` is the tar stream (or None).
+    ``run`` says how it is reached, each file's digest and who hears of each file."""
 
     def __init__(
         self,
         url: str,
+        run: ToolRun = DEFAULT_RUN,
         *,
         format: Format | None = None,
         max_count: int | None = None,
         max_size: Size | None = None,
         max_shards: int | None = None,
-        storage_options: dict[str, Any] | None = None,
-        hash: HashName = DEFAULT_HASH,
-        on_shard: Callable[[ShardInfo], None] | None = None,
     ) -> None:
         if format is not None and format not in FORMATS:
             raise ConfigError(f"format must be 'tar' or 'tfrecord', not {format!r}")
         self.url = url
         self.samples = 0
-        self._on_shard_fn = on_shard
+        self._on_shard_fn = run.on_shard
         self._writer: ShardWriter | None = None
         self._shard: ShardFile | None = None
         if is_pattern(url):
@@ -91,9 +91,9 @@ class Output(storage.CommitOrDiscard):
                 max_size=max_size,
                 format=format,
                 encode=False,
-                storage_options=storage_options,
-                on_shard=on_shard,
-                hash=hash,
+                storage_options=run.access,
+                on_shard=run.on_shard,
+                hash=run.hash,
                 max_shards=max_shards,
             )
             prepare_output(url)
@@ -109,7 +109,7 @@ class Output(storage.CommitOrDiscard):
         self.format = format or implied
         prepare_output(url)
         self._shard = ShardFile.open(
-            url, self.format, gzip=gz, storage_options=storage_options, hash=check_hash(hash)
+            url, self.format, gzip=gz, access=run.access, hash=check_hash(run.hash)
         )
 
     @property

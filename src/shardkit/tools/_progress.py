@@ -1,20 +1,21 @@
 """Progress of a tool over its input shards: one report per shard to a ``progress=``
 callback (as :func:`shardkit.build` reports to its own); the CLI draws it as a bar.
 
-A tool that reads its shards itself wraps them in :func:`track`: each time the next shard
+A tool that reads its shards itself wraps them in
+:meth:`~shardkit.tools._settings.ToolRun.track` (:func:`counted`): each time the next shard
 is asked for, the one before it is done and reported, and the last one when the iteration
 ends. One whose shards run as cluster tasks (``proc --engine ray|dask``) counts each as
-its result arrives (:class:`ShardCount`, which :func:`track` counts with too).
+its result arrives (:class:`ShardCount`, which :func:`counted` counts with too).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["ShardCount", "ToolProgress", "ToolProgressFn", "track"]
+__all__ = ["ShardCount", "ToolProgress", "ToolProgressFn", "counted"]
 
 T = TypeVar("T")
 
@@ -33,13 +34,13 @@ ToolProgressFn = Callable[[ToolProgress], None]
 
 
 class ShardCount:
-    """Shards done of ``total``, each reported to ``progress`` as it is counted (None:
+    """Shards done of ``total``, each reported to ``report`` as it is counted (None:
     counts without reporting)."""
 
-    def __init__(self, total: int | None, progress: ToolProgressFn | None) -> None:
+    def __init__(self, total: int | None, report: ToolProgressFn | None) -> None:
         self.total = total
         self.shards = 0
-        self._progress = progress
+        self._progress = report
         self._started = time.monotonic()
 
     def done(self, shards: int = 1) -> None:
@@ -50,14 +51,8 @@ class ShardCount:
             self._progress(ToolProgress(self.shards, self.total, elapsed))
 
 
-def track(items: Iterable[T], progress: ToolProgressFn | None) -> Iterable[T]:
-    """``items`` (shards), reporting each one done to ``progress`` (as is without one)."""
-    if progress is None:
-        return items
-    return _tracked(items, ShardCount(len(items) if isinstance(items, Sized) else None, progress))
-
-
-def _tracked(items: Iterable[T], count: ShardCount) -> Iterator[T]:
+def counted(items: Iterable[T], count: ShardCount) -> Iterator[T]:
+    """``items`` (shards), each counted done in ``count`` as the next one is asked for."""
     for item in items:
         yield item  # resumed when the next one is asked for: this one is done
         count.done()

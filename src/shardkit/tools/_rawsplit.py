@@ -11,11 +11,10 @@ the sample is complete, then runs of whole samples go out as single slices of it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 from .. import storage
-from ..digest import DEFAULT_HASH, HashName, check_hash
+from ..digest import check_hash
 from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
 from ..formats.record import ShardInfo
@@ -23,54 +22,48 @@ from ..formats.tar import TarScanner
 from ..units import Size
 from ..writer import Rotation, copy_samples
 from ._inputs import ShardRef, gzip_errors, open_shard
+from ._settings import DEFAULT_RUN, ToolRun
 
 __all__ = ["raw_shards", "split_raw"]
 
 
 def raw_shards(
     pattern: str,
-    *,
     max_count: int | None,
     max_size: Size | None,
     max_shards: int | None = None,
-    hash: HashName = DEFAULT_HASH,
-    storage_options: dict[str, Any] | None = None,
-    on_shard: Callable[[ShardInfo], None] | None = None,
+    run: ToolRun = DEFAULT_RUN,
     index: bool = True,
 ) -> Rotation:
     """Numbered uncompressed tar shards ``pattern``, to be fed whole samples of raw member
     bytes: a :class:`~shardkit.writer.Rotation` (the key rule, the cut, the trailer, the
-    commit, ``max_shards`` and, with ``index=True``, each shard's ``.idx`` file). ``hash``
-    names the digest algorithm (``"none"`` leaves :attr:`ShardInfo.digest` empty and saves
-    hashing every byte)."""
+    commit, ``max_shards`` and, with ``index=True``, each shard's ``.idx`` file), written
+    and reported as ``run`` says: ``run.hash`` names the digest algorithm (``"none"``
+    leaves :attr:`ShardInfo.digest` empty and saves hashing every byte)."""
     check_pattern(pattern, option="output")
-    hash = check_hash(hash)
+    hash = check_hash(run.hash)
 
     def open_file(number: int) -> storage.AtomicFile:
         url = shard_name(pattern, number)
-        return storage.open_atomic(url, storage_options=storage_options, hash=hash)
+        return storage.open_atomic(url, access=run.access, hash=hash)
 
     return Rotation(
         open_file,
         cut=Cut(max_count, max_size),
         index=index,
-        storage_options=storage_options,
+        access=run.access,
         max_shards=max_shards,
-        on_shard=on_shard,
+        on_shard=run.on_shard,
     )
 
 
 def split_raw(
-    refs: Iterable[ShardRef],
-    sink: Rotation,
-    storage_options: dict[str, Any] | None = None,
-    *,
-    chunk_size: int = 1 << 22,
+    refs: Iterable[ShardRef], sink: Rotation, *, chunk_size: int = 1 << 22
 ) -> list[ShardInfo]:
     """Copy the samples of tar shards ``refs`` into ``sink``'s shards."""
     try:
         for ref in refs:
-            raw, stream = open_shard(ref, storage_options=storage_options)
+            raw, stream = open_shard(ref)
             try:
                 members = TarScanner(stream, url=ref.url, chunk_size=chunk_size)
                 sink.before_commit = members.flush_copy

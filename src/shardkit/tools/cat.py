@@ -9,20 +9,21 @@ combinations (TFRecord in or out, ``shuffle``) go sample by sample.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.names import Format
-from ..formats.record import ShardInfo
 from ..formats.tar import Grouping, TarScanner
 from ..handlers import Handler, reraise
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
 from ._outputs import Output
-from ._progress import ToolProgressFn, track
+from ._settings import ToolOptions, ToolRun, WriteOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["cat", "iter_cat", "shuffle_buffer"]
 
@@ -58,17 +59,27 @@ def iter_cat(
     shuffle: int = 0,
     seed: int = 0,
     handler: Handler = reraise,
-    storage_options: dict[str, Any] | None = None,
-    progress: ToolProgressFn | None = None,
+    **options: Unpack[ToolOptions],
 ) -> Iterator[dict[str, Any]]:
     """The samples of ``inputs`` (raw bytes fields): skip ``skip``, shuffle through a
-    buffer of ``shuffle`` samples (0: keep the order), then take ``count``. ``progress``
-    hears of each input shard done."""
+    buffer of ``shuffle`` samples (0: keep the order), then take ``count``.
+    ``storage_options``, ``progress``: see :class:`~shardkit.tools._settings.ToolOptions`
+    (``progress`` hears of each input shard done)."""
+    run = ToolRun.of("iter_cat", options, writes=False)
     _check_counts(count, skip, shuffle)
-    refs = as_refs(inputs, storage_options=storage_options)
-    samples: Iterator[dict[str, Any]] = iter_samples(
-        track(refs, progress), handler=handler, storage_options=storage_options
-    )
+    return _cat(as_refs(inputs, run.access), run, count, skip, shuffle, seed, handler)
+
+
+def _cat(
+    refs: list[ShardRef],
+    run: ToolRun,
+    count: int | None,
+    skip: int,
+    shuffle: int,
+    seed: int,
+    handler: Handler = reraise,
+) -> Iterator[dict[str, Any]]:
+    samples: Iterator[dict[str, Any]] = iter_samples(run.track(refs), handler=handler)
     if skip:
         samples = islice(samples, skip, None)
     if shuffle:
@@ -87,36 +98,25 @@ def cat(
     shuffle: int = 0,
     seed: int = 0,
     format: Format | None = None,
-    storage_options: dict[str, Any] | None = None,
-    hash: HashName = DEFAULT_HASH,
-    on_shard: Callable[[ShardInfo], None] | None = None,
-    progress: ToolProgressFn | None = None,
+    **options: Unpack[WriteOptions],
 ) -> int:
     """Write the samples of ``inputs`` to ``output`` (``-``, a file, or a shard pattern);
-    returns the number of samples written. See :func:`iter_cat` for the options.
-    ``on_shard`` gets each file written (its size and ``hash`` digest); ``progress`` each
-    input shard read."""
+    returns the number of samples written. See :func:`iter_cat` for the options, and
+    :class:`~shardkit.tools._settings.WriteOptions` for ``storage_options``, ``hash``,
+    ``on_shard`` (gets each file written: its size and ``hash`` digest) and ``progress``
+    (each input shard read)."""
+    run = ToolRun.of("cat", options)
     _check_counts(count, skip, shuffle)
-    refs = as_refs(inputs, storage_options=storage_options)
-    with Output(
-        output, format=format, storage_options=storage_options, hash=hash, on_shard=on_shard
-    ) as out:
+    refs = as_refs(inputs, run.access)
+    with Output(output, run, format=format) as out:
         if out.raw is not None and not shuffle:
             window = _Window(skip, count)
-            for ref in track(refs, progress):
+            for ref in run.track(refs):
                 if window.done:
                     break
-                _copy_shard(ref, out, window, storage_options)
+                _copy_shard(ref, out, window)
         else:
-            for sample in iter_cat(
-                refs,
-                count=count,
-                skip=skip,
-                shuffle=shuffle,
-                seed=seed,
-                storage_options=storage_options,
-                progress=progress,
-            ):
+            for sample in _cat(refs, run, count, skip, shuffle, seed):
                 out.write(sample)
     return out.samples
 
@@ -141,17 +141,15 @@ class _Window:
         return True
 
 
-def _copy_shard(
-    ref: ShardRef, out: Output, window: _Window, storage_options: dict[str, Any] | None
-) -> None:
+def _copy_shard(ref: ShardRef, out: Output, window: _Window) -> None:
     if ref.format != "tar":
-        for sample in iter_samples([ref], storage_options=storage_options):
+        for sample in iter_samples([ref]):
             if window.done:
                 return
             if window.take():
                 out.write(sample)
         return
-    raw, stream = open_shard(ref, storage_options=storage_options)
+    raw, stream = open_shard(ref)
     try:
         members = TarScanner(stream, url=ref.url)
         with gzip_errors(ref.url):

@@ -17,11 +17,9 @@ key (``00000012``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import storage
-from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.cut import WRITER_MAX_COUNT, WRITER_MAX_SIZE
 from ..formats.names import FORMATS, Format, is_pattern, shard_name_format
@@ -30,7 +28,10 @@ from ..formats.tfschema import to_example_fields
 from ..units import Size
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output
-from ._progress import ToolProgressFn, track
+from ._settings import ToolRun, WriteOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["convert"]
 
@@ -55,16 +56,15 @@ def convert(
     to: Format | None = None,
     max_count: int | None = None,
     max_size: Size | None = None,
-    storage_options: dict[str, Any] | None = None,
-    hash: HashName = DEFAULT_HASH,
-    on_shard: Callable[[ShardInfo], None] | None = None,
-    progress: ToolProgressFn | None = None,
+    **options: Unpack[WriteOptions],
 ) -> tuple[int, list[ShardInfo]]:
     """Convert the samples of ``inputs`` to ``to`` (default: the output's extension),
     written to a file, ``-`` or a shard pattern; returns (samples, shards written).
-    ``on_shard`` gets each file written (its size and ``hash`` digest)."""
+    ``on_shard`` gets each file written (its size and ``hash`` digest); the keywords:
+    :class:`~shardkit.tools._settings.WriteOptions`."""
+    run = ToolRun.of("convert", options)
     target = _target(output, to) if output != "-" else (to or "tar")
-    refs = as_refs(inputs, storage_options=storage_options)
+    refs = as_refs(inputs, run.access)
     rotation: dict[str, Any] = {}
     if is_pattern(output):
         rotation = {"max_count": max_count, "max_size": max_size}
@@ -72,16 +72,9 @@ def convert(
             rotation = {"max_count": WRITER_MAX_COUNT, "max_size": WRITER_MAX_SIZE}
     elif max_count is not None or max_size is not None:
         raise ConfigError("--max-count/--max-size need an output shard pattern")
-    with Output(
-        output,
-        format=target,
-        storage_options=storage_options,
-        hash=hash,
-        on_shard=on_shard,
-        **rotation,
-    ) as out:
-        for ref in track(refs, progress):
+    with Output(output, run, format=target, **rotation) as out:
+        for ref in run.track(refs):
             to_schema = ref.format == "tar" and target == "tfrecord"
-            for sample in iter_samples([ref], storage_options=storage_options):
+            for sample in iter_samples([ref]):
                 out.write(to_example_fields(sample) if to_schema else sample)
     return out.samples, out.shards

@@ -24,6 +24,7 @@ from typing import Any
 from .. import storage
 from .._optional import require
 from ..errors import ConfigError, DataError
+from ..storage import Access, StorageOptions
 from ._media import field_picture, thumbnail_kind
 from .tsv import check_spec, label_text
 
@@ -118,7 +119,7 @@ def contact_sheet(
     image_field: str | None = None,
     label: str | None = "cls",
     class_names: dict[str, str] | None = None,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: Access | StorageOptions | None = None,
 ) -> ContactSheet:
     """Draw the first ``count`` pictures (images, video first frames, audio waveforms) of
     ``samples`` into a PNG at ``output``."""
@@ -151,6 +152,6 @@ def contact_sheet(
         _draw_tile(canvas, font, index, columns, tile, item)
     png = io.BytesIO()  # encoded first: an error while writing names the file, and
     canvas.save(png, format="PNG")  # PIL writes to a descriptor past any wrapper
-    with storage.open_atomic(output, storage_options=storage_options) as file:
+    with storage.open_atomic(output, access=Access.of(storage_options)) as file:
         file.write(png.getbuffer())
     return sheet

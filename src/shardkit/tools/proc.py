@@ -38,19 +38,20 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .. import storage
-from ..digest import DEFAULT_HASH, HashName
 from ..engines import Engine
 from ..errors import ConfigError, DataError, ShardkitError, StorageError
 from ..formats.names import Format
-from ..formats.record import ShardInfo
 from ..handlers import OnError, check_on_error
 from ..units import Size
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, tar_fields
-from ._progress import ShardCount, ToolProgressFn, track
+from ._progress import ShardCount
+from ._settings import ToolRun, WriteOptions
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
+
+    from typing_extensions import Unpack
 
 __all__ = ["ProcCounts", "ProcError", "ProcResult", "proc", "run_on_sample", "run_on_samples"]
 
@@ -263,106 +264,66 @@ def proc(
     max_count: int | None = None,
     max_size: Size | None = None,
     format: Format | None = None,
-    storage_options: dict[str, Any] | None = None,
     engine: Engine = "local",
     address: str | None = None,
-    hash: HashName = DEFAULT_HASH,
-    on_shard: Callable[[ShardInfo], None] | None = None,
-    progress: ToolProgressFn | None = None,
+    **options: Unpack[WriteOptions],
 ) -> ProcResult:
     """Run ``command`` over every sample of ``inputs`` and write the results to ``output``.
 
     ``engine="ray"|"dask"`` runs one task per input shard on that cluster (``address``),
     writing one output shard per input (``output`` is then a pattern; see
     :func:`shardkit.map_shards`). ``on_shard`` gets each file written (its size and
-    ``hash`` digest)."""
+    ``hash`` digest); the keywords: :class:`~shardkit.tools._settings.WriteOptions`."""
+    run = ToolRun.of("proc", options)
     if names not in ("sample", "key"):
         raise ConfigError(f"names must be 'sample' or 'key', not {names!r}")
+    transform = functools.partial(
+        run_on_samples,
+        command=command,
+        workers=workers,
+        on_error=on_error,
+        names=names,
+        timeout=timeout,
+    )
     if engine != "local":
         if max_count is not None or max_size is not None or format is not None:
             raise ConfigError("with a cluster engine each input shard gives one output shard")
-        transform = functools.partial(
-            run_on_samples,
-            command=command,
-            workers=workers,
-            on_error=on_error,
-            names=names,
-            timeout=timeout,
-        )
-        cluster = _Cluster(engine, address, storage_options, hash, on_shard, progress)
-        return _on_cluster(inputs, transform, output, cluster)
-    refs = as_refs(inputs, storage_options=storage_options)
+        return _on_cluster(inputs, transform, output, run, (engine, address))
+    refs = as_refs(inputs, run.access)
     counts = ProcCounts()
-    out = Output(
-        output,
-        format=format,
-        max_count=max_count,
-        max_size=max_size,
-        storage_options=storage_options,
-        hash=hash,
-        on_shard=on_shard,
-    )
-    with out:
-        samples = iter_samples(track(refs, progress), storage_options=storage_options)
-        for result in run_on_samples(
-            samples,
-            command,
-            workers=workers,
-            on_error=on_error,
-            names=names,
-            timeout=timeout,
-            counts=counts,
-        ):
+    with Output(output, run, format=format, max_count=max_count, max_size=max_size) as out:
+        for result in transform(iter_samples(run.track(refs)), counts=counts):
             out.write(result)
     return counts.result()
-
-
-@dataclass(frozen=True)
-class _Cluster:
-    """Where and how :func:`_on_cluster` writes."""
-
-    engine: Engine
-    address: str | None
-    storage_options: dict[str, Any] | None
-    hash: HashName
-    on_shard: Callable[[ShardInfo], None] | None
-    progress: ToolProgressFn | None
 
 
 def _on_cluster(
     inputs: Inputs,
     transform: Callable[[Iterator[dict[str, Any]]], Iterator[dict[str, Any]]],
     output: str,
-    cluster: _Cluster,
+    run: ToolRun,
+    cluster: tuple[Engine, str | None],
 ) -> ProcResult:
     """``proc`` on a Ray or Dask cluster: one :func:`~shardkit.mapshards.map_shard_streams`
     task per input shard, ``output`` a pattern (one output shard per input). Counts only
     the shards processed this run; ``progress`` hears of each as its task's result arrives,
     and of the outputs an earlier run left (resumed) at the end."""
-    from ..mapshards import map_shard_streams
+    from ..mapshards import MapRun, map_shard_streams
     from ..pipeline import resolve_source
 
     given = [inputs] if isinstance(inputs, str) else list(cast(Iterable[Any], inputs))
     if not all(isinstance(url, str) and url != "-" for url in given):
         raise ConfigError("with a cluster engine the inputs are shard URLs (not '-' or streams)")
-    urls = resolve_source(given, storage_options=cluster.storage_options, counts=False).urls
-    count = ShardCount(len(urls), cluster.progress)
-    results = map_shard_streams(
-        transform,
-        urls,
-        output,
-        engine=cluster.engine,
-        address=cluster.address,
-        storage_options=cluster.storage_options,
-        hash=cluster.hash,
-        progress=lambda result: count.done(),
-    )
+    urls = resolve_source(given, storage_options=run.access, counts=False).urls
+    count = ShardCount(len(urls), run.progress)
+    where = MapRun(*cluster, access=run.access, progress=lambda _: count.done(), hash=run.hash)
+    results = map_shard_streams(transform, urls, output, where)
     if count.shards < len(results):  # outputs that existed: done too
         count.done(len(results) - count.shards)
     done = [r for r in results if not r.resumed]
-    if cluster.on_shard is not None:
+    if run.on_shard is not None:
         for i, r in enumerate(done):
-            cluster.on_shard(replace(r.shard, index=i))
+            run.on_shard(replace(r.shard, index=i))
     read = sum(r.samples_in or 0 for r in done)
     written = sum(r.samples_out or 0 for r in done)
     return ProcResult(samples_in=read, samples_out=written, skipped=read - written)

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from ..digest import DEFAULT_HASH, HashName
 from ..errors import ConfigError
 from ..formats.names import Format, check_pattern, format_from_name, is_pattern
 from ..formats.record import ShardInfo
+from ..storage import Access, StorageOptions
 from ..units import Size
 from ._inputs import Inputs, as_refs, iter_samples
 from ._outputs import Output, prepare_output
-from ._progress import ToolProgressFn, track
 from ._rawsplit import raw_shards, split_raw
+from ._settings import OnShard, ToolRun, WriteOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["split", "write_shards"]
 
@@ -29,8 +34,8 @@ def write_shards(
     max_size: Size | None = None,
     max_shards: int | None = None,
     format: Format | None = None,
-    storage_options: dict[str, Any] | None = None,
-    on_shard: Callable[[ShardInfo], None] | None = None,
+    storage_options: Access | StorageOptions | None = None,
+    on_shard: OnShard | None = None,
     hash: HashName = DEFAULT_HASH,
 ) -> list[ShardInfo]:
     """Write ``samples`` to shards named by ``pattern``; returns the committed shards.
@@ -40,20 +45,33 @@ def write_shards(
     the rest of the input is not read. ``hash`` names each shard's digest algorithm
     (:mod:`shardkit.digest`).
     """
+    run = ToolRun(Access.of(storage_options), hash=hash, on_shard=on_shard)
+    return _written(samples, pattern, run, (max_count, max_size, max_shards), format)
+
+
+Limits = tuple[int | None, Size | None, int | None]
+"""``max_count``, ``max_size`` and ``max_shards`` of a shard pattern."""
+
+
+def _written(
+    samples: Iterable[dict[str, Any]],
+    pattern: str,
+    run: ToolRun,
+    limits: Limits,
+    format: Format | None,
+) -> list[ShardInfo]:
+    """:func:`write_shards`: each shard reported to ``run.on_shard`` as the next is begun."""
+    max_count, max_size, max_shards = limits
     if not is_pattern(pattern):
         raise ConfigError(
             f"output {pattern!r} needs a shard number placeholder: e.g. out/shard-%06d.tar"
         )
     if max_count is None and max_size is None:
         raise ConfigError("give max_count and/or max_size (--max-count, --max-size)")
+    on_shard = run.on_shard
+    quiet = replace(run, on_shard=None)  # reported here, in the loop
     out = Output(
-        pattern,
-        format=format,
-        max_count=max_count,
-        max_size=max_size,
-        max_shards=max_shards,
-        storage_options=storage_options,
-        hash=hash,
+        pattern, quiet, format=format, max_count=max_count, max_size=max_size, max_shards=max_shards
     )
     reported = 0
     with out:
@@ -80,11 +98,8 @@ def split(
     max_size: Size | None = None,
     max_shards: int | None = None,
     format: Format | None = None,
-    hash: HashName = DEFAULT_HASH,
     sha256: bool | None = None,
-    storage_options: dict[str, Any] | None = None,
-    on_shard: Callable[[ShardInfo], None] | None = None,
-    progress: ToolProgressFn | None = None,
+    **options: Unpack[WriteOptions],
 ) -> list[ShardInfo]:
     """Read ``inputs`` (URLs, folders, ``-``) and write their samples to shards.
 
@@ -92,35 +107,19 @@ def split(
     headers kept); any other combination re-encodes samples through ShardWriter.
     ``hash`` names each shard's digest algorithm (:mod:`shardkit.digest`); ``"none"``
     skips hashing (``ShardInfo.digest`` is then empty). ``sha256=True``/``False`` is the
-    older spelling of ``hash="sha256"``/``"none"``."""
+    older spelling of ``hash="sha256"``/``"none"``. ``storage_options``, ``on_shard``,
+    ``progress``: :class:`~shardkit.tools._settings.WriteOptions`."""
+    run = ToolRun.of("split", options)
     if sha256 is not None:
-        hash = "sha256" if sha256 else "none"
+        run = replace(run, hash="sha256" if sha256 else "none")
+    limits = (max_count, max_size, max_shards)
     check_pattern(pattern, option="output")
-    refs = as_refs(inputs, storage_options=storage_options)
+    refs = as_refs(inputs, run.access)
     kind, gz = format_from_name(pattern)
     if (format or kind) == "tar" and not gz and all(ref.format == "tar" for ref in refs):
         if max_count is None and max_size is None:
             raise ConfigError("give max_count and/or max_size (--max-count, --max-size)")
         prepare_output(pattern)
-        sink = raw_shards(
-            pattern,
-            max_count=max_count,
-            max_size=max_size,
-            max_shards=max_shards,
-            hash=hash,
-            storage_options=storage_options,
-            on_shard=on_shard,
-        )
-        return split_raw(track(refs, progress), sink, storage_options)
-    samples = iter_samples(track(refs, progress), storage_options=storage_options)
-    return write_shards(
-        samples,
-        pattern,
-        max_count=max_count,
-        max_size=max_size,
-        max_shards=max_shards,
-        format=format,
-        storage_options=storage_options,
-        on_shard=on_shard,
-        hash=hash,
-    )
+        sink = raw_shards(pattern, *limits, run=run)
+        return split_raw(run.track(refs), sink)
+    return _written(iter_samples(run.track(refs)), pattern, run, limits, format)

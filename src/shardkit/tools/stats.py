@@ -21,7 +21,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..codecs import image_extension, image_size
 from ..errors import DataError, escape_controls
@@ -29,8 +29,11 @@ from ..formats.tar import Grouping, TarScanner
 from ..formats.tfschema import HEIGHT, WIDTH
 from ._inputs import Inputs, ShardRef, as_refs, class_names, gzip_errors, open_shard
 from ._media import media_info, media_kind
-from ._progress import ToolProgressFn, track
+from ._settings import ToolOptions, ToolRun
 from .tsv import check_spec, label_text
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "MediaStats",
@@ -163,21 +166,16 @@ class Stats:
         }
 
 
+@dataclass
 class _Collector:
-    def __init__(
-        self,
-        result: Stats,
-        label: str | None,
-        names: dict[str, str],
-        image_sizes: bool,
-        media: bool,
-    ) -> None:
-        self.result = result
-        self.label = label
-        self.names = names
-        self.image_sizes = image_sizes
-        self.media = media
-        self.want = label.split(".", 1)[0].lower() if label else None
+    result: Stats
+    label: str | None
+    names: dict[str, str]
+    image_sizes: bool
+    media: bool
+
+    def __post_init__(self) -> None:
+        self.want = self.label.split(".", 1)[0].lower() if self.label else None
 
     def sample(
         self, shard: ShardStats, fields: dict[str, Any], sizes: dict[str, int], disk: int
@@ -235,9 +233,9 @@ class _Collector:
         return self.want is not None and (ext == self.want or self.label == ext)
 
 
-def _tar_shard(ref: ShardRef, shard: ShardStats, collect: _Collector, options: Any) -> None:
+def _tar_shard(ref: ShardRef, shard: ShardStats, collect: _Collector) -> None:
     seekable = not ref.gzip and not ref.stdin
-    raw, stream = open_shard(ref, storage_options=options, buffer_size=0 if seekable else 1 << 20)
+    raw, stream = open_shard(ref, buffer_size=0 if seekable else 1 << 20)
     seekable = seekable and stream is raw
     try:
         members = TarScanner(stream, url=ref.url, chunk_size=1 << 16, seek=seekable)
@@ -261,11 +259,11 @@ def _tar_shard(ref: ShardRef, shard: ShardStats, collect: _Collector, options: A
             raw.close()
 
 
-def _tfrecord_shard(ref: ShardRef, shard: ShardStats, collect: _Collector, options: Any) -> None:
+def _tfrecord_shard(ref: ShardRef, shard: ShardStats, collect: _Collector) -> None:
     from ..formats.example import decode_example, example_to_sample
     from ..formats.tfrecord import RECORD_OVERHEAD, iter_records
 
-    raw, stream = open_shard(ref, storage_options=options)
+    raw, stream = open_shard(ref)
     try:
         with gzip_errors(ref.url):
             for offset, record in iter_records(stream, url=ref.url):
@@ -293,26 +291,27 @@ def stats(
     image_sizes: bool = False,
     media: bool = True,
     on_shard: Callable[[ShardStats], None] | None = None,
-    storage_options: dict[str, Any] | None = None,
-    progress: ToolProgressFn | None = None,
+    **options: Unpack[ToolOptions],
 ) -> Stats:
     """Gather statistics over ``inputs`` (shards, folders, manifests, ``-``).
 
     ``image_sizes`` also collects each sample's image width and height (reading image
     headers from tar shards), for :func:`plot_stats`. ``media`` reads each audio and video
     field's duration and rate from its header (:attr:`Stats.media`). ``progress`` hears of
-    each shard done (:class:`~shardkit.tools._progress.ToolProgress`).
+    each shard done (:class:`~shardkit.tools._progress.ToolProgress`); ``storage_options``
+    and ``progress``: :class:`~shardkit.tools._settings.ToolOptions`.
     """
+    run = ToolRun.of("stats", options, writes=False)
     result = Stats()
-    refs = as_refs(inputs, storage_options=storage_options)
-    names = class_names(refs, storage_options=storage_options) if label else {}
+    refs = as_refs(inputs, run.access)
+    names = class_names(refs) if label else {}
     collect = _Collector(result, label, names, image_sizes, media)
-    for ref in track(refs, progress):
+    for ref in run.track(refs):
         shard = ShardStats(ref.url)
         if ref.format == "tar":
-            _tar_shard(ref, shard, collect, storage_options)
+            _tar_shard(ref, shard, collect)
         else:
-            _tfrecord_shard(ref, shard, collect, storage_options)
+            _tfrecord_shard(ref, shard, collect)
         result.shards.append(shard)
         if on_shard is not None:
             on_shard(shard)

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from ..errors import ConfigError, escape_controls
 from ..formats.jsondoc import load_json
+from ..storage import Access, StorageOptions
 from ._inputs import Inputs, as_refs, iter_samples
 
 __all__ = [
@@ -145,15 +146,15 @@ def write_tsv(
     *,
     header: bool = True,
     count: int | None = None,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: Access | StorageOptions | None = None,
 ) -> int:
     """Write the table for ``inputs`` to ``out``; returns the number of rows."""
     specs = parse_fields(fields)
-    refs = as_refs(inputs, storage_options=storage_options)
+    refs = as_refs(inputs, Access.of(storage_options))
     if header:
         out.write("\t".join(cell(spec) for spec in specs) + "\n")
     rows = 0
-    for row in tsv_rows(iter_samples(refs, storage_options=storage_options), specs):
+    for row in tsv_rows(iter_samples(refs), specs):
         if count is not None and rows >= count:
             break
         out.write("\t".join(row) + "\n")

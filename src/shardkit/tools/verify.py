@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 from .. import storage
 from ..digest import digest_name
@@ -47,7 +47,10 @@ from ._inputs import (
     open_shard,
     read_manifest,
 )
-from ._progress import ToolProgressFn, track
+from ._settings import ToolOptions, ToolRun
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Problem", "ShardCheck", "VerifyReport", "scan_shard", "verify", "verify_shard"]
 
@@ -170,7 +173,6 @@ def scan_shard(
     decode: bool = False,
     sha256: bool | None = None,
     on_problem: Callable[[Problem], None] | None = None,
-    storage_options: dict[str, Any] | None = None,
 ) -> tuple[ShardCheck, Seen]:
     """The shard's own checks (no manifest or index): its result and what it holds."""
     check = ShardCheck(ref.url)
@@ -178,9 +180,7 @@ def scan_shard(
     hashes = _hashes(ref, sha256)
     seekable = not hashes and not ref.gzip and ref.format == "tar" and not ref.stdin
     try:
-        raw, _ = open_shard(
-            ref, storage_options=storage_options, buffer_size=0 if seekable else 1 << 20
-        )
+        raw, _ = open_shard(ref, buffer_size=0 if seekable else 1 << 20)
     except StorageError as exc:
         report(None, None, f"cannot open: {exc.message}")
         return check, Seen()
@@ -199,17 +199,15 @@ def verify_shard(
     decode: bool = False,
     sha256: bool | None = None,
     on_problem: Callable[[Problem], None] | None = None,
-    storage_options: dict[str, Any] | None = None,
 ) -> ShardCheck:
     """Check one shard. Its bytes are hashed with the algorithm of the manifest's digest
     when there is one; ``sha256=True`` also computes its sha256 (:attr:`ShardCheck.sha256`),
-    ``sha256=False`` hashes nothing."""
-    index, trouble = _load_index(ref, storage_options)
+    ``sha256=False`` hashes nothing. The shard (and its index) is reached as ``ref`` says
+    (:attr:`~shardkit.tools._inputs.ShardRef.access`)."""
+    index, trouble = _load_index(ref)
     if index is not None and index.sha256 and sha256 is not False:
         sha256 = True  # the index records the shard's sha256: compare it
-    check, seen = scan_shard(
-        ref, decode=decode, sha256=sha256, on_problem=on_problem, storage_options=storage_options
-    )
+    check, seen = scan_shard(ref, decode=decode, sha256=sha256, on_problem=on_problem)
     report = _reporter(check, on_problem)
     if trouble:
         report(None, None, trouble)
@@ -288,14 +286,12 @@ def _against_manifest(
         report(None, None, f"{check.samples} samples, the manifest says {ref.samples}")
 
 
-def _load_index(
-    ref: ShardRef, storage_options: dict[str, Any] | None
-) -> tuple[ShardIndex | None, str]:
+def _load_index(ref: ShardRef) -> tuple[ShardIndex | None, str]:
     """The shard's index (None: it has none), or why it cannot be read."""
     if ref.stdin:
         return None, ""
     try:
-        return load_index(ref.url, storage_options=storage_options), ""
+        return load_index(ref.url, storage_options=ref.access), ""
     except (StorageError, ValueError) as exc:
         return None, f"unreadable index file: {exc}"
 
@@ -383,11 +379,12 @@ def verify(
     sha256: bool | None = None,
     on_problem: Callable[[Problem], None] | None = None,
     on_shard: Callable[[ShardCheck], None] | None = None,
-    storage_options: dict[str, Any] | None = None,
-    progress: ToolProgressFn | None = None,
+    **options: Unpack[ToolOptions],
 ) -> VerifyReport:
     """Check every shard of ``inputs`` (shards, folders, manifests, ``-``); ``progress``
-    hears of each shard done."""
+    hears of each shard done (``storage_options``, ``progress``:
+    :class:`~shardkit.tools._settings.ToolOptions`)."""
+    run = ToolRun.of("verify", options, writes=False)
     result = VerifyReport()
     items: list[str | ShardRef] = []
     for item in [inputs] if isinstance(inputs, (str, ShardRef)) else list(inputs):
@@ -407,16 +404,10 @@ def verify(
         else:
             items.append(item)
     missing = {p.shard for p in result.other if p.message.endswith("but missing")}
-    for ref in track(as_refs(items, storage_options=storage_options), progress):
+    for ref in run.track(as_refs(items, run.access)):
         if ref.url in missing:
             continue
-        shard = verify_shard(
-            ref,
-            decode=decode,
-            sha256=sha256,
-            on_problem=on_problem,
-            storage_options=storage_options,
-        )
+        shard = verify_shard(ref, decode=decode, sha256=sha256, on_problem=on_problem)
         result.shards.append(shard)
         if on_shard is not None:
             on_shard(shard)

@@ -37,6 +37,7 @@ from ... import storage
 from ...errors import ConfigError, FormatError, ShardkitError
 from ...formats.names import MANIFEST_NAME
 from ...reader import detect_format, read_shard
+from ...storage import LOCAL, Access
 from .._inputs import ShardRef, read_manifest
 from ..stats import Stats, stats
 from ..tsv import label_text
@@ -102,21 +103,19 @@ class Catalog:
         source: str | Sequence[str],
         *,
         label: str | None = "cls",
-        storage_options: dict[str, Any] | None = None,
+        access: Access = LOCAL,
         cache_bytes: int = CACHE_BYTES,
     ) -> None:
         from ...pipeline import resolve_source
 
         self.source = source
         self.label = label
-        self._options = storage_options
-        shards = resolve_source(source, storage_options=storage_options)
+        self._access = access
+        shards = resolve_source(source, storage_options=access)
         self.urls = shards.urls
-        self._manifest = _manifest_url(source, storage_options)
+        self._manifest = _manifest_url(source, access)
         self.classes = (
-            read_manifest(self._manifest, storage_options=storage_options).classes
-            if self._manifest
-            else {}
+            read_manifest(self._manifest, storage_options=access).classes if self._manifest else {}
         )
         self._lock = threading.Lock()
         self._stats_lock = threading.Lock()  # the stats read on their own: pages go on
@@ -138,11 +137,11 @@ class Catalog:
         from ...pipeline import IndexedDataset, load_indexes
 
         try:
-            loaded = load_indexes(self.urls, storage_options=self._options, required=True)
+            loaded = load_indexes(self.urls, access=self._access, required=True)
             indexes = [index for index in loaded if index is not None]  # required: all there
             # copy=False: a local shard's fields are views of its mapping (a grid page
             # touches the headers and labels, not every sample's bytes).
-            dataset = IndexedDataset(list(self.urls), storage_options=self._options, copy=False)
+            dataset = IndexedDataset(list(self.urls), storage_options=self._access, copy=False)
             len(dataset)  # loads and checks the indexes
         except (ConfigError, FormatError) as exc:
             return None, [], [], f"reading forward from the first shard: {exc}"
@@ -191,7 +190,7 @@ class Catalog:
                 refs = [
                     ShardRef(url, *detect_format(url), manifest=self._manifest) for url in self.urls
                 ]
-                self._stats = stats(refs, label=self.label, storage_options=self._options)
+                self._stats = stats(refs, label=self.label, storage_options=self._access)
             return self._stats
 
     def close(self) -> None:
@@ -289,7 +288,7 @@ class Catalog:
             self._starts[s] = number
             self._note_open(self.urls[s])
             # copy=False: a local tar's fields are views of its mapping, not copies.
-            for raw in read_shard(self.urls[s], storage_options=self._options, copy=False):
+            for raw in read_shard(self.urls[s], storage_options=self._access, copy=False):
                 yield _entry(number, raw)
                 number += 1
         self._starts[len(self.urls)] = number
@@ -376,7 +375,7 @@ def _copied(value: Any) -> int:
     return _size(value)
 
 
-def _manifest_url(source: str | Sequence[str], options: dict[str, Any] | None) -> str | None:
+def _manifest_url(source: str | Sequence[str], access: Access) -> str | None:
     """The manifest a source names or holds, if any (its class names label the samples)."""
     if not isinstance(source, str) or storage.is_executing(source):
         return None
@@ -389,7 +388,7 @@ def _manifest_url(source: str | Sequence[str], options: dict[str, Any] | None) -
         return None
     url = storage.join(source, MANIFEST_NAME)
     try:
-        fs, path = storage.filesystem(url, options)
+        fs, path = storage.filesystem(url, access)
         return url if fs.exists(path) else None
     except (ShardkitError, OSError):
         return None

@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ...errors import ConfigError, DataError, MissingDependencyError, ShardkitError
+from ...storage import LOCAL, Access
 from .._media import PixelLimitError, Reserve, field_picture, thumbnail_kind
 from ._budget import Busy, DecodeBudget, OverBudget
 from ._catalog import Catalog, ShardChangedError
@@ -122,7 +123,7 @@ class Viewer:
         port: int = 8765,
         page_size: int = 48,
         label: str | None = "cls",
-        storage_options: dict[str, Any] | None = None,
+        access: Access = LOCAL,
         decode_memory: int = DECODE_MEMORY,
         decodes: int = DECODES,
         decode_wait: float = DECODE_WAIT,
@@ -130,7 +131,7 @@ class Viewer:
         if not 1 <= page_size <= _MAX_PAGE:
             raise ConfigError(f"page_size must be from 1 to {_MAX_PAGE}, not {page_size}")
         self.decoding = DecodeBudget(decode_memory, slots=decodes, wait=decode_wait)
-        self.catalog = Catalog(source, label=label, storage_options=storage_options)
+        self.catalog = Catalog(source, label=label, access=access)
         self.page_size = page_size
         host = host.removeprefix("[").removesuffix("]")
         try:
