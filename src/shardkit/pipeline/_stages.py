@@ -28,7 +28,7 @@ stage is in :mod:`shardkit.pipeline._decode`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -99,6 +99,30 @@ def report_error(handler: Handler, exc: Exception, item: Any) -> None:
         report_bad_data(handler, exc, item)
     else:
         handler(exc)
+
+
+def guarded(
+    items: Iterable[Any], fn: Callable[[Any], Any], handler: Handler, catch_all: bool
+) -> Iterator[Any]:
+    """``fn(item)`` for each item; an error of ``fn`` that :func:`handles` takes goes to
+    ``handler`` (:func:`report_error`) and the item is dropped: the one loop of every
+    stage that applies a function to each item (map, map_dict, map_tuple, decode)."""
+    for item in items:
+        try:
+            out = fn(item)
+        except Exception as exc:
+            if not handles(exc, catch_all):
+                raise
+            report_error(handler, exc, item)
+            continue
+        yield out
+
+
+def _seen(items: Iterable[Any], fields: _Fields) -> Iterator[Any]:
+    """``items``, each counted by ``fields`` on its way (before a stage applies to it)."""
+    for item in items:
+        fields.see(item)
+        yield item
 
 
 class Withheld:
@@ -208,16 +232,7 @@ class Map(Stage):
     catch_all: bool = False  # the stage's own handler= takes what fn raises
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        fn, handler = self.fn, self.handler
-        for item in items:
-            try:
-                out = fn(item)
-            except Exception as exc:
-                if not handles(exc, self.catch_all):
-                    raise
-                report_error(handler, exc, item)
-                continue
-            yield out
+        return guarded(items, self.fn, self.handler, self.catch_all)
 
 
 @dataclass(eq=False)
@@ -231,22 +246,18 @@ class MapDict(Stage):
     check_fields: bool = True  # a field no sample of the stream has is a ConfigError
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        fns, handler = self.fns, self.handler
+        fns = self.fns
         fields = _Fields(tuple((name,) for name in fns) if self.check_fields else ())
-        for sample in items:
-            fields.see(sample)
-            try:
-                out = dict(sample)
-                for name, fn in fns.items():
-                    if name not in out:
-                        raise missing_field((name,), sample)
-                    out[name] = fn(out[name])
-            except Exception as exc:
-                if not handles(exc, self.catch_all):
-                    raise
-                report_error(handler, exc, sample)
-                continue
-            yield out
+
+        def apply(sample: Any) -> Any:
+            out = dict(sample)
+            for name, fn in fns.items():
+                if name not in out:
+                    raise missing_field((name,), sample)
+                out[name] = fn(out[name])
+            return out
+
+        yield from guarded(_seen(items, fields), apply, self.handler, self.catch_all)
         fields.check("map_dict")
 
 
@@ -259,17 +270,13 @@ class MapTuple(Stage):
     catch_all: bool = False
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        fns, handler = self.fns, self.handler
-        for item in items:
-            try:
-                out = tuple(v if f is None else f(v) for f, v in zip(fns, item, strict=False))
-                out += tuple(item[len(fns) :])
-            except Exception as exc:
-                if not handles(exc, self.catch_all):
-                    raise
-                report_error(handler, exc, item)
-                continue
-            yield out
+        fns = self.fns
+
+        def apply(item: Any) -> tuple[Any, ...]:
+            out = tuple(v if f is None else f(v) for f, v in zip(fns, item, strict=False))
+            return out + tuple(item[len(fns) :])
+
+        return guarded(items, apply, self.handler, self.catch_all)
 
 
 @dataclass(eq=False)
