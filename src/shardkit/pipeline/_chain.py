@@ -26,7 +26,7 @@ from ._context import Context
 from ._counting import Counting, Slice, Take, Unbatched
 from ._decode import Decode
 from ._source import ReadOptions, stream_samples
-from ._stages import Batched, Rename, Select, Shuffle, Stage, ToTuple, Withheld
+from ._stages import Batched, FieldStage, Select, Shuffle, Stage, Withheld
 from ._state import Progress, ReadsAhead, counted, finished
 from ._urls import ShardList
 
@@ -283,7 +283,7 @@ class Recipe:
 
 def _apply(stage: Stage, items: Iterator[Any], ctx: Context, withheld: Withheld | None) -> Any:
     """``stage`` over ``items``; a field stage given ``withheld`` counts those samples."""
-    if withheld is not None and isinstance(stage, (ToTuple, Rename)):
+    if withheld is not None and isinstance(stage, FieldStage):
         return stage.run(items, ctx, withheld)
     return stage(items, ctx)
 
@@ -293,7 +293,7 @@ def _direct_field_stages(stages: tuple[Stage, ...]) -> set[int]:
     fields the reader gave them (only stages that keep fields come before them)."""
     direct = set()
     for index, stage in enumerate(stages):
-        if isinstance(stage, (ToTuple, Rename)):
+        if isinstance(stage, FieldStage):
             direct.add(index)
         if not isinstance(stage, _KEEPS_FIELDS):
             break

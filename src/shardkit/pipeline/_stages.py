@@ -45,6 +45,7 @@ from ._context import Context
 
 __all__ = [
     "Batched",
+    "FieldStage",
     "Map",
     "MapDict",
     "MapTuple",
@@ -299,8 +300,37 @@ def parse_fields(fields: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(f.split(";")) for f in fields)
 
 
+class FieldStage(Stage):
+    """A stage that takes fields by name: a wanted field that no sample of the stream had
+    is a :class:`ConfigError` at its end (``method`` names the stage in it), the samples
+    the reader withheld counted too where :meth:`run` is given them (see the module docs)."""
+
+    method: ClassVar[str]
+
+    def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
+        return self.run(items, ctx)
+
+    def run(
+        self, items: Iterator[Any], ctx: Context, withheld: Withheld | None = None
+    ) -> Iterator[Any]:
+        """The stage over ``items``; ``withheld``: the samples the reader withheld, when
+        no stage before this one renames fields."""
+        seen = _Fields(self.wanted())
+        yield from self.apply(_seen(items, seen))
+        seen.see_withheld(withheld)
+        seen.check(self.method)
+
+    def wanted(self) -> tuple[tuple[str, ...], ...]:
+        """The fields some sample must have (each with its alternatives)."""
+        raise NotImplementedError
+
+    def apply(self, samples: Iterator[Any]) -> Iterator[Any]:
+        """The stage's output for ``samples``."""
+        raise NotImplementedError
+
+
 @dataclass(eq=False)
-class ToTuple(Stage):
+class ToTuple(FieldStage):
     """A tuple of fields; each field is the first of its alternatives the sample has.
 
     A missing field is bad data, or None with ``missing_is_error=False``; with
@@ -311,19 +341,14 @@ class ToTuple(Stage):
     missing_is_error: bool = True
     none_is_error: bool = False
     check_fields: bool = True
+    method: ClassVar[str] = "to_tuple"
 
-    def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        return self.run(items, ctx)
+    def wanted(self) -> tuple[tuple[str, ...], ...]:
+        return self.fields if self.missing_is_error and self.check_fields else ()
 
-    def run(
-        self, items: Iterator[Any], ctx: Context, withheld: Withheld | None = None
-    ) -> Iterator[Any]:
-        """The stage over ``items``; ``withheld``: the samples the reader withheld, when
-        no stage before this one renames fields (see the module docs)."""
+    def apply(self, samples: Iterator[Any]) -> Iterator[Any]:
         fields, handler = self.fields, self.handler
-        seen = _Fields(fields if self.missing_is_error and self.check_fields else ())
-        for sample in items:
-            seen.see(sample)
+        for sample in samples:
             out = []
             for alternatives in fields:
                 name = next((name for name in alternatives if name in sample), None)
@@ -338,12 +363,10 @@ class ToTuple(Stage):
                 out.append(value)
             else:
                 yield tuple(out)
-        seen.see_withheld(withheld)
-        seen.check("to_tuple")
 
 
 @dataclass(eq=False)
-class Rename(Stage):
+class Rename(FieldStage):
     """Rename fields: ``names[new]`` lists the old names to try (``"jpg;png"``); fields
     not renamed are kept unless ``keep`` is false (dunder keys always are)."""
 
@@ -351,17 +374,13 @@ class Rename(Stage):
     keep: bool = True
     handler: Handler = reraise
     check_fields: bool = True
+    method: ClassVar[str] = "rename"
 
-    def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        return self.run(items, ctx)
+    def wanted(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(old for _, old in self.names) if self.check_fields else ()
 
-    def run(
-        self, items: Iterator[Any], ctx: Context, withheld: Withheld | None = None
-    ) -> Iterator[Any]:
-        """As :meth:`ToTuple.run`."""
-        seen = _Fields(tuple(old for _, old in self.names) if self.check_fields else ())
-        for sample in items:
-            seen.see(sample)
+    def apply(self, samples: Iterator[Any]) -> Iterator[Any]:
+        for sample in samples:
             out = {k: v for k, v in sample.items() if self.keep or k.startswith("__")}
             for new, alternatives in self.names:
                 old = next((name for name in alternatives if name in sample), None)
@@ -372,8 +391,6 @@ class Rename(Stage):
                 out[new] = sample[old]
             else:
                 yield out
-        seen.see_withheld(withheld)
-        seen.check("rename")
 
 
 @dataclass(eq=False)
