@@ -1,5 +1,5 @@
 """A task whose cluster worker kept dying ends in one BuildError line, the same for Ray
-and Dask (``engines/_connect.worker_died``), with the cluster's own error as its cause."""
+and Dask (``engines/_connect.cluster_worker_died``), with the cluster's own error as its cause."""
 
 from __future__ import annotations
 

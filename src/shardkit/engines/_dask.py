@@ -26,7 +26,7 @@ import distributed as _distributed
 
 from ..errors import BuildError
 from . import _remote
-from ._connect import CONNECT_TIMEOUT_S, unreachable, worker_died
+from ._connect import CONNECT_TIMEOUT_S, cluster_worker_died, unreachable
 
 __all__ = ["DaskExecutor"]
 
@@ -56,7 +56,9 @@ def _task(
 
 def unwrap(exc: BaseException) -> BaseException:
     """The task's own exception; a BuildError when its workers kept dying."""
-    return worker_died("Dask", None, exc) if isinstance(exc, distributed.KilledWorker) else exc
+    if isinstance(exc, distributed.KilledWorker):
+        return cluster_worker_died("Dask", None, exc)
+    return exc
 
 
 class DaskExecutor:

@@ -16,7 +16,7 @@ import ray
 from ray import exceptions as ray_errors
 
 from . import _remote
-from ._connect import worker_died
+from ._connect import cluster_worker_died
 
 __all__ = ["SETTLE_TIMEOUT_S", "RayExecutor"]
 
@@ -69,7 +69,7 @@ def unwrap(exc: BaseException, retries: int) -> BaseException:
         if isinstance(cause, BaseException):
             return cause
     if isinstance(exc, (ray_errors.WorkerCrashedError, ray_errors.NodeDiedError)):
-        return worker_died("Ray", retries + 1, exc)
+        return cluster_worker_died("Ray", retries + 1, exc)
     return exc
 
 
