@@ -169,6 +169,7 @@ CLAIMS = {
     "cli/_toolargs.py": ("the CLI's error line", ('"Error: ', 'f"Error: ')),
     "tools/_media.py": ("a field's thumbnail", (".thumbnail(",)),
     "pipeline/_idxfiles.py": ("trusting an .idx file", ("check_index(",)),
+    "engines/_connect.py": ("the error of a worker that kept dying", ("or out of memory?",)),
 }
 
 
@@ -189,3 +190,67 @@ def test_a_claim_of_one_owner_holds(owner: str) -> None:
         )
     )
     assert others == [], f"{what}: only {owner} may do it, not {others}"
+
+
+def _functions_calling(source: str, name: str) -> set[str]:
+    """The functions of ``source`` (``Class.method`` for a method; a nested function
+    counts as the one around it) that call ``name`` (or ``something.name``)."""
+    found = set()
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if any(_dotted(call.func).split(".")[-1] == name for call in _calls(child)):
+                    found.add(prefix + child.name)
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+# A message parser that reads its own tags, as each of the six once did inline.
+_FIELD_LOOP_COPY = "def _parse_entry(buf, pos, end):\n    tag, pos = _read_tag(buf, pos)\n"
+
+
+def test_one_walk_over_the_fields_of_a_protobuf_message() -> None:
+    """Every message parser of the tf.train.Example decoder walks its fields with
+    ``formats/_protobuf._field`` (the six of them had each its own copy of the tag and
+    length reads); only it and the skipping of a group read a tag."""
+    source = _modules()["formats/_protobuf.py"]
+    assert _functions_calling(source, "_read_tag") == {"_field", "_skip_group"}
+    assert "_parse_entry" in _functions_calling(source + _FIELD_LOOP_COPY, "_read_tag")
+
+
+# A stage loop of its own that asks which errors its handler takes, as four once did.
+_GUARDED_LOOP_COPY = "def apply(items):\n    return [i for i in items if handles(i, False)]\n"
+
+
+def test_one_loop_hands_a_stage_function_error_to_its_handler() -> None:
+    """``pipeline/_stages.guarded`` is the loop that applies a function to each item and
+    hands what it raises to the stage's handler (map, map_dict, map_tuple and the serial
+    decode had each a copy); the threaded decode takes its threads' errors in order."""
+    owners = {
+        f"{module}:{function}"
+        for module, text in _modules().items()
+        for function in _functions_calling(text, "handles")
+    }
+    assert owners == {"pipeline/_stages.py:guarded", "pipeline/_decode.py:_ParallelDecode.__next__"}
+    assert _functions_calling(_GUARDED_LOOP_COPY, "handles") == {"apply"}
+
+
+def test_the_field_stages_share_one_run() -> None:
+    """``to_tuple`` and ``rename`` are :class:`FieldStage` s: the run that counts the
+    fields (the reader's withheld samples too) and checks them at the end is written
+    once, in the base, and the chain finds the field stages by that base."""
+    from shardkit.pipeline._stages import FieldStage, Rename, ToTuple
+
+    assert issubclass(ToTuple, FieldStage) and issubclass(Rename, FieldStage)
+    owners = {
+        f"{module}:{function}"
+        for module, text in _modules().items()
+        for function in _functions_calling(text, "see_withheld")
+    }
+    assert owners == {"pipeline/_stages.py:FieldStage.run"}

@@ -83,10 +83,10 @@ def test_every_stage_is_in_the_resume_table(shard_folder: str) -> None:
     PIPELINES uses it (and so goes through the midpoint resume test below)."""
     import shardkit.pipeline._counting
     import shardkit.pipeline._decode  # registers its stages
-    from shardkit.pipeline._stages import Stage
+    from shardkit.pipeline._stages import FieldStage, Stage
 
     used = {type(s) for build in PIPELINES.values() for s in build(shard_folder)._recipe.stages}
-    abstract = {shardkit.pipeline._counting.Counting}
+    abstract = {shardkit.pipeline._counting.Counting, FieldStage}
     missing = sorted(c.__name__ for c in _stage_classes(Stage) - abstract - used)
     assert not missing, f"stages missing from the resume table PIPELINES: {missing}"
 

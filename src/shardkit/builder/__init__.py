@@ -17,6 +17,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_exports
+from ..errors import ConfigError
 from ..formats.record import ShardRecord
 from ._kinds import is_table
 from ._results import BuildProgress, BuildResult, ProgressFn
@@ -57,20 +58,24 @@ def build(
     Worker processes use the ``forkserver`` start method: a script that calls this must
     guard its entry point with ``if __name__ == "__main__":``.
     """
-    _start_workers(source, BuildOptions() if options is None else options)
-    from ._api import build as run  # the machinery: ~50 ms of imports, while the server boots
+    if options is None:
+        options = BuildOptions()
+    if not isinstance(options, BuildOptions):
+        raise ConfigError(f"options must be a BuildOptions, not {type(options).__name__}")
+    _start_workers(source, options)
+    from ._api import run  # the machinery: ~50 ms of imports, while the server boots
 
-    return run(source, out, options=options, to_sample=to_sample, progress=progress)
+    return run(source, os.fspath(out), options, to_sample, progress)
 
 
-def _start_workers(source: Any, options: Any) -> None:
+def _start_workers(source: Any, options: BuildOptions) -> None:
     """Boot the local worker server now, in the background, for a build that will use
     worker processes: it imports shardkit and what the workers need while this process
     loads the build machinery and lists the source."""
     from .. import config
 
-    if not isinstance(options, BuildOptions) or options.engine != "local":
-        return  # a bad options object is refused by the build; a cluster has its workers
+    if options.engine != "local":
+        return  # a cluster has its workers
     if (options.workers or config.default_workers()) <= 1:
         return
     from ..engines import warm_up

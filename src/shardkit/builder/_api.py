@@ -18,23 +18,13 @@ from ._spill import Spill
 from ._store import LocalStore, ObjectStore, Store
 from .options import BuildOptions
 
-__all__ = ["build", "list_source"]
+__all__ = ["list_source", "run"]
 
 
-def build(
-    source: Any,
-    out: str | os.PathLike[str],
-    *,
-    options: BuildOptions | None = None,
-    to_sample: Any = None,
-    progress: ProgressFn | None = None,
+def run(
+    source: Any, out_path: str, options: BuildOptions, to_sample: Any, progress: ProgressFn | None
 ) -> BuildResult:
-    """See :func:`shardkit.build` (this is its implementation)."""
-    if options is None:
-        options = BuildOptions()
-    if not isinstance(options, BuildOptions):
-        raise ConfigError(f"options must be a BuildOptions, not {type(options).__name__}")
-    out_path = os.fspath(out)
+    """:func:`shardkit.build` once its arguments are checked (this is its implementation)."""
     if options.tokenizer is not None or is_megatron(source):
         from ._tokens import build_tokens
 

@@ -74,6 +74,7 @@ from ._pixels import header_size as header_size
 from ._registry import Codecs, FieldDecoder, FieldEncoder, default_codecs, register
 from ._text import nests_within as nests_within
 from ._text import parse_json as parse_json
+from ._text import plain_bytes as plain_bytes
 from ._video import VIDEO_EXTENSIONS, Clip, VideoSpec
 from ._viewfile import ViewFile as ViewFile
 

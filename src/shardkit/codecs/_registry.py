@@ -12,6 +12,7 @@ from . import _builtin as b
 from ._failures import ENCODE_FAILURES
 from ._images import ENCODABLE_IMAGE_EXTENSIONS, encode_image, last_component
 from ._tenbin import decode_tenbin, encode_tenbin
+from ._text import plain_bytes
 
 __all__ = [
     "REFUSED",
@@ -118,12 +119,9 @@ class Codecs:
             if isinstance(value, (bytes, bytearray, memoryview)) and value[:2] == b"\x1f\x8b":
                 return bytes(value)  # gzipped already (a field read from a shard)
             return b.gzip_bytes(self._encode_field(field[:-3], value, key))
-        if isinstance(value, bytes):
-            return value
-        if isinstance(value, (bytearray, memoryview)):
-            return bytes(value)
-        if isinstance(value, str):
-            return value.encode("utf-8")
+        data = plain_bytes(value)
+        if data is not None:
+            return data
         ext = last_component(field)
         entry = self._table.get(ext)
         kind = type(value).__name__

@@ -18,10 +18,23 @@ __all__ = [
     "check_text",
     "nests_within",
     "parse_json",
+    "plain_bytes",
 ]
 
 #: How deeply a ``json`` field may nest arrays and objects.
 MAX_JSON_DEPTH = 100
+
+
+def plain_bytes(value: Any) -> bytes | None:
+    """A field's ``value`` as its bytes where it needs no encoder: bytes as they are,
+    bytearray and memoryview copied, str as UTF-8; None for any other value."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return None
 
 
 def check_text(data: bytes) -> None:

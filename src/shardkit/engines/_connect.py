@@ -2,16 +2,17 @@
 
 Ray retries a GCS address with nothing behind it for minutes, and Dask waits 30 s and then
 raises a bare ``OSError``. A TCP connection attempt bounded by :data:`CONNECT_TIMEOUT_S`
-says the same in one line, before anything is started or written.
+says the same in one line, before anything is started or written. A worker that keeps
+dying under a task is said in one line too (:func:`cluster_worker_died`), whichever cluster.
 """
 
 from __future__ import annotations
 
 import socket
 
-from ..errors import ConfigError
+from ..errors import BuildError, ConfigError
 
-__all__ = ["CONNECT_TIMEOUT_S", "check_reachable", "unreachable"]
+__all__ = ["CONNECT_TIMEOUT_S", "check_reachable", "unreachable", "cluster_worker_died"]
 
 #: The longest a run waits to reach a cluster's address before it stops (seconds).
 CONNECT_TIMEOUT_S = 10.0
@@ -33,6 +34,18 @@ def unreachable(engine: str, address: str, reason: str) -> ConfigError:
         f"cannot reach the {engine} cluster at {address!r} ({reason}) within "
         f"{CONNECT_TIMEOUT_S:g} s: is it running, and is that its address?"
     )
+
+
+def cluster_worker_died(engine: str, times: int | None, exc: BaseException) -> BuildError:
+    """The one-line error for a task whose worker died ``times`` times (None: each time
+    the cluster ran it), caused by the cluster's own ``exc``."""
+    tries = "each time it ran" if times is None else f"{times} times running"
+    error = BuildError(
+        f"a {engine} worker died {tries} the same task (killed, or out of memory?); "
+        "rerun the same command to resume"
+    )
+    error.__cause__ = exc
+    return error
 
 
 def check_reachable(engine: str, address: str | None) -> None:

@@ -26,7 +26,7 @@ import distributed as _distributed
 
 from ..errors import BuildError
 from . import _remote
-from ._connect import CONNECT_TIMEOUT_S, unreachable
+from ._connect import CONNECT_TIMEOUT_S, cluster_worker_died, unreachable
 
 __all__ = ["DaskExecutor"]
 
@@ -57,12 +57,7 @@ def _task(
 def unwrap(exc: BaseException) -> BaseException:
     """The task's own exception; a BuildError when its workers kept dying."""
     if isinstance(exc, distributed.KilledWorker):
-        error = BuildError(
-            "a Dask worker died each time it ran the same task (killed, or out of memory?); "
-            "rerun the same command to resume"
-        )
-        error.__cause__ = exc
-        return error
+        return cluster_worker_died("Dask", None, exc)
     return exc
 
 

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import ray
 from ray import exceptions as ray_errors
 
-from ..errors import BuildError
 from . import _remote
+from ._connect import cluster_worker_died
 
 __all__ = ["SETTLE_TIMEOUT_S", "RayExecutor"]
 
@@ -69,12 +69,7 @@ def unwrap(exc: BaseException, retries: int) -> BaseException:
         if isinstance(cause, BaseException):
             return cause
     if isinstance(exc, (ray_errors.WorkerCrashedError, ray_errors.NodeDiedError)):
-        error = BuildError(
-            f"a Ray worker died {retries + 1} times running the same task (killed, or out "
-            "of memory?); rerun the same command to resume"
-        )
-        error.__cause__ = exc
-        return error
+        return cluster_worker_died("Ray", retries + 1, exc)
     return exc
 
 

@@ -54,7 +54,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..codecs import IMAGE_EXTENSIONS, IMAGE_FEATURE, image_size
+from ..codecs import IMAGE_EXTENSIONS, IMAGE_FEATURE, image_size, plain_bytes
 from ..errors import DataError, EncodeError
 from .jsondoc import load_json
 
@@ -197,12 +197,9 @@ def field_bytes(name: str, value: Any, key: object) -> bytes:
     bytes stay as they are, str becomes UTF-8, an int (or bool) its ASCII decimal, a float
     its shortest ``repr``, a list a compact JSON array (bytes items as UTF-8 strings).
     """
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8")
+    data = plain_bytes(value)
+    if data is not None:
+        return data
     if isinstance(value, (bool, int)):
         return str(int(value)).encode("ascii")
     if isinstance(value, float):

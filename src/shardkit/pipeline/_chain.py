@@ -26,7 +26,7 @@ from ._context import Context
 from ._counting import Counting, Slice, Take, Unbatched
 from ._decode import Decode
 from ._source import ReadOptions, stream_samples
-from ._stages import Batched, Rename, Select, Shuffle, Stage, ToTuple, Withheld
+from ._stages import Batched, FieldStage, Select, Shuffle, Stage, Withheld
 from ._state import Progress, ReadsAhead, counted, finished
 from ._urls import ShardList
 
@@ -198,18 +198,10 @@ class Recipe:
             space=space,
         )
 
-    def samples(
-        self,
-        shards: ShardList,
-        ctx: Context,
-        skip: int,
-        stages: tuple[Stage, ...],
-        progress: Progress,
-        watch: _Watch | None = None,
-        withheld: Withheld | None = None,
-    ) -> Iterator[Any]:
-        """The raw items of stream ``ctx`` (before ``stages``), less the first ``skip``;
-        ``withheld`` wraps the read handler (see :meth:`build`)."""
+    def samples(self, shards: ShardList, ctx: Context, want: Reading) -> Iterator[Any]:
+        """The raw items of stream ``ctx`` (before ``want.stages``), less the first
+        ``want.skip``; ``want.withheld`` wraps the read handler (see :meth:`build`)."""
+        stages, progress, withheld = want.stages, want.progress, want.withheld
         if self.mode(shards) == "shards" and ctx.world > 1:
             logger.warning(
                 "no per-shard sample counts: ranks may get different numbers of samples and "
@@ -221,7 +213,7 @@ class Recipe:
             return self.plan(shards, ctx, stages, pass_index, space)
 
         read = self.read if withheld is None else dataclasses.replace(self.read, handler=withheld)
-        return stream_samples(shards, plan_for, read, skip, self.passes, watch)
+        return stream_samples(shards, plan_for, read, want.skip, self.passes, want.watch)
 
     def build(
         self,
@@ -246,7 +238,8 @@ class Recipe:
             watch = _Watch(stages)
         withheld = None if self.read.handler is reraise else Withheld(self.read.handler)
         direct = _direct_field_stages(stages) if withheld is not None else set()
-        items = self.samples(shards, ctx, 0 if cut else skip, stages, progress, watch, withheld)
+        want = Reading(0 if cut else skip, stages, progress, watch, withheld)
+        items = self.samples(shards, ctx, want)
         if self.empty_check and not skip:
             items = _check_not_empty(items, ctx)
         for index, stage in enumerate(stages[:cut]):
@@ -283,7 +276,7 @@ class Recipe:
 
 def _apply(stage: Stage, items: Iterator[Any], ctx: Context, withheld: Withheld | None) -> Any:
     """``stage`` over ``items``; a field stage given ``withheld`` counts those samples."""
-    if withheld is not None and isinstance(stage, (ToTuple, Rename)):
+    if withheld is not None and isinstance(stage, FieldStage):
         return stage.run(items, ctx, withheld)
     return stage(items, ctx)
 
@@ -293,7 +286,7 @@ def _direct_field_stages(stages: tuple[Stage, ...]) -> set[int]:
     fields the reader gave them (only stages that keep fields come before them)."""
     direct = set()
     for index, stage in enumerate(stages):
-        if isinstance(stage, (ToTuple, Rename)):
+        if isinstance(stage, FieldStage):
             direct.add(index)
         if not isinstance(stage, _KEEPS_FIELDS):
             break
@@ -325,6 +318,19 @@ def _check_not_empty(items: Iterator[Any], ctx: Context) -> Iterator[Any]:
             f"({ctx.workers} workers): fewer shards than streams? "
             "(empty_check=False turns this check off)"
         )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What :meth:`Recipe.samples` is asked for, by :meth:`Recipe.build`: a stream's raw
+    items past the first ``skip``, read for ``stages`` under ``progress``; ``watch``
+    follows a cycling epoch's stages, ``withheld`` wraps the read handler."""
+
+    skip: int
+    stages: tuple[Stage, ...]
+    progress: Progress
+    watch: _Watch | None = None
+    withheld: Withheld | None = None
 
 
 class _Watch:

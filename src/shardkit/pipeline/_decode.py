@@ -33,7 +33,7 @@ from .. import config
 from ..errors import DecodeError, ShardkitError
 from ..handlers import Handler, reraise
 from ._context import Context
-from ._stages import Stage, handles, report_error
+from ._stages import Stage, guarded, handles, report_error
 from ._state import ReadsAhead
 
 __all__ = ["MAX_DEFAULT_THREADS", "Decode", "default_threads"]
@@ -74,16 +74,7 @@ class Decode(Stage):
         return self._serial(items, decode)
 
     def _serial(self, items: Iterator[Any], decode: _Decode) -> Iterator[Any]:
-        handler = self.handler
-        for sample in items:
-            try:
-                out = decode(sample)
-            except Exception as exc:
-                if not handles(exc, self.catch_all):
-                    raise
-                report_error(handler, exc, sample)
-                continue
-            yield out
+        return guarded(items, decode, self.handler, self.catch_all)
 
 
 # What a custom decoder raises that is a bug in it, not bad data: raised as it is.

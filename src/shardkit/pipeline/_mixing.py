@@ -38,12 +38,12 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..handlers import Handler, HandlerName
-from ._chain import Recipe, stage_shape
+from ._chain import Reading, Recipe, stage_shape
 from ._context import Context
 from ._counting import Counting, Take, Unbatched
 from ._dataset import Dataset
 from ._epochs import split_counts
-from ._stages import Batched, Select, Stage
+from ._stages import Batched, Select
 from ._state import Progress
 from ._urls import ShardList
 
@@ -142,16 +142,9 @@ class MixRecipe(Recipe):
     def elastic_refusal(self, shards: ShardList) -> str:
         return "a mix resumes only on the ranks and workers it was saved with"
 
-    def samples(
-        self,
-        shards: ShardList,
-        ctx: Context,
-        skip: int,
-        stages: tuple[Stage, ...],
-        progress: Progress,
-        watch: Any = None,
-        withheld: Any = None,  # each source's own chain records what its reader withheld
-    ) -> Iterator[Any]:
+    def samples(self, shards: ShardList, ctx: Context, want: Reading) -> Iterator[Any]:
+        # want.withheld: each source's own chain records what its reader withheld
+        stages, skip = want.stages, want.skip
         rng = ctx.rng("mix")
         if self.take is not None or self.passes is None:
             first = _ROUND

@@ -24,11 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError
-from ._chain import Recipe
+from ._chain import Reading, Recipe
 from ._context import Context
 from ._epochs import SplitMode, drop_front, stream_ranges
-from ._stages import Stage
-from ._state import Progress
 from ._tokentable import TokenSource, TokenTable
 from ._urls import ShardList
 
@@ -151,23 +149,15 @@ class PackRecipe(Recipe):
             return None
         return self.plan(shards, ctx, self.stages, 0, space).target
 
-    def samples(
-        self,
-        shards: ShardList,
-        ctx: Context,
-        skip: int,
-        stages: tuple[Stage, ...],
-        progress: Progress,
-        watch: Any = None,
-        withheld: Any = None,  # packed items are not the reader's samples: no field stage sees them
-    ) -> Iterator[Any]:
+    def samples(self, shards: ShardList, ctx: Context, want: Reading) -> Iterator[Any]:
+        # want.withheld: packed items are not the reader's samples, no field stage sees them
         if self.take is not None or self.passes != 1:
             raise ConfigError(
                 "with_epoch() and repeat() do not apply to packed items: an epoch of "
                 "pack() is every token once (call set_epoch for the next)"
             )
-        plan = self.plan(shards, ctx, stages, 0, progress.space)
-        segments, _ = drop_front(plan.segments, skip, shards.counts)
+        plan = self.plan(shards, ctx, want.stages, 0, want.progress.space)
+        segments, _ = drop_front(plan.segments, want.skip, shards.counts)
         return self._items(ctx, segments)
 
     def _items(self, ctx: Context, segments: Any) -> Iterator[Any]:

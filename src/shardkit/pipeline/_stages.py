@@ -28,7 +28,7 @@ stage is in :mod:`shardkit.pipeline._decode`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -45,6 +45,7 @@ from ._context import Context
 
 __all__ = [
     "Batched",
+    "FieldStage",
     "Map",
     "MapDict",
     "MapTuple",
@@ -99,6 +100,30 @@ def report_error(handler: Handler, exc: Exception, item: Any) -> None:
         report_bad_data(handler, exc, item)
     else:
         handler(exc)
+
+
+def guarded(
+    items: Iterable[Any], fn: Callable[[Any], Any], handler: Handler, catch_all: bool
+) -> Iterator[Any]:
+    """``fn(item)`` for each item; an error of ``fn`` that :func:`handles` takes goes to
+    ``handler`` (:func:`report_error`) and the item is dropped: the one loop of every
+    stage that applies a function to each item (map, map_dict, map_tuple, decode)."""
+    for item in items:
+        try:
+            out = fn(item)
+        except Exception as exc:
+            if not handles(exc, catch_all):
+                raise
+            report_error(handler, exc, item)
+            continue
+        yield out
+
+
+def _seen(items: Iterable[Any], fields: _Fields) -> Iterator[Any]:
+    """``items``, each counted by ``fields`` on its way (before a stage applies to it)."""
+    for item in items:
+        fields.see(item)
+        yield item
 
 
 class Withheld:
@@ -208,16 +233,7 @@ class Map(Stage):
     catch_all: bool = False  # the stage's own handler= takes what fn raises
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        fn, handler = self.fn, self.handler
-        for item in items:
-            try:
-                out = fn(item)
-            except Exception as exc:
-                if not handles(exc, self.catch_all):
-                    raise
-                report_error(handler, exc, item)
-                continue
-            yield out
+        return guarded(items, self.fn, self.handler, self.catch_all)
 
 
 @dataclass(eq=False)
@@ -231,22 +247,18 @@ class MapDict(Stage):
     check_fields: bool = True  # a field no sample of the stream has is a ConfigError
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        fns, handler = self.fns, self.handler
+        fns = self.fns
         fields = _Fields(tuple((name,) for name in fns) if self.check_fields else ())
-        for sample in items:
-            fields.see(sample)
-            try:
-                out = dict(sample)
-                for name, fn in fns.items():
-                    if name not in out:
-                        raise missing_field((name,), sample)
-                    out[name] = fn(out[name])
-            except Exception as exc:
-                if not handles(exc, self.catch_all):
-                    raise
-                report_error(handler, exc, sample)
-                continue
-            yield out
+
+        def apply(sample: Any) -> Any:
+            out = dict(sample)
+            for name, fn in fns.items():
+                if name not in out:
+                    raise missing_field((name,), sample)
+                out[name] = fn(out[name])
+            return out
+
+        yield from guarded(_seen(items, fields), apply, self.handler, self.catch_all)
         fields.check("map_dict")
 
 
@@ -259,17 +271,13 @@ class MapTuple(Stage):
     catch_all: bool = False
 
     def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        fns, handler = self.fns, self.handler
-        for item in items:
-            try:
-                out = tuple(v if f is None else f(v) for f, v in zip(fns, item, strict=False))
-                out += tuple(item[len(fns) :])
-            except Exception as exc:
-                if not handles(exc, self.catch_all):
-                    raise
-                report_error(handler, exc, item)
-                continue
-            yield out
+        fns = self.fns
+
+        def apply(item: Any) -> tuple[Any, ...]:
+            out = tuple(v if f is None else f(v) for f, v in zip(fns, item, strict=False))
+            return out + tuple(item[len(fns) :])
+
+        return guarded(items, apply, self.handler, self.catch_all)
 
 
 @dataclass(eq=False)
@@ -292,8 +300,37 @@ def parse_fields(fields: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(f.split(";")) for f in fields)
 
 
+class FieldStage(Stage):
+    """A stage that takes fields by name: a wanted field that no sample of the stream had
+    is a :class:`ConfigError` at its end (``method`` names the stage in it), the samples
+    the reader withheld counted too where :meth:`run` is given them (see the module docs)."""
+
+    method: ClassVar[str]
+
+    def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
+        return self.run(items, ctx)
+
+    def run(
+        self, items: Iterator[Any], ctx: Context, withheld: Withheld | None = None
+    ) -> Iterator[Any]:
+        """The stage over ``items``; ``withheld``: the samples the reader withheld, when
+        no stage before this one renames fields."""
+        seen = _Fields(self.wanted())
+        yield from self.apply(_seen(items, seen))
+        seen.see_withheld(withheld)
+        seen.check(self.method)
+
+    def wanted(self) -> tuple[tuple[str, ...], ...]:
+        """The fields some sample must have (each with its alternatives)."""
+        raise NotImplementedError
+
+    def apply(self, samples: Iterator[Any]) -> Iterator[Any]:
+        """The stage's output for ``samples``."""
+        raise NotImplementedError
+
+
 @dataclass(eq=False)
-class ToTuple(Stage):
+class ToTuple(FieldStage):
     """A tuple of fields; each field is the first of its alternatives the sample has.
 
     A missing field is bad data, or None with ``missing_is_error=False``; with
@@ -304,19 +341,14 @@ class ToTuple(Stage):
     missing_is_error: bool = True
     none_is_error: bool = False
     check_fields: bool = True
+    method: ClassVar[str] = "to_tuple"
 
-    def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        return self.run(items, ctx)
+    def wanted(self) -> tuple[tuple[str, ...], ...]:
+        return self.fields if self.missing_is_error and self.check_fields else ()
 
-    def run(
-        self, items: Iterator[Any], ctx: Context, withheld: Withheld | None = None
-    ) -> Iterator[Any]:
-        """The stage over ``items``; ``withheld``: the samples the reader withheld, when
-        no stage before this one renames fields (see the module docs)."""
+    def apply(self, samples: Iterator[Any]) -> Iterator[Any]:
         fields, handler = self.fields, self.handler
-        seen = _Fields(fields if self.missing_is_error and self.check_fields else ())
-        for sample in items:
-            seen.see(sample)
+        for sample in samples:
             out = []
             for alternatives in fields:
                 name = next((name for name in alternatives if name in sample), None)
@@ -331,12 +363,10 @@ class ToTuple(Stage):
                 out.append(value)
             else:
                 yield tuple(out)
-        seen.see_withheld(withheld)
-        seen.check("to_tuple")
 
 
 @dataclass(eq=False)
-class Rename(Stage):
+class Rename(FieldStage):
     """Rename fields: ``names[new]`` lists the old names to try (``"jpg;png"``); fields
     not renamed are kept unless ``keep`` is false (dunder keys always are)."""
 
@@ -344,17 +374,13 @@ class Rename(Stage):
     keep: bool = True
     handler: Handler = reraise
     check_fields: bool = True
+    method: ClassVar[str] = "rename"
 
-    def __call__(self, items: Iterator[Any], ctx: Context) -> Iterator[Any]:
-        return self.run(items, ctx)
+    def wanted(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(old for _, old in self.names) if self.check_fields else ()
 
-    def run(
-        self, items: Iterator[Any], ctx: Context, withheld: Withheld | None = None
-    ) -> Iterator[Any]:
-        """As :meth:`ToTuple.run`."""
-        seen = _Fields(tuple(old for _, old in self.names) if self.check_fields else ())
-        for sample in items:
-            seen.see(sample)
+    def apply(self, samples: Iterator[Any]) -> Iterator[Any]:
+        for sample in samples:
             out = {k: v for k, v in sample.items() if self.keep or k.startswith("__")}
             for new, alternatives in self.names:
                 old = next((name for name in alternatives if name in sample), None)
@@ -365,8 +391,6 @@ class Rename(Stage):
                 out[new] = sample[old]
             else:
                 yield out
-        seen.see_withheld(withheld)
-        seen.check("rename")
 
 
 @dataclass(eq=False)

@@ -29,7 +29,7 @@ from ._access import LOCAL, Access, StorageOptions
 from ._cache import cache_path, open_cached
 from ._doors import folder_entries, open_regular, open_regular_fd, read_document, read_regular
 from ._filesystems import REQUESTS_IN_FLIGHT, detach_loop_at_fork, filesystem, url_exists
-from ._reading import map_file, open_read
+from ._reading import map_file, open_read, opening
 from ._remote import READ_RETRIES, is_transient, read_failure, wait_to_retry
 from ._urls import (
     basename,
@@ -73,6 +73,7 @@ __all__ = [
     "open_read",
     "open_regular",
     "open_regular_fd",
+    "opening",
     "read_document",
     "read_failure",
     "read_regular",

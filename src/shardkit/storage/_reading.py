@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import mmap
 import os
 import stat
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any, BinaryIO, cast
 
 from .. import config
@@ -74,7 +75,7 @@ def open_read(
     a pipe or a remote stream keeps a buffer of the default size.
     """
     stream_buffer = buffer_size or _STREAM_BUFFER  # io.BufferedReader needs one
-    try:
+    with opening(url, "cannot open for reading"):
         if url == "-":
             return cast(BinaryIO, sys.stdin.buffer)
         if is_executing(url):
@@ -93,12 +94,20 @@ def open_read(
             return io.BufferedReader(remote, stream_buffer)
         copying = _CachingReader(remote, cache_path(url, cache_dir), url, cache_check, cache_limit)
         return io.BufferedReader(copying, stream_buffer)
+
+
+@contextlib.contextmanager
+def opening(url: str, failed: str = "cannot open") -> Iterator[None]:
+    """Raise an OSError of opening ``url`` as a StorageError naming it: ``no such file``,
+    or ``failed`` and the reason (a StorageError goes on as it is)."""
+    try:
+        yield
     except StorageError:
         raise
     except FileNotFoundError as exc:
         raise StorageError("no such file", url=url) from exc
     except OSError as exc:
-        raise StorageError(f"cannot open for reading: {exc.strerror or exc}", url=url) from exc
+        raise StorageError(f"{failed}: {exc.strerror or exc}", url=url) from exc
 
 
 def map_file(fd: int) -> mmap.mmap | None:

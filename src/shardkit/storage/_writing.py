@@ -262,26 +262,10 @@ class AtomicFile(CommitOrDiscard):
         raise StorageError(f"cannot write: {exc.strerror or exc}", url=self.url) from exc
 
 
-def open_atomic(
-    url: str,
-    *,
-    access: Access = LOCAL,
-    hash: str = "none",
-    sha256: bool = False,
-    fsync: bool = False,
-    buffering: int = 1 << 20,
-) -> AtomicFile:
-    """An :class:`AtomicFile` for ``url``: how shardkit writes a file that is read after
-    it (shards, indexes, manifests, the cache); ``tests/test_folds.py`` lists the few
-    written otherwise."""
-    return AtomicFile(
-        url,
-        access=access,
-        hash=hash,
-        sha256=sha256,
-        fsync=fsync,
-        buffering=buffering,
-    )
+#: How shardkit writes a file that is read after it (shards, indexes, manifests, the
+#: cache): ``open_atomic(url, ...)`` is an :class:`AtomicFile` (one signature, not a copy
+#: of it); ``tests/test_folds.py`` lists the few files written otherwise.
+open_atomic = AtomicFile
 
 
 def _abandon(stream: Any) -> None:
