@@ -211,19 +211,6 @@ def _functions_calling(source: str, name: str) -> set[str]:
     return found
 
 
-# A message parser that reads its own tags, as each of the six once did inline.
-_FIELD_LOOP_COPY = "def _parse_entry(buf, pos, end):\n    tag, pos = _read_tag(buf, pos)\n"
-
-
-def test_one_walk_over_the_fields_of_a_protobuf_message() -> None:
-    """Every message parser of the tf.train.Example decoder walks its fields with
-    ``formats/_protobuf._field`` (the six of them had each its own copy of the tag and
-    length reads); only it and the skipping of a group read a tag."""
-    source = _modules()["formats/_protobuf.py"]
-    assert _functions_calling(source, "_read_tag") == {"_field", "_skip_group"}
-    assert "_parse_entry" in _functions_calling(source + _FIELD_LOOP_COPY, "_read_tag")
-
-
 # A stage loop of its own that asks which errors its handler takes, as four once did.
 _GUARDED_LOOP_COPY = "def apply(items):\n    return [i for i in items if handles(i, False)]\n"
 

@@ -190,17 +190,7 @@ class RangeReader:
                 return _Local(storage.local_path(url))
             if self.cache_dir is not None:
                 return self._cached(url, self.cache_dir)
-<<<<<<< HEAD
             return _Remote(url, self.access)
-        except StorageError:
-            raise
-        except FileNotFoundError as exc:
-            raise StorageError("no such file", url=url) from exc
-        except OSError as exc:
-            raise StorageError(f"cannot open: {exc.strerror or exc}", url=url) from exc
-=======
-            return _Remote(url, self.storage_options)
->>>>>>> dups
 
     def _cached(self, url: str, cache_dir: str) -> _Local:
         """The cache copy of ``url``, fetched whole first when there is none."""

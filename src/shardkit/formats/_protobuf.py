@@ -12,7 +12,7 @@ import math
 import struct
 import sys
 from array import array
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from shardkit.errors import EncodeError
@@ -374,60 +374,38 @@ def _read_tag(buf: bytes, pos: int) -> tuple[int, int]:
     return tag, end
 
 
-# Every message parser below walks its fields with :func:`_field`, which has the common
-# case inline: a one-byte tag and a one-byte length (values under 128 bytes) need no
-# function call; longer varints go through _read_tag / _read_length.
+# Every parser below handles its own fields with the common case inline: a one-byte tag
+# and a one-byte length (values under 128 bytes) need no function call; longer varints go
+# through _read_tag / _read_length.
 
 
 def _past_end(end: int) -> Malformed:
     return Malformed("a field runs past the end of its message", end)
 
 
-def _field(buf: bytes, pos: int, end: int, wanted: Container[int]) -> tuple[int, int, int]:
-    """The next field from ``pos`` of the message that ends at ``end`` whose tag is
-    ``wanted`` (the others skipped): ``(tag, start, stop)``, ``buf[start:stop]`` its bytes
-    where it is length-delimited, else ``start == stop``, where its value begins (for the
-    caller to read); ``(0, end, end)`` where no field is left."""
+def _parse_bytes_list(buf: bytes, pos: int, end: int, room: int) -> list[bytes]:
+    out: list[bytes] = []
     while pos < end:
         tag = buf[pos]
         if tag < 0x80:
             pos += 1
         else:
             tag, pos = _read_tag(buf, pos)
-        if tag not in wanted:
+        if tag != 0x0A:
             pos = _skip_field(buf, pos, tag)
-        elif tag & 7 != 2:
-            return tag, pos, pos
+            continue
+        n = buf[pos]
+        if n < 0x80:
+            pos += 1
+            stop = pos + n
         else:
-            n = buf[pos]
-            if n < 0x80:
-                pos += 1
-                stop = pos + n
-                if stop > end:
-                    raise _past_end(end)
-            else:
-                pos, stop = _read_length(buf, pos, end)
-            return tag, pos, stop
+            pos, stop = _read_length(buf, pos, end)
+        out.append(buf[pos:stop])
+        pos = stop
+        if len(out) > room:
+            raise TooMany(len(out))
     if pos != end:
         raise _past_end(end)
-    return 0, end, end
-
-
-# The fields each message parser wants (field number << 3 | wire type).
-_NAME = (0x0A,)  # the one field of an Example, a Features' entries, a BytesList's values
-_ENTRY = (0x0A, 0x12)  # a Features entry: its name and its Feature
-_FLOATS = (0x0A, 0x0D)  # a FloatList: packed, or one fixed32 value
-_INTS = (0x0A, 0x08)  # an Int64List: packed, or one varint value
-
-
-def _parse_bytes_list(buf: bytes, pos: int, end: int, room: int) -> list[bytes]:
-    out: list[bytes] = []
-    while pos < end:
-        tag, start, pos = _field(buf, pos, end, _NAME)
-        if tag:
-            out.append(buf[start:pos])
-            if len(out) > room:
-                raise TooMany(len(out))
     return out
 
 
@@ -444,16 +422,26 @@ def _unpack_floats(buf: bytes, pos: int, stop: int) -> list[float]:
 def _parse_float_list(buf: bytes, pos: int, end: int, room: int) -> list[float]:
     out: list[float] = []
     while pos < end:
-        tag, start, pos = _field(buf, pos, end, _FLOATS)
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _read_tag(buf, pos)
         if tag == 0x0A:  # packed
-            _fits(len(out) + (pos - start) // 4, room)
-            out += _unpack_floats(buf, start, pos)
+            pos, stop = _read_length(buf, pos, end)
+            _fits(len(out) + (stop - pos) // 4, room)
+            out += _unpack_floats(buf, pos, stop)
+            pos = stop
         elif tag == 0x0D:  # one fixed32 value
             if pos + 4 > end:
                 raise _past_end(end)
             out.append(_F32.unpack_from(buf, pos)[0])
             pos += 4
             _fits(len(out), room)
+        else:
+            pos = _skip_field(buf, pos, tag)
+    if pos != end:
+        raise _past_end(end)
     return out
 
 
@@ -481,20 +469,35 @@ def _unpack_ints(buf: bytes, pos: int, stop: int) -> list[int]:
 def _parse_int64_list(buf: bytes, pos: int, end: int, room: int) -> list[int]:
     out: list[int] = []
     while pos < end:
-        tag, start, pos = _field(buf, pos, end, _INTS)
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _read_tag(buf, pos)
         if tag == 0x0A:  # packed
-            if pos - start > room - len(out):  # more bytes than room: count the values
-                _fits(len(out) + _count_varints(buf, start, pos, room - len(out)), room)
-            chunk = buf[start:pos]
+            n = buf[pos]
+            if n < 0x80:
+                pos += 1
+                stop = pos + n
+                if stop > end:
+                    raise _past_end(end)
+            else:
+                pos, stop = _read_length(buf, pos, end)
+            if stop - pos > room - len(out):  # more bytes than room: count the values
+                _fits(len(out) + _count_varints(buf, pos, stop, room - len(out)), room)
+            chunk = buf[pos:stop]
             if max(chunk, default=0) < 0x80:  # every value is a one-byte varint
                 out += chunk
             else:
-                out += _unpack_ints(buf, start, pos)
+                out += _unpack_ints(buf, pos, stop)
+            pos = stop
         elif tag == 0x08:  # one varint value
             value, pos = _read_varint(buf, pos)
             out.append(_to_int64(value))
             _fits(len(out), room)
-    if pos != end:  # a varint ran past the end
+        else:
+            pos = _skip_field(buf, pos, tag)
+    if pos != end:
         raise _past_end(end)
     return out
 
@@ -510,14 +513,31 @@ def _parse_feature(buf: bytes, pos: int, end: int, room: int) -> FeatureValues:
     kind = 0
     values: Any = []
     while pos < end:
-        tag, start, pos = _field(buf, pos, end, _LIST_PARSERS)
-        if not tag:
-            break
-        parsed = _LIST_PARSERS[tag](buf, start, pos, room - len(values) if tag == kind else room)
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _read_tag(buf, pos)
+        parser = _LIST_PARSERS.get(tag)
+        if parser is None:
+            pos = _skip_field(buf, pos, tag)
+            continue
+        n = buf[pos]
+        if n < 0x80:
+            pos += 1
+            stop = pos + n
+            if stop > end:
+                raise _past_end(end)
+        else:
+            pos, stop = _read_length(buf, pos, end)
+        parsed = parser(buf, pos, stop, room - len(values) if tag == kind else room)
         if tag == kind:  # a repeated message field merges: its lists concatenate
             values += parsed
         else:  # a different member of the oneof replaces the previous one
             kind, values = tag, parsed
+        pos = stop
+    if pos != end:
+        raise _past_end(end)
     return values  # type: ignore[no-any-return]
 
 
@@ -525,14 +545,32 @@ def _parse_entry(buf: bytes, pos: int, end: int, room: int) -> tuple[str, Featur
     name = ""
     values: FeatureValues = []
     while pos < end:
-        tag, start, pos = _field(buf, pos, end, _ENTRY)
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _read_tag(buf, pos)
+        if tag != 0x0A and tag != 0x12:
+            pos = _skip_field(buf, pos, tag)
+            continue
+        n = buf[pos]
+        if n < 0x80:
+            pos += 1
+            stop = pos + n
+            if stop > end:
+                raise _past_end(end)
+        else:
+            pos, stop = _read_length(buf, pos, end)
         if tag == 0x0A:
             try:
-                name = buf[start:pos].decode("utf-8")
+                name = buf[pos:stop].decode("utf-8")
             except UnicodeDecodeError:
-                raise Malformed("feature name is not valid UTF-8", start) from None
-        elif tag:
-            values = _parse_feature(buf, start, pos, room)
+                raise Malformed("feature name is not valid UTF-8", pos) from None
+        else:
+            values = _parse_feature(buf, pos, stop, room)
+        pos = stop
+    if pos != end:
+        raise _past_end(end)
     return name, values
 
 
@@ -542,15 +580,31 @@ def _parse_features(
     """Parse a Features message into ``out``; the values it holds (at most ``room``)."""
     held = 0
     while pos < end:
-        tag, start, pos = _field(buf, pos, end, _NAME)
-        if not tag:
-            break
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _read_tag(buf, pos)
+        if tag != 0x0A:
+            pos = _skip_field(buf, pos, tag)
+            continue
+        n = buf[pos]
+        if n < 0x80:
+            pos += 1
+            stop = pos + n
+            if stop > end:
+                raise _past_end(end)
+        else:
+            pos, stop = _read_length(buf, pos, end)
         try:
-            name, values = _parse_entry(buf, start, pos, room - held)
+            name, values = _parse_entry(buf, pos, stop, room - held)
         except TooMany as exc:
             raise TooMany(held + exc.count) from None
         held += len(values) - len(out.get(name, ()))  # a repeated name replaces its values
         out[name] = values
+        pos = stop
+    if pos != end:
+        raise _past_end(end)
     return held
 
 
@@ -560,11 +614,17 @@ def parse_example(buf: bytes, room: int) -> dict[str, FeatureValues]:
     out: dict[str, FeatureValues] = {}
     pos, end = 0, len(buf)
     while pos < end:
-        tag, start, pos = _field(buf, pos, end, _NAME)
-        if tag:
+        tag, pos = _read_tag(buf, pos)
+        if tag == 0x0A:
+            pos, stop = _read_length(buf, pos, end)
             held = sum(map(len, out.values()))
             try:
-                _parse_features(buf, start, pos, out, room - held)
+                _parse_features(buf, pos, stop, out, room - held)
             except TooMany as exc:
                 raise TooMany(held + exc.count) from None
+            pos = stop
+        else:
+            pos = _skip_field(buf, pos, tag)
+    if pos != end:
+        raise _past_end(end)
     return out
