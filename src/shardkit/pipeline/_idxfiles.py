@@ -180,9 +180,11 @@ class IndexCache:
     index changes (size, mtime, inode), a cached remote shard's while neither copy is
     replaced (size, inode); a remote one's read without a cache for the run (a cache
     copy read is checked against the size the table was made for). An index without a
-    table (an older one), and a shard without an index whose members a table cannot
-    describe, are remembered as such. It belongs to one process: a pickled copy (a
-    DataLoader worker's) starts empty."""
+    table (an older one) is remembered as such. A shard without a table (no index, or an
+    older one) gets the table its first parse notes (:meth:`keeper`), made from the
+    notes when it is next read; one whose members a table cannot describe is parsed
+    each time. It belongs to one process: a pickled copy (a DataLoader worker's) starts
+    empty."""
 
     def __init__(self, limit: int = 1 << 22) -> None:
         self.limit = limit
