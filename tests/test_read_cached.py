@@ -64,7 +64,7 @@ def test_a_cached_shard_and_its_index_read_by_slices_without_a_request(
     assert isinstance(next(iter(Dataset(url, cache_dir=cache, copy=copy)))["txt"], kind)
 
 
-def test_a_cached_shard_without_an_index_is_parsed_once_then_sliced(
+def test_a_cached_shard_without_an_index_is_parsed_then_sliced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     files = _shard(tmp_path / "src")
@@ -76,7 +76,8 @@ def test_a_cached_shard_without_an_index_is_parsed_once_then_sliced(
         ds = Dataset(url, cache_dir=cache)
         assert _plain(ds) == streamed  # streamed, and cached
         assert not os.path.exists(storage.cache_path(url + ".idx", cache))
-        assert _plain(ds) == streamed  # the copy, parsed: its table noted
+        assert _plain(ds) == streamed  # the copy, parsed
+        assert _plain(ds) == streamed  # again: its table noted
         refuse_parsing(monkeypatch)
         assert _plain(ds) == streamed
 

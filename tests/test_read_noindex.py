@@ -1,5 +1,5 @@
-"""A tar shard without an index: parsed once per process, then read by the member table
-its parse noted (:mod:`shardkit.formats._tarderive`), slices and no header parsed, with
+"""A tar shard without an index: parsed twice per process, then read by the member table
+its second parse noted (:mod:`shardkit.formats._tarderive`), slices and no header parsed, with
 the samples an indexed read (and the stream) gives."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _as_bytes(samples: Any, folder: Path | None = None) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("copy", [True, False], ids=["copy", "views"])
-def test_a_shard_without_an_index_reads_as_an_indexed_one_and_is_parsed_once(
+def test_a_shard_without_an_index_reads_as_an_indexed_one_and_is_parsed_twice(
     tmp_path: Path, copy: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     indexed = _write(tmp_path / "indexed")
@@ -54,12 +54,31 @@ def test_a_shard_without_an_index_reads_as_an_indexed_one_and_is_parsed_once(
     expected = _as_bytes(Dataset(str(indexed), copy=copy), indexed)
     ds = Dataset(str(bare), copy=copy)
     assert _as_bytes(ds, bare) == expected  # the first pass parses
+    assert _as_bytes(ds, bare) == expected  # the second too, noting the tables
     refuse_parsing(monkeypatch)
-    for _ in range(2):  # the next passes slice by the table the first one noted
+    for _ in range(2):  # the next passes slice by the tables the second one noted
         got = list(ds)
         assert _as_bytes(got, bare) == expected and len(got) == 23
         kind = bytes if copy else memoryview
         assert all(isinstance(s["txt"], kind) for s in got if "txt" in s)
+
+
+def test_a_single_pass_takes_no_notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _write(tmp_path / "ds")
+    for idx in folder.glob("*.idx"):
+        idx.unlink()
+    noted: list[str] = []
+    member = tar.TableNotes.member
+
+    def counting(self: TableNotes, ext: str, size: int) -> None:
+        noted.append(ext)
+        member(self, ext, size)
+
+    monkeypatch.setattr(tar.TableNotes, "member", counting)
+    ds = Dataset(str(folder))
+    assert len(list(ds)) == 23 and noted == []  # one pass: nothing noted
+    assert len(list(ds)) == 23
+    assert len(noted) == sum(len(FIELDS[i % len(FIELDS)]) for i in range(23))
 
 
 def test_loader_workers_read_shards_without_an_index(tmp_path: Path) -> None:
@@ -91,22 +110,24 @@ def _notes_of(data: bytes, **kw: Any) -> tuple[Any, TableNotes | None]:
 
 
 def _check_table_path(data: bytes) -> bool:
-    """The stream's outcome, the first parse's and, when it noted a table, the table's
-    (slices), are the same; whether there was a table."""
+    """The stream's outcome, the first parse's and, when its notes make a table, the
+    table's (slices), are the same; whether there was a table."""
     streamed = outcome(lambda: list(tar.iter_samples(io.BytesIO(data))))
+    made = False
     for copy in (True, False):
         first, notes = _notes_of(data, copy=copy)
         if isinstance(streamed, Exception):
             assert (type(first), str(first)) == (type(streamed), str(streamed))
         else:
             assert _as_bytes(first) == streamed
-        if notes is None:
+        table = None if notes is None else notes.table()
+        if table is None:
             continue
         assert not isinstance(streamed, Exception)
-        table = notes.table()
         sliced = list(slice_samples(data, table, 0, len(table.offsets), url=None, copy=copy))
         assert _as_bytes(sliced) == streamed
-    return notes is not None
+        made = True
+    return made
 
 
 def _plain(name: bytes, data: bytes = b"x") -> bytes:

@@ -5,8 +5,9 @@ sample a few slices of the mapped shard. A shard without one (no index, or an in
 older than tables) is parsed; :class:`TableNotes` notes, as the parser's fast loop
 (:func:`shardkit.formats._targroup.buffer_samples`) walks its plain members, what a
 table needs (each sample's key, offset and extensions, each member's size), so that a
-reader that keeps the table (:class:`shardkit.pipeline._idxfiles.IndexCache`) parses a
-shard once per process, and every later pass over it is slicing.
+reader that keeps the table (:class:`shardkit.pipeline._idxfiles.IndexCache`, which
+asks for notes from a shard's second read in a process on) stops parsing the shard, and
+every later pass over it is slicing.
 
 Only a shard a table describes exactly gets one: the loop read every member (each
 plain: one ustar header of a regular file, its checksum right, its size within the
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 from array import array
 from operator import sub
-from typing import Any
 
 from .members import RESERVED, MemberTable
 
@@ -33,44 +33,50 @@ _MAX_LAYOUTS = 0xFFFF  # distinct extension lists a table holds (uint16)
 
 
 class TableNotes:
-    """What a member table needs, noted sample by sample (see the module docs): the
-    parser appends each sample's key and offset to :attr:`keys` and :attr:`offsets`,
-    each member's size to :attr:`sizes`, and :meth:`close` s each sample."""
+    """What a member table needs, noted as the parser walks (see the module docs): each
+    sample's key and offset (:meth:`sample`), each member's extension and size
+    (:meth:`member`); the table is made from them later (:meth:`table`), so that a
+    single pass pays only for the notes."""
 
     def __init__(self) -> None:
         self.keys: list[str] = []
         self.offsets = array("q")
+        self.firsts = array("q")  # per sample: its first member
+        self.exts: list[str] = []
         self.sizes = array("I")  # the parser's limit is at most MAX_MEMBER_SIZE here
-        self.layout = array("H")
-        self.layouts: dict[tuple[str, ...], int] = {}
-        self.fits = True  # False once a sample's extensions cannot be held
         self._end = self._shard_bytes = 0
 
-    def close(self, sample: dict[str, Any], extensions: set[str]) -> None:
-        """The current sample is ``sample`` (its members' fields, in order, after
-        ``__key__``, ``__url__`` and ``__offset__``), of these distinct extensions."""
-        names = tuple(sample)[3:]
-        found = self.layouts.get(names)
-        if found is None and self.fits:
-            # one a table cannot name, or too many kinds of samples
-            bad = "" in names or RESERVED.intersection(names) or len(self.layouts) >= _MAX_LAYOUTS
-            found = None if bad else self.layouts.setdefault(names, len(self.layouts))
-        if found is None or len(names) != len(extensions):  # a field took a member's place
-            self.fits = False
-            return
-        self.layout.append(found)
+    def sample(self, key: str, offset: int) -> None:
+        """A sample ``key`` starts at ``offset``."""
+        self.keys.append(key)
+        self.offsets.append(offset)
+        self.firsts.append(len(self.sizes))
+
+    def member(self, ext: str, size: int) -> None:
+        """The current sample has a member of ``size`` bytes, extension ``ext``
+        (lower-cased; not one of the sample's earlier members')."""
+        self.exts.append(ext)
+        self.sizes.append(size)
 
     def end(self, end: int, shard_bytes: int) -> bool:
-        """The last sample ends at ``end``, in a shard of ``shard_bytes``: whether a table
-        can hold the samples noted (:meth:`table` makes it)."""
+        """The last sample ends at ``end``, in a shard of ``shard_bytes``: whether any
+        sample was noted."""
         self._end, self._shard_bytes = end, shard_bytes
-        return self.fits and bool(self.keys)
+        return bool(self.keys)
 
-    def table(self) -> MemberTable:
-        """The member table of the samples noted, prepared for reading and marked checked
-        against the shard's bytes (it was made from them)."""
+    def table(self) -> MemberTable | None:
+        """The member table of the samples noted, prepared for reading and marked
+        checked against the shard's bytes (it was made from them); None when a table
+        cannot hold them (an empty extension, one a sample dict reserves, too many
+        kinds of samples)."""
+        bounds = [*self.firsts[1:], len(self.sizes)]
+        layouts = list(map(tuple, map(self.exts.__getitem__, map(slice, self.firsts, bounds))))
+        ids = {names: i for i, names in enumerate(dict.fromkeys(layouts))}
+        if len(ids) > _MAX_LAYOUTS or any("" in names or RESERVED & set(names) for names in ids):
+            return None
         spans = array("q", map(sub, [*self.offsets[1:], self._end], self.offsets))
-        table = MemberTable(list(self.layouts), self.layout, self.sizes)
+        layout = array("H", map(ids.__getitem__, layouts))
+        table = MemberTable(list(ids), layout, self.sizes)
         table.prepare(self.keys, self.offsets, spans, self._shard_bytes, url=None)
         table.verified = True
         return table

@@ -173,21 +173,18 @@ def _buffer_samples(
         prefix, ext = parts[0], parts[1].lower()
         if prefix != key:
             if current is not None:
-                if notes is not None:
-                    notes.close(current, exts)
                 yield current
             key, exts = prefix, {ext}
             current = {"__key__": prefix, "__url__": url, "__offset__": base + pos}
             if notes is not None:
-                notes.keys.append(prefix)
-                notes.offsets.append(pos)
+                notes.sample(prefix, pos)
         elif ext in exts:
             break
         else:
             exts.add(ext)
         current[ext] = buffer[data : data + size] if view is None else view[data : data + size]  # type: ignore[index]
         if notes is not None:
-            notes.sizes.append(size)
+            notes.member(ext, size)
         pos = after
     if (
         noted is not None
@@ -195,7 +192,6 @@ def _buffer_samples(
         and (pos == end or buffer[pos : pos + BLOCK] == _ZERO)
     ):
         notes, on_table = noted  # the archive ends here: every member was plain
-        notes.close(current, exts)
         if notes.end(pos, len(buffer)):
             on_table(notes)
     members = TarScanner.over_buffer(

@@ -181,7 +181,7 @@ class IndexCache:
     replaced (size, inode); a remote one's read without a cache for the run (a cache
     copy read is checked against the size the table was made for). An index without a
     table (an older one) is remembered as such. A shard without a table (no index, or an
-    older one) gets the table its first parse notes (:meth:`keeper`), made from the
+    older one) gets the table its second parse notes (:meth:`keeper`), made from the
     notes when it is next read; one whose members a table cannot describe is parsed
     each time. It belongs to one process: a pickled copy (a DataLoader worker's) starts
     empty."""
@@ -193,6 +193,7 @@ class IndexCache:
         )
         self._held = 0
         self._missed: dict[str, object] = {}  # url -> stamp, of shards read without a table
+        self._read: dict[str, object] = {}  # url -> stamp, of shards parsed once already
 
     def __getstate__(self) -> dict[str, Any]:
         return {"limit": self.limit}
@@ -205,8 +206,8 @@ class IndexCache:
     ) -> MemberTable | None:
         """The member table of ``url``'s checked index; None when its index has no table
         (FormatError for a bad or stale one, as :func:`load_index`). A local shard
-        without a table (no index, or an older one) has the table its parse found, once
-        it has been read (:meth:`keeper`). With ``cache_dir``, a remote shard's table
+        without a table (no index, or an older one) has the table a parse found, once
+        it has been read twice (:meth:`keeper`). With ``cache_dir``, a remote shard's table
         comes from its copies there (:func:`_files`), as a local shard's does; None
         while the shard is not cached."""
         stamp: object = None
@@ -223,7 +224,7 @@ class IndexCache:
             self._entries.move_to_end(url)
             table = entry[1]
             if isinstance(table, TableNotes):  # what a parse noted: the table, made once
-                table = table.table()
+                table = table.table()  # (None: a table cannot describe the shard)
                 self._keep(url, stamp, table)
         elif source is not None or path is None:
             index = load_index(url, storage_options=storage_options, size=size, source=source)
@@ -239,10 +240,15 @@ class IndexCache:
     def keeper(self, url: str) -> Callable[[TableNotes], None] | None:
         """Where the member table a parse of ``url`` finds goes (``read_shard(on_table=)``:
         its notes, made into the table when :meth:`get` next gives it), after
-        :meth:`get` gave none for it; None for a shard whose table would not be kept (a
-        remote shard read without a cache)."""
+        :meth:`get` gave none for it. None for a shard whose table would not be kept (a
+        remote shard read without a cache), and the first time a shard is read: the
+        notes cost a parse a tenth more, worth it once a shard is read again (a second
+        epoch), not for a single pass."""
         stamp = self._missed.pop(url, _NONE)
         if stamp is _NONE:
+            return None
+        if self._read.get(url, _NONE) != stamp:
+            self._read[url] = stamp
             return None
         return lambda table: self._keep(url, stamp, table)
 

@@ -53,7 +53,7 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
     the local cache of ``options.cache_dir``). An uncompressed tar shard read from a
     local file, or from its cache copy, is read by a member table
     (:mod:`shardkit.formats.members`): slices, no header parsed. The table is its
-    index's, or, for a shard without one, the one its first parse in this process noted
+    index's, or, for a shard without one, the one its second parse in this process noted
     (``read_shard(on_table=)``); either is made once per process (``options.indexes``).
     A remote shard's index is cached with it."""
     members = None
