@@ -30,6 +30,7 @@ from .members import RESERVED, MemberTable
 __all__ = ["TableNotes"]
 
 _MAX_LAYOUTS = 0xFFFF  # distinct extension lists a table holds (uint16)
+_STEP = 1 << 13  # samples whose extension lists are gathered at once
 
 
 class TableNotes:
@@ -43,6 +44,7 @@ class TableNotes:
         self.offsets = array("q")
         self.firsts = array("q")  # per sample: its first member
         self.exts: list[str] = []
+        self._names: dict[str, str] = {}  # each extension once: a member holds a reference
         self.sizes = array("I")  # the parser's limit is at most MAX_MEMBER_SIZE here
         self._end = self._shard_bytes = 0
 
@@ -55,7 +57,7 @@ class TableNotes:
     def member(self, ext: str, size: int) -> None:
         """The current sample has a member of ``size`` bytes, extension ``ext``
         (lower-cased; not one of the sample's earlier members')."""
-        self.exts.append(ext)
+        self.exts.append(self._names.setdefault(ext, ext))
         self.sizes.append(size)
 
     def end(self, end: int, shard_bytes: int) -> bool:
@@ -69,13 +71,21 @@ class TableNotes:
         checked against the shard's bytes (it was made from them); None when a table
         cannot hold them (an empty extension, one a sample dict reserves, too many
         kinds of samples)."""
-        bounds = [*self.firsts[1:], len(self.sizes)]
-        layouts = list(map(tuple, map(self.exts.__getitem__, map(slice, self.firsts, bounds))))
-        ids = {names: i for i, names in enumerate(dict.fromkeys(layouts))}
-        if len(ids) > _MAX_LAYOUTS or any("" in names or RESERVED & set(names) for names in ids):
-            return None
+        ids: dict[tuple[str, ...], int] = {}
+        layout = array("H")
+        firsts = self.firsts
+        bounds = array("q", firsts[1:])
+        bounds.append(len(self.sizes))
+        for at in range(0, len(firsts), _STEP):  # a step at a time: few tuples held at once
+            cut = map(slice, firsts[at : at + _STEP], bounds[at : at + _STEP])
+            layouts = list(map(tuple, map(self.exts.__getitem__, cut)))
+            for names in dict.fromkeys(layouts):
+                if names not in ids:
+                    if len(ids) >= _MAX_LAYOUTS or "" in names or RESERVED.intersection(names):
+                        return None
+                    ids[names] = len(ids)
+            layout.extend(map(ids.__getitem__, layouts))
         spans = array("q", map(sub, [*self.offsets[1:], self._end], self.offsets))
-        layout = array("H", map(ids.__getitem__, layouts))
         table = MemberTable(list(ids), layout, self.sizes)
         table.prepare(self.keys, self.offsets, spans, self._shard_bytes, url=None)
         table.verified = True
