@@ -18,27 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest_tables import FIELDS, refuse_parsing
 
 import shardkit
 from shardkit import Dataset, IndexedDataset, Loader, ShardWriter, mix
 from shardkit.errors import FormatError
-from shardkit.formats import _targroup, _tarparse
 from shardkit.tools import write_indexes
-
-# Sizes around the block edges, an empty member, layouts that change within a shard,
-# upper-case extensions (read lower-cased), a dotted extension.
-_FIELDS: list[dict[str, bytes]] = [
-    {"txt": b"x" * 511, "cls": b"1"},
-    {"txt": b"y" * 512, "cls": b""},
-    {"txt": b"z" * 513, "cls": b"3", "json": b"{}"},
-    {"JPG": b"\xff\xd8" + b"j" * 3000},
-    {"seg.png": b"p" * 1024, "cls": b"5"},
-]
 
 
 def _samples(count: int) -> Iterator[dict[str, Any]]:
     for i in range(count):
-        yield {"__key__": f"dir/s{i:05d}", **_FIELDS[i % len(_FIELDS)]}
+        yield {"__key__": f"dir/s{i:05d}", **FIELDS[i % len(FIELDS)]}
 
 
 def _write(folder: Path, count: int = 23, max_count: int = 10) -> Path:
@@ -69,22 +59,7 @@ def indexed(tmp_path: Path) -> Path:
 def no_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tar header parser's entry points raise: a read that parses fails loudly (in a
     forked worker too)."""
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a tar header was parsed on the member table's path")
-
-    for module, name in [
-        (_targroup, "plain_header"),
-        (_targroup, "plain_members"),
-        (_targroup, "split_name"),
-        (_targroup, "_buffer_samples"),
-        (_targroup, "_samples"),
-        (_tarparse, "plain_header"),
-        (_tarparse, "plain_members"),
-    ]:
-        monkeypatch.setattr(module, name, refuse)
-    monkeypatch.setattr(_tarparse.TarScanner, "__iter__", refuse)
-    monkeypatch.setattr(_tarparse.TarScanner, "_any_member", refuse)
+    refuse_parsing(monkeypatch)
 
 
 def test_shardwriter_and_shardkit_index_write_the_same_table(indexed: Path) -> None:

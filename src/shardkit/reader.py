@@ -30,7 +30,7 @@ import gzip
 import logging
 import mmap
 import zlib
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from . import storage
@@ -43,6 +43,7 @@ from .storage import LOCAL, Access, StorageOptions
 
 if TYPE_CHECKING:
     from .formats.members import MemberTable
+    from .formats.tar import TableNotes
 
 # The supported API is read_shard; the other functions here are shardkit's own (the
 # pipeline, the tools): importable, not in __all__.
@@ -165,6 +166,7 @@ def read_shard(
     cache_limit: int | None = None,
     copy: bool = True,
     members: MemberTable | None = None,
+    on_table: Callable[[TableNotes], object] | None = None,
 ) -> Generator[dict[str, Any], None, None]:
     """Open ``url`` and yield its samples; the stream is closed when iteration ends.
 
@@ -188,7 +190,9 @@ def read_shard(
     table is checked once against the shard's bytes
     (:func:`~shardkit.formats.members.verify_members`; the verdict is kept on the table)
     and each sample is slices of the mapping. Without a table (no index, or an older
-    one) the shard is parsed.
+    one) the shard is parsed; ``on_table`` is then called with what makes the table
+    the parse found for it, if any (:func:`shardkit.formats.tar.buffer_samples`), to
+    be passed as ``members`` next time.
     """
     kind, gz = detect_format(url, format)
     check = functools.partial(holds_whole_shard, format=kind) if cache_dir is not None else None
@@ -210,7 +214,7 @@ def read_shard(
             if members is not None and members.shard_bytes == len(mapped):
                 yield from _sliced_samples(mapped, members, url, handler, copy)
                 return
-            yield from _mapped_samples(mapped, url, handler, max_member_size, copy)
+            yield from _mapped_samples(mapped, url, handler, max_member_size, copy, on_table)
             return
         yield from iter_shard_samples(
             stream,
@@ -267,14 +271,24 @@ def _map_file(url: str, stream: BinaryIO) -> mmap.mmap | None:
 
 
 def _mapped_samples(
-    mapped: mmap.mmap, url: str, handler: Handler, max_member_size: int, copy: bool
+    mapped: mmap.mmap,
+    url: str,
+    handler: Handler,
+    max_member_size: int,
+    copy: bool,
+    on_table: Callable[[TableNotes], object] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The samples of a mapped tar shard, with :func:`iter_shard_samples`'s handling of
     structural errors; the mapping is closed at the end (by its last view, if any)."""
     from .formats.tar import buffer_samples
 
     samples = buffer_samples(
-        mapped, url=url, handler=handler, max_member_size=max_member_size, copy=copy
+        mapped,
+        url=url,
+        handler=handler,
+        max_member_size=max_member_size,
+        copy=copy,
+        on_table=on_table,
     )
     released = 0
     try:

@@ -10,6 +10,7 @@ from typing import Any, BinaryIO
 
 from ..errors import FormatError, TruncatedShardError
 from ..handlers import Handler, reraise
+from ._tarderive import TableNotes
 from ._tarparse import (
     BLOCK,
     DIRECTORY,
@@ -24,6 +25,8 @@ from ._tarrules import odd_member, split_name
 from .limits import MAX_MEMBER_SIZE
 
 __all__ = ["Grouping", "buffer_samples", "iter_samples", "span_sample"]
+
+_ZERO = bytes(BLOCK)
 
 
 class Grouping:
@@ -115,16 +118,24 @@ def buffer_samples(
     handler: Handler = reraise,
     max_member_size: int = MAX_MEMBER_SIZE,
     copy: bool = True,
+    on_table: Callable[[TableNotes], object] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """:func:`iter_samples` over tar bytes in memory: ``buffer[start:end]`` (an ``mmap``
     of a local shard, say), through :meth:`TarScanner.over_buffer`, with the same rules,
     limits and errors. ``base`` is the shard offset of ``buffer[0]``. With ``copy=False``
     the fields are memoryviews of ``buffer`` (no copy; they keep it alive) instead of
-    ``bytes``."""
+    ``bytes``.
+
+    ``on_table``: for a whole shard (the buffer, from 0), called with what makes its
+    member table (:class:`~shardkit.formats._tarderive.TableNotes`) when the parse
+    found every member plain to the end of the archive, before the last sample is
+    yielded: a reader that keeps it need not parse the shard again."""
     # the arguments are checked now, as the scanner that may take over later checks them
     TarScanner.over_buffer(buffer, start=start, end=end, url=url, max_member_size=max_member_size)
     stop = len(buffer) if end is None else end
-    return _buffer_samples(buffer, start, stop, base, url, handler, max_member_size, copy)
+    whole = not start and not base and stop == len(buffer) and max_member_size <= MAX_MEMBER_SIZE
+    noted = (TableNotes(), on_table) if on_table is not None and whole else None
+    return _buffer_samples(buffer, start, stop, base, url, handler, max_member_size, copy, noted)
 
 
 def _buffer_samples(
@@ -136,15 +147,19 @@ def _buffer_samples(
     handler: Handler,
     limit: int,
     copy: bool,
+    noted: tuple[TableNotes, Callable[[TableNotes], object]] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Plain members (:func:`plain_header`) grouped as :class:`Grouping` groups them;
     from the first member that is not plain, is cut short, or that the grouping would
     report or skip, the scanner over the buffer takes over, with the same grouping
-    state: whatever the shard holds, the outcome is :func:`iter_samples`'s."""
+    state: whatever the shard holds, the outcome is :func:`iter_samples`'s. With
+    ``noted``, the samples are noted for a member table, handed on when they reach the
+    end of the archive (see :func:`buffer_samples`)."""
     view = None if copy else memoryview(buffer)
     key: str | None = None
     exts: set[str] = set()
     current: dict[str, Any] | None = None
+    notes = None if noted is None else noted[0]
     while end - pos >= BLOCK:
         plain = plain_header(buffer[pos : pos + BLOCK], limit)
         if plain is None:
@@ -161,12 +176,24 @@ def _buffer_samples(
                 yield current
             key, exts = prefix, {ext}
             current = {"__key__": prefix, "__url__": url, "__offset__": base + pos}
+            if notes is not None:
+                notes.sample(prefix, pos)
         elif ext in exts:
             break
         else:
             exts.add(ext)
         current[ext] = buffer[data : data + size] if view is None else view[data : data + size]  # type: ignore[index]
+        if notes is not None:
+            notes.member(ext, size)
         pos = after
+    if (
+        noted is not None
+        and current is not None
+        and (pos == end or buffer[pos : pos + BLOCK] == _ZERO)
+    ):
+        notes, on_table = noted  # the archive ends here: every member was plain
+        if notes.end(pos, len(buffer)):
+            on_table(notes)
     members = TarScanner.over_buffer(
         buffer, start=pos, end=end, base=base, url=url, max_member_size=limit
     )

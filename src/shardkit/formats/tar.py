@@ -24,7 +24,9 @@ by :func:`buffer_samples` and :func:`span_sample`: plain ustar members
 and grouped directly, by the same rules (:func:`split_name`, extensions lower-cased, none
 twice); at the first member that is anything else, or that :class:`Grouping` would
 report or skip, the scanner takes over over the same buffer
-(:meth:`TarScanner.over_buffer`), so every outcome is the stream's.
+(:meth:`TarScanner.over_buffer`), so every outcome is the stream's. Over a whole shard,
+the walk can note the shard's member table as it goes (:class:`TableNotes`), so that a
+reader that keeps it slices the shard's samples next time instead of parsing it.
 
 Untrusted archives are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError`; a member is read whole only up to
@@ -50,6 +52,7 @@ from typing import BinaryIO, NamedTuple
 from ..errors import FormatError
 from ..handlers import Handler, reraise
 from ._io import read_exact
+from ._tarderive import TableNotes
 from ._targroup import Grouping, buffer_samples, iter_samples, span_sample
 from ._tarparse import BLOCK, DIRECTORY, REGULAR_TYPES, Buffer, RawMember, TarScanner, Write
 from ._tarrules import SAME_KEY, check_key_order, odd_member, split_name
@@ -63,6 +66,7 @@ __all__ = [
     "Buffer",
     "Grouping",
     "RawMember",
+    "TableNotes",
     "TarMember",
     "TarScanner",
     "TarWriter",

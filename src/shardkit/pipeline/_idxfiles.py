@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal, TypeVar
 
 from .. import storage
-from ..errors import ConfigError, FormatError
+from ..errors import ConfigError, FormatError, StorageError
 from ..formats.index import (
     INDEX_SUFFIX,
     ShardIndex,
@@ -29,6 +29,7 @@ from ..formats.index import (
     prepared_members,
 )
 from ..formats.members import MemberTable
+from ..formats.tar import TableNotes
 from ..storage import LOCAL, Access, StorageOptions
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_NONE = object()
+_Table = MemberTable | TableNotes
 _Kept = TypeVar("_Kept")
 
 Sizes = Sequence[int | None] | Literal["stat"] | None
@@ -48,10 +51,11 @@ Sizes = Sequence[int | None] | Literal["stat"] | None
 to ask the storage for each, or None to check none."""
 
 
-def read_index(shard_url: str, access: Access) -> ShardIndex | None:
+def read_index(shard_url: str, access: Access, source: str | None = None) -> ShardIndex | None:
     """The parsed ``.idx`` file of a shard, unchecked, or None when it has none (the one
-    place an index file is opened)."""
-    url = index_url(shard_url)
+    place an index file is opened); ``source``: where its bytes are instead (a cache
+    copy)."""
+    url = index_url(shard_url) if source is None else source
     if not storage.url_exists(url, access):
         return None
     data = storage.read_document(url, access=access, what="index file")
@@ -64,12 +68,14 @@ def load_index(
     storage_options: Access | StorageOptions | None = None,
     size: int | None = None,
     unchecked: Literal["raise", "ignore"] = "raise",
+    source: str | None = None,
 ) -> ShardIndex | None:
     """The index of a shard, checked whole (see the module docs), or None when it has none;
     with ``size``, a stale index (made for a shard of another size) is a FormatError.
     ``unchecked="ignore"``: an index that fails the whole check is None (logged), for a
-    caller that can read the shard through instead."""
-    index = read_index(shard_url, Access.of(storage_options))
+    caller that can read the shard through instead. ``source``: where the index's bytes
+    are, when not beside the shard (a cache copy; it is checked as the shard's)."""
+    index = read_index(shard_url, Access.of(storage_options), source)
     if index is None:
         return None
     try:
@@ -168,17 +174,23 @@ class IndexCache:
     opens, each index loaded and checked once (:func:`load_index`), the table kept with
     its verdict against the shard's bytes, at most ``limit`` samples' worth, the least
     recently used let go first. A local shard's entry holds while neither it nor its
-    index changes (size, mtime, inode); a remote one's for the run (a cache copy read is
-    checked against the size the table was made for). An index without a table (an
-    older one) is remembered as such. It belongs to one process: a pickled copy (a
-    DataLoader worker's) starts empty."""
+    index changes (size, mtime, inode), a cached remote shard's while neither copy is
+    replaced (size, inode); a remote one's read without a cache for the run (a cache
+    copy read is checked against the size the table was made for). An index without a
+    table (an older one) is remembered as such. A shard without a table (no index, or an
+    older one) gets the table its second parse notes (:meth:`keeper`), made from the
+    notes when it is next read; one whose members a table cannot describe is parsed
+    each time. It belongs to one process: a pickled copy (a DataLoader worker's) starts
+    empty."""
 
     def __init__(self, limit: int = 1 << 22) -> None:
         self.limit = limit
-        self._entries: collections.OrderedDict[str, tuple[object, MemberTable | None]] = (
+        self._entries: collections.OrderedDict[str, tuple[object, _Table | None]] = (
             collections.OrderedDict()
         )
         self._held = 0
+        self._missed: dict[str, object] = {}  # url -> stamp, of shards read without a table
+        self._read: dict[str, object] = {}  # url -> stamp, of shards parsed once already
 
     def __getstate__(self) -> dict[str, Any]:
         return {"limit": self.limit}
@@ -186,31 +198,56 @@ class IndexCache:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["limit"])  # type: ignore[misc]
 
-    def get(self, url: str, access: Access) -> MemberTable | None:
-        """The member table of ``url``'s checked index; None when it has no index or its
-        index has no table (FormatError for a bad or stale one, as :func:`load_index`)."""
+    def get(self, url: str, access: Access, cache_dir: str | None = None) -> MemberTable | None:
+        """The member table of ``url``'s checked index; None when its index has no table
+        (FormatError for a bad or stale one, as :func:`load_index`). A local shard
+        without a table (no index, or an older one) has the table a parse found, once
+        it has been read twice (:meth:`keeper`). With ``cache_dir``, a remote shard's table
+        comes from its copies there (:func:`_files`), as a local shard's does; None
+        while the shard is not cached."""
         stamp: object = None
         size = None
-        if storage.is_local(url):
-            path = storage.local_path(url)
-            try:
-                shard, index = os.stat(path), os.stat(path + INDEX_SUFFIX)
-            except OSError:
+        path = source = None
+        if storage.is_local(url) or cache_dir is not None:
+            found = _files(url, access, cache_dir)
+            if found is None:
                 return None
-            size = shard.st_size
-            stamp = (size, shard.st_mtime_ns, shard.st_ino)
-            stamp = (stamp, index.st_size, index.st_mtime_ns, index.st_ino)
+            path, source, stamp = found
+            size = stamp[0]
         entry = self._entries.get(url)
         if entry is not None and entry[0] == stamp:
             self._entries.move_to_end(url)
-            return entry[1]
-        found = load_index(url, storage_options=access, size=size)
-        table = None if found is None else prepared_members(found, url=index_url(url))
-        if found is not None:
-            self._keep(url, stamp, table)
+            table = entry[1]
+            if isinstance(table, TableNotes):  # what a parse noted: the table, made once
+                table = table.table()  # (None: a table cannot describe the shard)
+                self._keep(url, stamp, table)
+        elif source is not None or path is None:
+            index = load_index(url, storage_options=access, size=size, source=source)
+            table = None if index is None else prepared_members(index, url=index_url(url))
+            if index is not None:
+                self._keep(url, stamp, table)
+        else:
+            table = None
+        if table is None and path is not None:  # a table its parse finds is kept
+            self._missed[url] = stamp
         return table
 
-    def _keep(self, url: str, stamp: object, table: MemberTable | None) -> None:
+    def keeper(self, url: str) -> Callable[[TableNotes], None] | None:
+        """Where the member table a parse of ``url`` finds goes (``read_shard(on_table=)``:
+        its notes, made into the table when :meth:`get` next gives it), after
+        :meth:`get` gave none for it. None for a shard whose table would not be kept (a
+        remote shard read without a cache), and the first time a shard is read: the
+        notes cost a parse a tenth more, worth it once a shard is read again (a second
+        epoch), not for a single pass."""
+        stamp = self._missed.pop(url, _NONE)
+        if stamp is _NONE:
+            return None
+        if self._read.get(url, _NONE) != stamp:
+            self._read[url] = stamp
+            return None
+        return lambda table: self._keep(url, stamp, table)
+
+    def _keep(self, url: str, stamp: object, table: _Table | None) -> None:
         old = self._entries.pop(url, None)
         if old is not None:
             self._held -= _held(old[1])
@@ -221,5 +258,45 @@ class IndexCache:
             self._held -= _held(dropped)
 
 
-def _held(table: MemberTable | None) -> int:
+def _files(
+    url: str, access: Access, cache_dir: str | None
+) -> tuple[str, str | None, tuple[Any, ...]] | None:
+    """(the shard's local file, its index's or None, a stamp of both) for a local shard,
+    or with ``cache_dir`` a remote one's cache copies; None when the shard's file is not
+    there. A remote shard not yet cached is about to be read (and cached) as a stream:
+    its index is fetched into the cache now (:func:`shardkit.storage.refresh_copy`), so
+    that the next read of the shard takes the mapped path; a failure to fetch it is
+    logged, and the shard is read without it."""
+    local = storage.is_local(url)
+    if local or cache_dir is None:
+        path = storage.local_path(url)
+        index = path + INDEX_SUFFIX
+    else:
+        path = storage.cache_path(url, cache_dir)
+        index = storage.cache_path(index_url(url), cache_dir)
+    try:
+        shard = os.stat(path)
+    except OSError:
+        if not local and cache_dir is not None:
+            _fetch_index(url, access, cache_dir)
+        return None
+    try:
+        found = os.stat(index)
+        indexed: tuple[int, ...] | None = (found.st_size, found.st_mtime_ns, found.st_ino)
+    except OSError:  # none (or none to be had): the shard's own headers tell
+        indexed = None
+    # A cache copy's mtime is its last use (the cache's LRU clock); a new copy is a new
+    # file (renamed into place): its inode tells it.
+    stamp = (shard.st_size, shard.st_mtime_ns if local else None, shard.st_ino, indexed)
+    return path, (None if indexed is None else index), stamp
+
+
+def _fetch_index(url: str, access: Access, cache_dir: str) -> None:
+    try:
+        storage.refresh_copy(index_url(url), cache_dir, access=access, what="index file")
+    except (StorageError, OSError) as exc:
+        _log.warning("%s: index not cached, the shard is read without it: %s", url, exc)
+
+
+def _held(table: _Table | None) -> int:
     return 0 if table is None else len(table.offsets)

@@ -52,17 +52,18 @@ class ReadOptions:
 def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], None, None]:
     """The raw samples of one shard (what :func:`shardkit.reader.read_shard` yields, with
     the local cache of ``options.cache_dir``). An uncompressed tar shard read from a
-    local file is read through its index, where it has one with a member table
-    (:mod:`shardkit.formats.members`): slices, no header parsed. The index is loaded
-    once per process (``options.indexes``)."""
+    local file, or from its cache copy, is read by a member table
+    (:mod:`shardkit.formats.members`): slices, no header parsed. The table is its
+    index's, or, for a shard without one, the one its second parse in this process noted
+    (``read_shard(on_table=)``); either is made once per process (``options.indexes``).
+    A remote shard's index is cached with it."""
     members = None
     kind, gz = reader.detect_format(url, options.format)
-    # A local file; a remote shard's cache copy is parsed over its mapping (its index
-    # would cost a request per run and shard, even once the shard is cached).
-    local = storage.is_local(url) and not storage.is_executing(url) and url != "-"
-    if kind == "tar" and not gz and local:
+    local = storage.is_local(url)
+    cached = options.cache_dir if not local and storage.url_scheme(url) else None
+    if kind == "tar" and not gz and (local or cached is not None):
         try:
-            members = options.indexes.get(url, options.access)
+            members = options.indexes.get(url, options.access, cached)
         except FormatError as exc:  # a bad or stale index: the shard is refused
             return _refused(exc, options.handler)
     return reader.read_shard(
@@ -75,6 +76,7 @@ def open_samples(url: str, options: ReadOptions) -> Generator[dict[str, Any], No
         cache_limit=options.cache_limit,
         copy=options.copy,
         members=members,
+        on_table=None if members is not None else options.indexes.keeper(url),
     )
 
 

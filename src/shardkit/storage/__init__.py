@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, cast
 
 from ._access import LOCAL, Access, StorageOptions
-from ._cache import cache_path, open_cached
+from ._cache import cache_path, open_cached, refresh_copy
 from ._doors import folder_entries, open_regular, open_regular_fd, read_document, read_regular
 from ._filesystems import REQUESTS_IN_FLIGHT, detach_loop_at_fork, filesystem, url_exists
 from ._reading import map_file, open_read, opening
@@ -77,6 +77,7 @@ __all__ = [
     "read_document",
     "read_failure",
     "read_regular",
+    "refresh_copy",
     "url_exists",
     "url_scheme",
     "wait_to_retry",

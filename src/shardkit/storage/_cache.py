@@ -1,4 +1,9 @@
-"""``cache_dir``: a local copy of a remote object, final only once complete."""
+"""``cache_dir``: a local copy of a remote object, final only once complete.
+
+A shard's copy is written as it streams (:class:`_CachingReader`); a small object read
+whole (a shard's ``.idx``) is fetched and kept by :func:`refresh_copy`, so that once a
+remote shard and its index are in the cache, reading it costs no request and takes the
+mapped path of a local shard with an index."""
 
 from __future__ import annotations
 
@@ -14,11 +19,13 @@ from typing import Any, BinaryIO
 
 from .._temporary import create_temporary
 from ..cachelimit import enforce_limit, lock_shared
-from ._doors import open_regular
+from ._access import LOCAL, Access
+from ._doors import open_regular, read_document
+from ._filesystems import url_exists
 from ._remote import _ResumableReader
 from ._urls import basename
 
-__all__ = ["cache_path", "open_cached"]
+__all__ = ["cache_path", "open_cached", "refresh_copy"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +51,40 @@ def open_cached(path: str, buffer_size: int) -> BinaryIO | None:
         stream.close()
         return None
     return stream
+
+
+def refresh_copy(
+    url: str,
+    cache_dir: str,
+    *,
+    access: Access = LOCAL,
+    what: str = "file",
+) -> bool:
+    """Fetch the small object at ``url`` whole (:func:`read_document`, its size bounded)
+    as its copy in ``cache_dir`` (:func:`cache_path`), replacing any copy there; remove
+    the copy when the object is not there. Whether a copy is there now. The copy is
+    written under a temporary name and renamed when whole; one that cannot be written
+    is logged and left out (StorageError for an object that cannot be read)."""
+    path = cache_path(url, cache_dir)
+    if not url_exists(url, access):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return False
+    data = read_document(url, access=access, what=what)
+    tmp = ""
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        fd, tmp = create_temporary(path)
+        with open(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+        return True
+    except OSError as exc:
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        logger.warning("%s: not cached: cannot write in %s: %s", url, cache_dir, exc)
+        return False
 
 
 class _CachingReader(io.RawIOBase):
