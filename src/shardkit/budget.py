@@ -28,6 +28,9 @@ kind               default        what it bounds
                                   values' bytes, before it is made into Python values
 ``file_cell``      1 GiB          a bytes cell of a list (a sample's file in a parquet)
 ``row``            16 MiB         a line of a JSONL list, read and parsed whole
+``record``         256 MiB        a TFRecord record, read whole (a gzip stream inflates
+                                  one from a few hundred KB) and written (so what a
+                                  writer writes, a reader reads back)
 ``document``       512 MiB        a JSON document read whole
 ``json_depth``     128            the nesting of containers in such a document
 =================  =============  ======================================================
@@ -65,6 +68,7 @@ LIMITS: dict[str, Limit] = {
     "video_clip": Limit(10**9, "bytes", "a decoded video clip (frames x pixels x 3)"),
     "cell": Limit(1 << 16, "bytes", "a list cell's values"),
     "row": Limit(16 << 20, "bytes", "a row of a JSONL list (a line)"),
+    "record": Limit(256 << 20, "bytes", "a TFRecord record held whole"),
     "file_cell": Limit(1 << 30, "bytes", "a bytes cell of a list (a sample's file)"),
     "document": Limit(512 << 20, "bytes", "a JSON document read whole"),
     "json_depth": Limit(128, "levels", "the nesting of a JSON document"),
