@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..errors import BuildError
 from ._plan import later_repeats
-from ._spill import ORDER_BUDGET, RecordFile, Spill, bucket_count, bucketed
+from . import _spill
+from ._spill import RecordFile, Spill, bucket_count, bucketed
 
 __all__ = [
     "GivenKeys",
@@ -249,7 +250,7 @@ class GivenKeys:
             last = key
         self._last = last
         self._held.extend(keys)
-        if isinstance(self._held, list) and len(self._held) > ORDER_BUDGET // 4:
+        if isinstance(self._held, list) and len(self._held) > _spill.ORDER_BUDGET // 4:
             file = self._spill.new_file()
             file.extend(self._held)
             self._held = file
