@@ -49,7 +49,7 @@ from ._lease import store_lock
 from ._manifest import make_manifest, write_manifest
 from ._plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
 from ._results import BuildProgress, BuildResult, ProgressFn
-from ._skipped import IN_MANIFEST, SkippedLog, write_skipped
+from ._skipped import SkippedLog, write_skipped
 from ._sources import Listing
 from ._spill import Spill
 from ._store import Store
@@ -384,7 +384,7 @@ class _Driver:
         self.journal.clear()
         self.folder.remove_strays()
         count = len(self.skipped)
-        first = list(itertools.islice(self.skipped.sorted(), IN_MANIFEST))
+        first = self.skipped.sorted()  # the error keeps the first few
         what = f"all {count} items were skipped" if count else "the source has no items"
         message = f"no sample was packed: {what}; nothing was written"
         raise EmptyBuildError(message, skipped=first, url=self.store.url)
