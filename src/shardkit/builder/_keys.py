@@ -29,8 +29,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 from ..errors import BuildError
-from ._plan import later_repeats
 from . import _spill
+from ._plan import later_repeats
 from ._spill import RecordFile, Spill, bucket_count, bucketed
 
 __all__ = [
