@@ -11,6 +11,38 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+class _MonkeyPatch(pytest.MonkeyPatch):
+    """pytest's ``monkeypatch`` whose environment changes reach the budget, which reads each
+    ``SHARDKIT_MAX_<KIND>`` once (``shardkit.budget.reset`` makes it read them again)."""
+
+    def setenv(self, name: str, value: str, prepend: str | None = None) -> None:
+        super().setenv(name, value, prepend)
+        _reset_budget()
+
+    def delenv(self, name: str, raising: bool = True) -> None:
+        super().delenv(name, raising)
+        _reset_budget()
+
+    def undo(self) -> None:
+        super().undo()
+        _reset_budget()
+
+
+def _reset_budget() -> None:
+    from shardkit import budget
+
+    budget.reset()
+
+
+@pytest.fixture
+def monkeypatch() -> Iterator[pytest.MonkeyPatch]:
+    """Overrides pytest's: the same, but a ``SHARDKIT_MAX_<KIND>`` set or removed takes
+    effect at once, as it did when the budget read the environment at every check."""
+    patch = _MonkeyPatch()
+    yield patch
+    patch.undo()
+
+
 class NonSeekable(io.RawIOBase):
     """A stream that only reads, in short chunks, like a pipe or an HTTP body."""
 

@@ -131,7 +131,8 @@ def test_lying_length_under_the_limit_allocates_nothing(tmp_path: os.PathLike[st
                 list(iter_records(f))
         except Exception as exc:
             result["error"] = type(exc).__name__
-        """
+        """,
+        env={"SHARDKIT_MAX_RECORD": "2GiB"},  # the budget's limit up to the format's
     )
     assert result["error"] == "TruncatedShardError"
     assert result["peak_mb"] < 200

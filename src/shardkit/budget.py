@@ -10,7 +10,9 @@ what was refused, the size declared, the limit and the variable that raises it.
 
 Each limit is here once, in :data:`LIMITS`; ``SHARDKIT_MAX_<KIND>`` (read by
 :func:`shardkit.config.limit_setting`) raises or lowers it for a process, where a
-legitimate file can be over it (a 4-hour recording, an 8K clip of 256 frames):
+legitimate file can be over it (a 4-hour recording, an 8K clip of 256 frames). Each
+variable is read once, at the first check of its kind, so that a check costs a dict lookup
+and a compare (it runs per sample); a process that changes them later calls :func:`reset`:
 
 =================  =============  ======================================================
 kind               default        what it bounds
@@ -26,6 +28,9 @@ kind               default        what it bounds
                                   values' bytes, before it is made into Python values
 ``file_cell``      1 GiB          a bytes cell of a list (a sample's file in a parquet)
 ``row``            16 MiB         a line of a JSONL list, read and parsed whole
+``record``         256 MiB        a TFRecord record, read whole (a gzip stream inflates
+                                  one from a few hundred KB) and written (so what a
+                                  writer writes, a reader reads back)
 ``document``       512 MiB        a JSON document read whole
 ``json_depth``     128            the nesting of containers in such a document
 =================  =============  ======================================================
@@ -43,7 +48,7 @@ from .units import parse_int, parse_size
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["LIMITS", "Limit", "allow", "empty", "limit", "refuse", "variable"]
+__all__ = ["LIMITS", "Limit", "allow", "empty", "limit", "refuse", "reset", "variable"]
 
 
 class Limit(NamedTuple):
@@ -63,10 +68,21 @@ LIMITS: dict[str, Limit] = {
     "video_clip": Limit(10**9, "bytes", "a decoded video clip (frames x pixels x 3)"),
     "cell": Limit(1 << 16, "bytes", "a list cell's values"),
     "row": Limit(16 << 20, "bytes", "a row of a JSONL list (a line)"),
+    "record": Limit(256 << 20, "bytes", "a TFRecord record held whole"),
     "file_cell": Limit(1 << 30, "bytes", "a bytes cell of a list (a sample's file)"),
     "document": Limit(512 << 20, "bytes", "a JSON document read whole"),
     "json_depth": Limit(128, "levels", "the nesting of a JSON document"),
 }
+
+
+#: kind -> the limit in force, read from the environment at the first check of that kind.
+_bounds: dict[str, int] = {}
+
+
+def reset() -> None:
+    """Forget the limits read from ``SHARDKIT_MAX_<KIND>``: the next check of each kind
+    reads its variable again (for a process that sets them after a check: tests)."""
+    _bounds.clear()
 
 
 def _row(kind: str) -> Limit:
@@ -83,7 +99,15 @@ def variable(kind: str) -> str:
 
 def limit(kind: str) -> int:
     """The limit in force for ``kind``: ``SHARDKIT_MAX_<KIND>`` where it is set (a size
-    such as ``2GiB`` for bytes, an integer otherwise), else the default of :data:`LIMITS`."""
+    such as ``2GiB`` for bytes, an integer otherwise), else the default of :data:`LIMITS`;
+    read once (see :func:`reset`)."""
+    bound = _bounds.get(kind)
+    if bound is None:
+        bound = _bounds[kind] = _read(kind)
+    return bound
+
+
+def _read(kind: str) -> int:
     row = _row(kind)
     text = limit_setting(kind)
     if text is None:
@@ -111,7 +135,7 @@ def allow(
     is within ``kind``'s limit; else ``error`` naming ``what``, ``n`` and the limit: a
     :class:`~shardkit.errors.LimitError` (or one of its subclasses) for data, another
     ShardkitError where the whole input is refused (a build's list: a BuildError)."""
-    bound = limit(kind)
+    bound = _bounds.get(kind) or limit(kind)
     if 0 <= n <= bound:
         return n
     refuse(kind, n, what=what, error=error, url=url, key=key, offset=offset)

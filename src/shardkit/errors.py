@@ -38,8 +38,10 @@ a string from outside safe to print; the CLI and the tools print through them.
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
+from collections.abc import Iterable
 
 __all__ = [
     "BuildError",
@@ -240,14 +242,23 @@ class BuildError(ShardkitError):
 
 
 class EmptyBuildError(BuildError):
-    """A build packed no sample: every item was skipped. ``skipped`` holds
-    ``(path, reason)`` for each; the output is left without a manifest."""
+    """A build packed no sample: every item was skipped. ``skipped`` holds ``(path,
+    reason)`` for the first :attr:`KEPT` of them (the message counts them all; each text
+    cut to 4,096 characters): however many were skipped, the error stays small. The
+    output is left without a manifest."""
+
+    KEPT = 1000
 
     def __init__(
-        self, message: str, *, skipped: list[tuple[str, str]] | None = None, url: str | None = None
+        self,
+        message: str,
+        *,
+        skipped: Iterable[tuple[str, str]] | None = None,
+        url: str | None = None,
     ) -> None:
         super().__init__(message, url=url)
-        self.skipped = list(skipped or [])
+        first = itertools.islice(skipped or (), self.KEPT)  # never read past them
+        self.skipped = [(shorten(str(p), 4096), shorten(str(r), 4096)) for p, r in first]
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild_empty, (self.message, self.skipped, self.url))

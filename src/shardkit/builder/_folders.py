@@ -19,6 +19,7 @@ from ..errors import BuildError
 from ._inputs import FileSource, sample_path
 from ._keys import make_keys, path_key, spilled_keys
 from ._samples import FOLDER_EXTENSIONS, field_problem, group_samples
+from ._skipped import SkippedLog
 from ._sources import Item, Items, Listing, SpilledItems, nothing_found
 from ._spill import Sorter, Spill
 from ._walk import FolderWalk, Found
@@ -50,7 +51,8 @@ def list_image_folder(root: str, spill: Spill | None = None, layout: str = "clas
     def found(f: Found) -> None:  # sorted by (class, path): the (label, path) order
         sorter.add((f.cls, f.rel, f.size, f.mtime_ns))
 
-    walk = FolderWalk(root, field_problem, found)
+    skipped = SkippedLog(spill)  # spilled past a budget
+    walk = FolderWalk(root, field_problem, found, skipped)
     try:
         top = walk.top()
     except OSError as exc:
@@ -62,7 +64,7 @@ def list_image_folder(root: str, spill: Spill | None = None, layout: str = "clas
     else:
         walk.walk(top)
     source = FileSource(os.path.abspath(root))
-    return _folder_listing(root, source, sorter, walk.classes, walk.skipped, spill, layout)
+    return _folder_listing(root, source, sorter, walk.classes, skipped, spill, layout)
 
 
 def _folder_listing(
@@ -70,7 +72,7 @@ def _folder_listing(
     source: FileSource,
     sorter: Sorter,
     classes: list[str],
-    skipped: list[tuple[str, str]],
+    skipped: SkippedLog,
     spill: Spill,
     layout: str = "classes",
 ) -> Listing:
@@ -90,14 +92,14 @@ def _folder_listing(
         items = _folder_items(found, classes)
     if not len(items):
         what = "files" if layout == "samples" else "images found in the class folders"
-        nothing_found(f"no {what}", sorted(skipped), root)
+        nothing_found(f"no {what}", skipped, root)
     return Listing(
         kind="image_folder",
         path=root,
         source=source,
         items=items,
         classes=classes,
-        skipped=sorted(skipped),
+        skipped=skipped,  # sorted as it is read
         fingerprint=fingerprint,
         sizes_known=not grouped.samples,
     )
@@ -146,7 +148,7 @@ def list_remote_folder(url: str, spill: Spill | None = None, layout: str = "clas
         with Spill() as own:  # everything is held in the end anyway
             return list_remote_folder(url, own, layout)._held()
     sorter = Sorter(spill)
-    skipped: list[tuple[str, str]] = []
+    skipped = SkippedLog(spill)  # spilled past a budget
     try:
         fs, base = storage.filesystem(root)
         classes = _walk_remote(fs, base.rstrip("/"), sorter, skipped, layout == "samples")
@@ -162,7 +164,7 @@ def list_remote_folder(url: str, spill: Spill | None = None, layout: str = "clas
 
 
 def _walk_remote(
-    fs: Any, base: str, sorter: Sorter, skipped: list[tuple[str, str]], flat: bool = False
+    fs: Any, base: str, sorter: Sorter, skipped: SkippedLog, flat: bool = False
 ) -> list[str] | None:
     """Walk ``base`` folder by folder into ``sorter`` (class, path, size, version) and
     ``skipped``; returns the class names, sorted (None: ``base`` holds no object).

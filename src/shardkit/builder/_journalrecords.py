@@ -58,6 +58,8 @@ def encode_result(result: TaskResult) -> dict[str, Any]:
         "sizes": result.sizes,
         "fetch": result.fetch,
     }
+    if result.keys:  # only a Python dataset's samples give their keys
+        record["keys"] = result.keys
     if result.totals:  # absent from a sample build's records
         record["totals"] = dict(sorted(result.totals.items()))
     return record
@@ -73,4 +75,5 @@ def decode_result(obj: dict[str, Any]) -> TaskResult:
         sizes=[int(n) for n in obj["sizes"]],
         fetch=[(int(n), str(what)) for n, what in obj.get("fetch", [])],
         totals={str(k): int(v) for k, v in obj.get("totals", {}).items()},
+        keys=[str(k) for k in obj.get("keys", [])],
     )

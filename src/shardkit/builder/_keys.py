@@ -14,6 +14,10 @@ never becomes ``__/imgs/a``, and an absolute path or a URL does not drag its who
 or its host into the key). A URL's query stays in its key, before the extension
 (``a.jpg?w=2`` -> ``a?w=2``; its ``%``, ``/``, ``\\`` and ``.`` percent-escaped), so URLs
 that differ only there get distinct keys; a fragment is dropped.
+
+The keys a Python dataset gives (``__key__``) are known only as the workers load them:
+:class:`GivenKeys` takes them as the driver commits each task, in the output's order,
+whatever the format (tar, TFRecord) or the store (a folder, an object store).
 """
 
 from __future__ import annotations
@@ -24,9 +28,13 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from ._spill import Spill, bucket_count, bucketed
+from ..errors import BuildError
+from . import _spill
+from ._plan import later_repeats
+from ._spill import RecordFile, Spill, bucket_count, bucketed
 
 __all__ = [
+    "GivenKeys",
     "key_base",
     "make_keys",
     "path_key",
@@ -211,3 +219,63 @@ def _common(common: list[str], parts: list[str]) -> list[str]:
         n += 1
     del common[n:]
     return common
+
+
+class GivenKeys:
+    """The keys a Python dataset gave, in the order the build writes them (each task's, as
+    the driver commits it): a key equal to the one written just before it is refused at
+    once, before the shard that holds both is assembled (a tar reader would merge the two
+    samples); any other repeat at the end (:meth:`refuse_repeats`), bucket by bucket in
+    bounded memory (:func:`.plan.later_repeats`). Both are the same BuildError, naming
+    the key and where it is written twice; the build then writes no manifest."""
+
+    def __init__(self, spill: Spill | None, out: str) -> None:
+        self._own = spill is None  # a spill folder of its own, made only if it spills
+        self._spill = spill if spill is not None else Spill()
+        self._out = out
+        self._held: list[str] | RecordFile = []
+        self._last: str | None = None
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def add(self, keys: list[str]) -> None:
+        """The keys of the next task's samples written, in order."""
+        last = self._last
+        for n, key in enumerate(keys):
+            if key == last:
+                n += len(self._held)
+                where = f"samples {n - 1:,} and {n:,} written, one after the other"
+                raise _twice(key, f"{where}: a reader would merge them", self._out)
+            last = key
+        self._last = last
+        self._held.extend(keys)
+        if isinstance(self._held, list) and len(self._held) > _spill.ORDER_BUDGET // 4:
+            file = self._spill.new_file()
+            file.extend(self._held)
+            self._held = file
+
+    def close(self) -> None:
+        if self._own:
+            self._spill.close()
+
+    def refuse_repeats(self, where: Callable[[int], str]) -> None:
+        """Raise the BuildError for the first key written again, if any; ``where(n)``
+        names the place of the ``n``-th sample written (its shard and number there)."""
+        later = later_repeats(iter(self._held), len(self._held), self._spill)
+        if not later:
+            return
+        position = min(later)
+        first = later[position]
+        key = next(k for n, k in enumerate(self._held) if n == position)
+        again = f"{len(later):,} samples written again in all"
+        raise _twice(key, f"{where(first)} and {where(position)}; {again}", self._out)
+
+
+def _twice(key: str, where: str, out: str) -> BuildError:
+    shown = repr(key) if len(key) <= 100 else repr(key[:100]) + "..."
+    return BuildError(
+        f"the key {shown} is written twice ({where}): the keys a dataset gives (__key__) "
+        "must be unique; no manifest.json was written",
+        url=out,
+    )

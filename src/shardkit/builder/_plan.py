@@ -86,13 +86,15 @@ def later_repeats(keys: Iterable[str], count: int, spill: Spill) -> dict[int, in
     def bucket_of(entry: tuple[str, int]) -> int:
         return zlib.crc32(entry[0].encode("utf-8", "surrogateescape")) % buckets
 
-    later: dict[int, int] = {}
+    later: dict[int, int] = {}  # the repeats only: never an entry per key
     numbered = ((key, position) for position, key in enumerate(keys))
     for chunk in bucketed(numbered, buckets, bucket_of, spill):
         first: dict[str, int] = {}
         for key, position in chunk:  # in listing order within a bucket
-            later[position] = first.setdefault(key, position)
-    return {position: first for position, first in later.items() if position != first}
+            earlier = first.setdefault(key, position)
+            if earlier != position:
+                later[position] = earlier
+    return later
 
 
 def _bucket_shuffle(items: Items, seed: int, spill: Spill) -> Iterator[Item]:

@@ -23,6 +23,7 @@ one file) or an object-store prefix (locked with a lease object, journal as obje
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import logging
@@ -42,16 +43,24 @@ from ._commit import Renamer
 from ._fetchtally import FetchTally, fetched
 from ._folder import OutputFolder
 from ._journal import Journal
+from ._keys import GivenKeys
 from ._launch import cluster_executor, counted, picklable
 from ._lease import store_lock
 from ._manifest import make_manifest, write_manifest
 from ._plan import CHUNK, Task, chunk_stream, cut_tasks, estimator, order_items
 from ._results import BuildProgress, BuildResult, ProgressFn
-from ._skipped import IN_MANIFEST, SkippedLog, write_skipped
+from ._skipped import SkippedLog, write_skipped
 from ._sources import Listing
 from ._spill import Spill
 from ._store import Store
-from ._worker import WORKER_MODULE, TaskResult, WorkerContext, init_worker, run_task
+from ._worker import (
+    GIVEN_KEYS,
+    WORKER_MODULE,
+    TaskResult,
+    WorkerContext,
+    init_worker,
+    run_task,
+)
 from .options import BuildOptions
 
 __all__ = ["run_build"]
@@ -131,6 +140,9 @@ class _Driver:
             self.skipped.extend(listing.skipped)
         self.class_counts: dict[int, int] = {}
         self.fetch = FetchTally()
+        # The keys a Python dataset gives, checked as they are written (None: the listing's
+        # keys, checked when it was made).
+        self.keys = GivenKeys(spill, store.url) if listing.kind in GIVEN_KEYS else None
 
     # -- start
     def prepare(self) -> BuildResult | None:
@@ -272,6 +284,8 @@ class _Driver:
             # holds no record per task (per chunk of items when it assembles). A task an
             # earlier run finished is read back from the journal now, one at a time.
             result = self.journal.take(self.next_task)
+            if self.keys is not None:  # before a shard holding two of them is assembled
+                self.keys.add(result.keys)
             self.committer.add(result)
             self.fetch.add(result, self.committer.cut)
             self._fold(result)
@@ -342,10 +356,8 @@ class _Driver:
         shards = self.committer.shards
         if not any(shard.samples for shard in shards):
             self._nothing_packed()
-        if self.listing.kind in ("dataset", "iterable") and self.store.object_store is None:
-            from ._shards import refuse_written_repeats  # keys given as they were loaded
-
-            refuse_written_repeats([self.store.join(s.name) for s in shards], self.store.url)
+        if self.keys is not None:
+            self.keys.refuse_repeats(_places(shards))
         self.guard()
         skipped, count = write_skipped(self.store, self.skipped.sorted())
         manifest = make_manifest(
@@ -372,7 +384,7 @@ class _Driver:
         self.journal.clear()
         self.folder.remove_strays()
         count = len(self.skipped)
-        first = list(itertools.islice(self.skipped.sorted(), IN_MANIFEST))
+        first = self.skipped.sorted()  # the error keeps the first few
         what = f"all {count} items were skipped" if count else "the source has no items"
         message = f"no sample was packed: {what}; nothing was written"
         raise EmptyBuildError(message, skipped=first, url=self.store.url)
@@ -395,6 +407,17 @@ class _Driver:
             fetch=fetch,
             skipped_count=skipped[1],
         )
+
+
+def _places(shards: list[ShardRecord]) -> Callable[[int], str]:
+    """Names the place of the ``n``-th sample written: its shard and its number there."""
+    ends = list(itertools.accumulate(shard.samples for shard in shards))
+
+    def where(n: int) -> str:
+        shard = bisect.bisect_right(ends, n)
+        return f"{shards[shard].name} sample {n - (ends[shard - 1] if shard else 0):,}"
+
+    return where
 
 
 def _order(job: Task | ShardPlan) -> tuple[bool, int]:
@@ -421,3 +444,5 @@ def run_build(
             driver.committer.close()  # commits in flight end before the lock goes
             driver.journal.close()
             driver.skipped.close()
+            if driver.keys is not None:
+                driver.keys.close()

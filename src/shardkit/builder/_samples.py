@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..codecs import (
     AUDIO_EXTENSIONS,
@@ -33,6 +33,9 @@ from ..codecs import (
     default_codecs,
     normalize_image_extension,
 )
+
+if TYPE_CHECKING:
+    from ._sources import SkippedItems
 
 __all__ = [
     "FILE_TYPES",
@@ -119,9 +122,7 @@ def _groups(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
         yield group.entries
 
 
-def group_samples(
-    entries: Iterable[Entry], layout: str, skipped: list[tuple[str, str]]
-) -> Iterator[Entry]:
+def group_samples(entries: Iterable[Entry], layout: str, skipped: SkippedItems) -> Iterator[Entry]:
     """The items of sorted file ``entries`` (label, path, size, version), appending the
     files left out to ``skipped``.
 
@@ -138,7 +139,7 @@ def group_samples(
         yield from _items(group, layout, skipped)
 
 
-def _items(group: list[Entry], layout: str, skipped: list[tuple[str, str]]) -> Iterator[Entry]:
+def _items(group: list[Entry], layout: str, skipped: SkippedItems) -> Iterator[Entry]:
     classes = layout == "classes"
     files = []
     for entry in group:

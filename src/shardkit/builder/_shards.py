@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .. import config, storage
-from ..errors import BuildError, DataError, FormatError
+from ..errors import BuildError, DataError
 from ..formats import tfrecord, tfschema
 from ..formats.index import ShardIndex, check_key, indexed_sample
 from ..formats.names import Format, is_shard_name
 from ..formats.tar import BLOCK, Grouping, TarScanner, buffer_samples
 from ..handlers import ignore_and_continue
-from ..pipeline import list_folder, load_index, load_indexes, shard_size
+from ..pipeline import list_folder, load_indexes
 from ..ranges import RangeReader
 from ..reader import detect_format, iter_stream_samples, read_shard
 from ._plan import later_repeats
@@ -445,56 +445,6 @@ def _release(mapped: mmap.mmap | None, released: int, done: int) -> int:
         return released
     mapped.madvise(_DONTNEED, released, done - released)
     return done
-
-
-def refuse_written_repeats(urls: list[str], out: str) -> None:
-    """Raise BuildError if a key is written twice in the tar shards ``urls`` (a build's
-    output, before its manifest): keys a Python dataset gives (``__key__``) are known only
-    as the workers load them, so they are checked where they were written, by the keys of
-    every shard (:func:`written_keys`: its ``.idx`` file, else its headers; data never
-    read) and :func:`.plan.later_repeats` (bounded memory). A build that wrote one twice
-    writes no manifest (webdataset's readers would merge or report the two; ``tar -x``
-    would keep one). Local uncompressed tar output only."""
-    if not urls or any(detect_format(url) != ("tar", False) for url in urls):
-        return  # TFRecord keys are features, gzip cannot be walked: not checked here
-    with Spill() as spill:
-        records = held(
-            ((n, start, key) for n, url in enumerate(urls) for start, key in written_keys(url)),
-            spill,
-        )
-        later = later_repeats((key for _, _, key in records), len(records), spill)
-        if not later:
-            return
-        position = min(later)
-        wanted = {position, later[position]}
-        found = {i: r for i, r in enumerate(records) if i in wanted}
-    (shard, offset, key), (first_shard, first_offset, _) = found[position], found[later[position]]
-    shown = repr(key) if len(key) <= 100 else repr(key[:100]) + "..."
-    raise BuildError(
-        f"the key {shown} is written twice ({os.path.basename(urls[first_shard])}@{first_offset} "
-        f"and {os.path.basename(urls[shard])}@{offset}; {len(later)} samples written again "
-        "in all): the keys a dataset gives (__key__) must be unique; no manifest.json was "
-        "written",
-        url=out,
-    )
-
-
-def written_keys(url: str) -> Iterator[tuple[int, str]]:
-    """(start, key) of each sample of a tar shard a build wrote: from its ``.idx`` file
-    when it has one that is whole, fresh and provably lists every sample once (loaded by
-    the one index loader, :func:`shardkit.pipeline._idxfiles.load_index`, then
-    :func:`_whole`), else from its headers (:func:`read_tar_samples`). One shard's keys
-    are held at a time."""
-    size = shard_size(url, storage.LOCAL)
-    try:
-        index = load_index(url, size=size)
-    except FormatError:  # a key twice in one shard fails the index check: the headers say
-        index = None
-    if index is not None and not index.compressed and _whole(url, index, size):
-        yield from zip(index.offsets, index.keys, strict=True)
-        return
-    for start, key, _ in read_tar_samples(url):
-        yield start, key
 
 
 def _open_listing(url: str) -> BinaryIO:

@@ -15,7 +15,6 @@ happens in the workers, so a source object must pickle small (a root folder, a d
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol, TypeAlias
@@ -125,6 +124,8 @@ class Listing:
         """This listing with its items in memory (before its spill folder goes)."""
         if self.items is not None and not isinstance(self.items, list):
             self.items = list(self.items)
+        if not isinstance(self.skipped, list):
+            self.skipped = list(self.skipped.sorted())
         return self
 
 
@@ -135,7 +136,7 @@ def nothing_found(message: str, skipped: SkippedItems, url: str) -> NoReturn:
     if len(skipped):
         what = f"{message}: all {len(skipped)} files found were skipped; nothing was written"
         first = skipped if isinstance(skipped, list) else skipped.sorted()
-        raise EmptyBuildError(what, skipped=list(itertools.islice(first, 1000)), url=url)
+        raise EmptyBuildError(what, skipped=first, url=url)  # it keeps the first few
     raise BuildError(message, url=url)
 
 

@@ -24,7 +24,10 @@ import os
 import stat
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from ._sources import SkippedItems
 
 __all__ = ["Found", "FolderWalk", "file_kind"]
 
@@ -63,9 +66,11 @@ class FolderWalk:
     """The files of ``root/<class>/**`` (or ``root/**``) under the rules of the module
     docstring.
 
-    ``classes`` and ``found`` hold the result, ``skipped`` what was left out.
-    ``problem(name)`` returns the reason to skip a file by its name, or ``""``. With
-    ``sink``, each file is passed to it as it is found instead (``found`` stays empty).
+    ``classes`` and ``found`` hold the result, ``skipped`` what was left out (a list, or
+    the :class:`~shardkit.builder._skipped.SkippedLog` given: bounded memory however many
+    files are skipped). ``problem(name)`` returns the reason to skip a file by its name,
+    or ``""``. With ``sink``, each file is passed to it as it is found instead (``found``
+    stays empty).
     """
 
     def __init__(
@@ -73,6 +78,7 @@ class FolderWalk:
         root: str,
         problem: Callable[[str], str],
         sink: Callable[[Found], None] | None = None,
+        skipped: SkippedItems | None = None,
     ) -> None:
         self.root = root
         self._problem = problem
@@ -80,7 +86,7 @@ class FolderWalk:
         self.classes: list[str] = []
         self.found: list[Found] = []
         self._sink = sink if sink is not None else self.found.append
-        self.skipped: list[tuple[str, str]] = []
+        self.skipped: SkippedItems = skipped if skipped is not None else []
         self._visited: set[tuple[int, int]] = set()
         self._links: deque[tuple[str, str, str]] = deque()  # path, rel, class
 

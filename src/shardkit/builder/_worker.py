@@ -86,7 +86,13 @@ class TaskResult:
     # What a kind of task counts for the manifest besides samples (a token build's
     # ``documents`` and ``tokens``); journaled only when it has any.
     totals: dict[str, int] = field(default_factory=dict)
+    # The __key__ of each sample written, when a Python dataset gives them: the driver
+    # checks them for repeats (.keys.GivenKeys); journaled only when it has any.
+    keys: list[str] = field(default_factory=list)
 
+
+#: The sources whose samples give their own keys (checked once written: TaskResult.keys).
+GIVEN_KEYS = frozenset({"dataset", "iterable"})
 
 #: This module: the local pool's forkserver imports it once for every worker process.
 WORKER_MODULE = __name__
@@ -172,6 +178,7 @@ def run_task(task: Task) -> TaskResult:
     load, add, counts = context.source.load, writer.add, result.class_counts
     packed = 0
     prefetch = getattr(context.source, "prefetch", None)  # a parquet's bytes cells
+    keys = result.keys if context.source.kind in GIVEN_KEYS else None
     try:
         if prefetch is not None:
             prefetch(task.items)
@@ -183,6 +190,8 @@ def run_task(task: Task) -> TaskResult:
                     loaded = _downloaded(context, item, download, result.fetch, packed)
                 chunks, size, label = encode_item(context, item, loaded)
                 add(item.key, chunks, size)
+                if keys is not None:  # a dataset's sample: a mapping, its key checked
+                    keys.append(loaded.get("__key__", item.key))  # type: ignore[union-attr]
             except DataError as exc:
                 if download is not None and download.result().data is not None:
                     result.fetch[-1] = (result.fetch[-1][0], "invalid image")

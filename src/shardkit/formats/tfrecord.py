@@ -12,6 +12,12 @@ header or footer. GZIP-compressed TFRecord files are the same byte stream inside
 the stream in :class:`gzip.GzipFile` (``mtime=0`` when writing, for reproducible bytes) and
 use these functions unchanged.
 
+A record is held whole, so its length is bounded before anything is read or sliced: by
+``max_record_length`` (the format's own limit, 2 GiB) and by the budget's ``record`` limit
+(:mod:`shardkit.budget`, 256 MiB, ``SHARDKIT_MAX_RECORD``; a gzip stream inflates a
+record of zeros of that size from a few hundred KB), a :class:`FormatLimitError` naming
+the shard and the offset. :func:`frame_record` refuses to write a record over either.
+
 Reading checks both CRCs by default. ``verify=False`` skips only the data CRC: the length
 CRC is always checked, since it is cheap and is what stops a corrupt length from being
 trusted.
@@ -24,7 +30,8 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from ..errors import ChecksumError, EncodeError, FormatError, TruncatedShardError
+from ..budget import allow
+from ..errors import ChecksumError, EncodeError, FormatError, FormatLimitError, TruncatedShardError
 from ._io import read_bounded
 from .limits import MAX_RECORD_LENGTH, check_limit
 
@@ -77,13 +84,14 @@ def masked_crc32c(data: _Buffer) -> int:
 def frame_record(data: bytes | bytearray | memoryview) -> bytes:
     """Return ``data`` framed as one TFRecord record (``RECORD_OVERHEAD + len(data)`` bytes).
 
-    A record over :data:`~shardkit.formats.limits.MAX_RECORD_LENGTH`, which readers
-    refuse, is an :class:`EncodeError`."""
+    A record over :data:`~shardkit.formats.limits.MAX_RECORD_LENGTH` or the budget's
+    ``record`` limit, which readers refuse, is an :class:`EncodeError`."""
     if len(data) > MAX_RECORD_LENGTH:
         raise EncodeError(
             f"record of {len(data)} bytes is over the {MAX_RECORD_LENGTH}-byte limit "
             "(max_record_length) readers apply"
         )
+    allow("record", len(data), what="a TFRecord record to write", error=EncodeError)
     length = _U64.pack(len(data))
     return b"".join(
         (length, _U32.pack(masked_crc32c(length)), data, _U32.pack(masked_crc32c(data)))
@@ -108,7 +116,8 @@ def iter_records(
 
     Raises :class:`TruncatedShardError` if the stream ends inside a record,
     :class:`ChecksumError` if a CRC does not match (the data CRC only when ``verify``) and
-    :class:`FormatError` for a length over ``max_record_length``; each carries ``url``
+    :class:`FormatError` for a length over ``max_record_length`` (a
+    :class:`FormatLimitError` over the budget's ``record`` limit); each carries ``url``
     and the ``offset`` of the record where the problem is. With ``on_bad_data``, a data
     CRC mismatch is passed to it instead and the record is yielded all the same (its
     length was good: ``verify`` goes on after it).
@@ -215,3 +224,6 @@ def _check_header(
             url=url,
             offset=offset,
         )
+    allow(
+        "record", length, what="a TFRecord record", error=FormatLimitError, url=url, offset=offset
+    )

@@ -128,6 +128,7 @@ class Catalog:
         self._stream: Iterator[Entry] | None = None
         self._position = 0  # the number of the sample self._stream yields next
         self._stats: Stats | None = None
+        self._stats_read: dict[str, tuple[int, int, int]] = {}  # like _opened, for stats
         self._indexed, self._keys, self._ends, self.note = self._open_indexed()
         self.total: int | None = self._ends[-1] if self._ends else shards.total
         if self._indexed is None:
@@ -184,13 +185,17 @@ class Catalog:
         return label_text(entry.fields, self.label, self.classes)
 
     def stats(self) -> Stats:
-        """Statistics over every sample (read once, on first use, then kept)."""
+        """Statistics over every sample (read once, on first use, then kept while no
+        local shard changed on disk since: else a :class:`ShardChangedError`)."""
         with self._stats_lock:
             if self._stats is None:
+                for url in self.urls:
+                    _note(self._stats_read, url)
                 refs = [
                     ShardRef(url, *detect_format(url), manifest=self._manifest) for url in self.urls
                 ]
                 self._stats = stats(refs, label=self.label, storage_options=self._access)
+            _raise_if_changed(self._stats_read)  # before this read, or since
             return self._stats
 
     def close(self) -> None:
@@ -263,24 +268,12 @@ class Catalog:
     # ------------------------------------------------------------------ changes on disk
 
     def _note_open(self, url: str) -> None:
-        if url not in self._opened and storage.is_local(url):
-            with contextlib.suppress(OSError):  # the read says what is wrong
-                self._opened[url] = _identity(url)
+        _note(self._opened, url)
 
     def _check_unchanged(self) -> None:
         """Raise :class:`ShardChangedError` when a shard read so far changed on disk (a
         memory-mapped shard cut short would crash the process when touched)."""
-        for url, seen in self._opened.items():
-            try:
-                now = _identity(url)
-            except OSError:
-                now = (-1, 0, 0)
-            if now != seen:
-                size = "gone" if now[0] < 0 else f"{seen[0]:,} -> {now[0]:,} bytes"
-                raise ShardChangedError(
-                    f"{url} changed on disk while the viewer had it open ({size}); "
-                    "restart the viewer to read it again"
-                )
+        _raise_if_changed(self._opened)
 
     def _samples_from(self, shard: int) -> Iterator[Entry]:
         number = self._starts[shard]
@@ -350,6 +343,28 @@ def _entry(index: int, raw: dict[str, Any]) -> Entry:
         offset if isinstance(offset, int) else None,
         dict(sorted(fields.items())),
     )
+
+
+def _note(seen: dict[str, tuple[int, int, int]], url: str) -> None:
+    """Note a local shard's size, modification time and inode as it is first read."""
+    if url not in seen and storage.is_local(url):
+        with contextlib.suppress(OSError):  # the read says what is wrong
+            seen[url] = _identity(url)
+
+
+def _raise_if_changed(seen: dict[str, tuple[int, int, int]]) -> None:
+    """Raise :class:`ShardChangedError` when a shard noted in ``seen`` changed on disk."""
+    for url, then in seen.items():
+        try:
+            now = _identity(url)
+        except OSError:
+            now = (-1, 0, 0)
+        if now != then:
+            size = "gone" if now[0] < 0 else f"{then[0]:,} -> {now[0]:,} bytes"
+            raise ShardChangedError(
+                f"{url} changed on disk while the viewer had it open ({size}); "
+                "restart the viewer to read it again"
+            )
 
 
 def _identity(url: str) -> tuple[int, int, int]:

@@ -24,10 +24,17 @@ number at once, holding a bounded number of bytes of pixels together (sized from
 picture's header before decoding); a request that waits too long is answered 503 with
 ``Retry-After``, a picture over the pixel limit or the whole budget 422. A request the
 browser cancels (the connection closes under the answer) is logged at debug level only.
+
+Connections are served by at most ``connections`` threads at once: a further one waits
+(in the listening socket's queue) for a thread to finish, and is answered 503 with
+``Retry-After`` after ``connection_wait`` seconds. A connection idle for :data:`IDLE`
+seconds (a request not sent, an answer not read) is closed, so a slow client holds its
+thread for a bounded time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import ipaddress
 import logging
@@ -35,6 +42,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -79,6 +87,9 @@ THUMB = 160  # pixels, the longer side of a thumbnail
 DECODE_MEMORY = 1 << 30  # bytes of pixels all decodes at once may hold
 DECODES = 4  # decodes at once, at most
 DECODE_WAIT = 60.0  # seconds a thumbnail waits for its decode before a 503
+CONNECTIONS = 32  # connections served at once (a thread each), at most
+CONNECTION_WAIT = 10.0  # seconds a connection waits for a thread before a 503
+IDLE = 30.0  # seconds a connection may send or read nothing before it is closed
 _RETRY_AFTER = "5"  # seconds, in a 503
 _GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)  # a cancelled request
 STYLE = b"""
@@ -112,7 +123,9 @@ class Viewer:
     stops it. ``page_size`` is the grid's default samples per page; ``label`` the field
     spec the class filter and the histogram use (None: no classes). ``decode_memory``,
     ``decodes`` and ``decode_wait`` are the thumbnails' budget (:attr:`decoding`): bytes
-    of pixels held at once, decodes at once, seconds a request waits for its turn.
+    of pixels held at once, decodes at once, seconds a request waits for its turn;
+    ``connections`` the connections served at once (a thread each), ``connection_wait``
+    the seconds a further one waits for its turn before it is answered 503.
     """
 
     def __init__(
@@ -127,15 +140,22 @@ class Viewer:
         decode_memory: int = DECODE_MEMORY,
         decodes: int = DECODES,
         decode_wait: float = DECODE_WAIT,
+        connections: int = CONNECTIONS,
+        connection_wait: float = CONNECTION_WAIT,
     ) -> None:
         if not 1 <= page_size <= _MAX_PAGE:
             raise ConfigError(f"page_size must be from 1 to {_MAX_PAGE}, not {page_size}")
+        if connections < 1 or not connection_wait >= 0:
+            raise ConfigError(
+                f"connections must be 1 or more and connection_wait 0 or more, not "
+                f"{connections} and {connection_wait}"
+            )
         self.decoding = DecodeBudget(decode_memory, slots=decodes, wait=decode_wait)
         self.catalog = Catalog(source, label=label, access=access)
         self.page_size = page_size
         host = host.removeprefix("[").removesuffix("]")
         try:
-            self._server = _Server((host, port), self)
+            self._server = _Server((host, port), self, connections, connection_wait)
         except OSError as exc:
             self.catalog.close()
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
@@ -167,6 +187,7 @@ class Viewer:
 
     def close(self) -> None:
         """Stop serving and close the shards."""
+        self._server.closing.set()  # a connection waiting for a thread stops waiting
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join()
@@ -182,21 +203,65 @@ class Viewer:
 
 
 class _Server(ThreadingHTTPServer):
-    """One thread per connection, on an IPv6 socket for an IPv6 address; a connection the
-    client closed under its answer is not an error."""
+    """A thread per connection, ``connections`` at most (a further one waits up to ``wait``
+    seconds, then is answered 503), on an IPv6 socket for an IPv6 address; a connection
+    the client closed under its answer, or left idle, is not an error."""
 
     daemon_threads = True
+    request_queue_size = 64  # connections the kernel holds while every thread is busy
 
-    def __init__(self, address: tuple[str, int], viewer: Viewer) -> None:
+    def __init__(
+        self, address: tuple[str, int], viewer: Viewer, connections: int, wait: float
+    ) -> None:
         self.viewer = viewer
+        self.closing = threading.Event()
+        self._slots = threading.BoundedSemaphore(connections)
+        self._wait = wait
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Start the connection's thread once a slot is free (the accept loop waits, so
+        no thread is made for a connection that cannot be served yet)."""
+        deadline = time.monotonic() + self._wait
+        while not self._slots.acquire(timeout=min(0.2, max(0.0, deadline - time.monotonic()))):
+            if self.closing.is_set() or time.monotonic() >= deadline:
+                self._busy(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _busy(self, request: socket.socket) -> None:
+        """Answer 503 without a thread: the request read so far is drained (so that
+        closing sends no reset that could lose the answer), never waited for."""
+        body, kind = _error(503, "too many connections at once: try again")
+        fields = {**_HEADERS, "Retry-After": _RETRY_AFTER, "Content-Type": kind}
+        fields |= {"Content-Length": str(len(body)), "Connection": "close"}
+        head = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
+        try:
+            request.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                request.recv(1 << 16)
+            request.settimeout(1.0)
+            request.sendall(f"HTTP/1.0 503 Service Unavailable\r\n{head}\r\n".encode() + body)
+        except OSError as exc:
+            log.debug("answering a connection 503 failed: %s", exc)
+        self.shutdown_request(request)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
-        if isinstance(exc, _GONE):
-            log.debug("%s closed the connection: %s", client_address, exc)
+        if isinstance(exc, (*_GONE, TimeoutError)):
+            log.debug("%s closed the connection or left it idle: %s", client_address, exc)
         else:
             log.error("answering %s failed", client_address, exc_info=True)
 
@@ -211,6 +276,7 @@ def _is_loopback(host: str) -> bool:
 class _Handler(BaseHTTPRequestHandler):
     server_version = "shardkit-view"
     sys_version = ""
+    timeout = IDLE  # the socket's: a slow client holds its thread this long at most
 
     @property
     def viewer(self) -> Viewer:
