@@ -9,7 +9,7 @@ A bucket of ``--folders`` class folders of ``--objects`` tiny ``.jpg`` objects e
 uploaded first, untimed. What is timed is ``list_remote_folder`` (what ``shardkit build
 s3://...`` does before it plans): every folder's listing, the sorted runs and the items,
 each run in a process of its own, through a loopback proxy that holds every request
-``--rtt`` ms before passing it on (``slow_proxy`` of ``tests/conftest_remote.py``, the one
+``--rtt`` ms before passing it on (``slow_proxy`` of ``tests/helpers/remote.py``, the one
 the tests use), as a distant server would. SeaweedFS itself answers in ~1 ms.
 
 ``--base SRC`` runs the same listing with another tree's ``src`` (before: one folder at a
@@ -80,7 +80,7 @@ def upload(fs: Any, prefix: str, folders: int, objects: int) -> None:
 
 
 def main() -> None:
-    from conftest_remote import Held, slow_proxy
+    from helpers.remote import Held, slow_proxy
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folders", type=int, default=200)

@@ -1,5 +1,5 @@
 """``shardkit view``'s memory under issue 28's case-6 loads (the server in a subprocess,
-its memory read from /proc; the dataset helpers are tests/conftest_view.py's).
+its memory read from /proc; the dataset helpers are tests/helpers/view.py's).
 
 Run: ``PYTHONPATH=src .venv/bin/python bench/view_memory.py giant|page|page-idx [--kill-gb 4]``
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from conftest_tools import write_shards
-from conftest_view import flat_png, get, memory, served, sparse_shard
+from helpers.tools import write_shards
+from helpers.view import flat_png, get, memory, served, sparse_shard
 
 
 def _dataset(root: Path, what: str) -> str:

@@ -264,7 +264,7 @@ class AtomicFile(CommitOrDiscard):
 
 #: How shardkit writes a file that is read after it (shards, indexes, manifests, the
 #: cache): ``open_atomic(url, ...)`` is an :class:`AtomicFile` (one signature, not a copy
-#: of it); ``tests/test_folds.py`` lists the few files written otherwise.
+#: of it); ``tests/project/test_folds.py`` lists the few files written otherwise.
 open_atomic = AtomicFile
 
 
