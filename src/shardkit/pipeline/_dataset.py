@@ -405,8 +405,9 @@ class Dataset(_Base):
                     "Dataset(path).pack(2048)",
                     url=str(self._source),
                 )
+            read = self._recipe.read  # its index cache keeps the tables of the counts
             self._shards = resolve_source(
-                self._source, storage_options=self._recipe.read.storage_options
+                self._source, storage_options=read.storage_options, indexes=read.indexes
             )
         return self._shards
 

@@ -41,6 +41,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 _Kept = TypeVar("_Kept")
+# An index cache entry: (stamp of the shard and index files, member table, sample count)
+# (a table that fails its check against the index's spans is kept as that FormatError)
+_Entry = tuple[object, MemberTable | FormatError | None, int]
 
 Sizes = Sequence[int | None] | Literal["stat"] | None
 """Shard sizes to check indexes against: one per URL (None: ask the storage), ``"stat"``
@@ -94,32 +97,36 @@ def load_indexes(
     """:func:`load_index` for each shard (remote ones at most
     ``storage.REQUESTS_IN_FLIGHT`` at once); with ``required``, a ConfigError naming the
     first shard that has none; ``unchecked`` as for :func:`load_index`."""
-    return _each_index(urls, lambda index: index, storage_options, sizes, required, unchecked)
+
+    def fetch(url: str, size: int | None) -> ShardIndex | None:
+        return load_index(url, storage_options=storage_options, size=size, unchecked=unchecked)
+
+    return _each_index(urls, fetch, storage_options, sizes, required)
 
 
 def _each_index(
     urls: Sequence[str],
-    keep: Callable[[ShardIndex | None], _Kept],
+    fetch: Callable[[str, int | None], _Kept | None],
     storage_options: dict[str, Any] | None,
     sizes: Sizes,
     required: bool = False,
-    unchecked: Literal["raise", "ignore"] = "raise",
-) -> list[_Kept]:
-    """``keep(index)`` of each shard's index as :func:`load_indexes` loads them: what is
-    not kept is let go before the next is loaded."""
+) -> list[_Kept | None]:
+    """``fetch(url, size)`` of each shard (None: it has no index), as
+    :func:`load_indexes` loads them: what is not kept is let go before the next is
+    loaded."""
 
-    def load(i: int) -> _Kept:
+    def load(i: int) -> _Kept | None:
         url = urls[i]
         size = None if sizes is None or sizes == "stat" else sizes[i]
         if sizes is not None and size is None:
             size = shard_size(url, storage_options)
-        index = load_index(url, storage_options=storage_options, size=size, unchecked=unchecked)
-        if index is None and required:
+        found = fetch(url, size)
+        if found is None and required:
             raise ConfigError(
                 f"{url} has no index ({storage.basename(index_url(url))}): "
                 "run `shardkit index` on its folder first"
             )
-        return keep(index)
+        return found
 
     if len(urls) <= 1 or all(storage.is_local(url) for url in urls):
         return [load(i) for i in range(len(urls))]
@@ -135,12 +142,16 @@ def index_counts(
     storage_options: dict[str, Any] | None = None,
     listed: Collection[str] | None = None,
     sizes: Sizes = "stat",
+    cache: IndexCache | None = None,
 ) -> tuple[int, ...] | None:
     """Per-shard sample counts from the ``.idx`` files beside ``urls``, when every shard
     has one, else None. ``listed``: the names in the shards' folder, when it was listed
     (else the first shard's index is looked for, and the others only if it is there).
     Each index is loaded by :func:`load_indexes` and checked against its shard's size:
-    a bad or stale one raises FormatError."""
+    a bad or stale one raises FormatError. ``cache``: the reader's :class:`IndexCache`
+    (local shards only: a remote one's index is not read through), which keeps each
+    index's member table, so that reading the shard in this process does not load its
+    index again."""
     if not urls or any(storage.is_executing(url) for url in urls):
         return None
     if listed is not None:
@@ -148,10 +159,15 @@ def index_counts(
             return None
     elif not storage.url_exists(index_url(urls[0]), storage_options):
         return None  # a list without indexes costs one look
-    # only the counts are kept: one index is held at a time
-    found = _each_index(
-        urls, lambda index: None if index is None else index.samples, storage_options, sizes
-    )
+    kept = cache if cache is not None and all(map(storage.is_local, urls)) else None
+
+    def samples(url: str, size: int | None) -> int | None:
+        if kept is not None:  # (the reader looks a local shard's index up there)
+            return kept.samples(url, storage_options, size)
+        index = load_index(url, storage_options=storage_options, size=size)
+        return None if index is None else index.samples  # one index is held at a time
+
+    found = _each_index(urls, samples, storage_options, sizes)
     counts = [count for count in found if count is not None]
     return tuple(counts) if len(counts) == len(urls) else None
 
@@ -166,7 +182,8 @@ def shard_size(url: str, storage_options: dict[str, Any] | None) -> int:
 
 class IndexCache:
     """The member tables (:mod:`shardkit.formats.members`) of the shards one reader
-    opens, each index loaded and checked once (:func:`load_index`), the table kept with
+    opens, each index loaded and checked once per process (:func:`load_index`; the
+    shard list's counts fill it, :func:`index_counts`), the table kept with
     its verdict against the shard's bytes, at most ``limit`` samples' worth, the least
     recently used let go first. A local shard's entry holds while neither it nor its
     index changes (size, mtime, inode); a remote one's for the run (a cache copy read is
@@ -176,9 +193,7 @@ class IndexCache:
 
     def __init__(self, limit: int = 1 << 22) -> None:
         self.limit = limit
-        self._entries: collections.OrderedDict[str, tuple[object, MemberTable | None]] = (
-            collections.OrderedDict()
-        )
+        self._entries: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
         self._held = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -190,8 +205,25 @@ class IndexCache:
     def get(self, url: str, storage_options: dict[str, Any] | None) -> MemberTable | None:
         """The member table of ``url``'s checked index; None when it has no index or its
         index has no table (FormatError for a bad or stale one, as :func:`load_index`)."""
+        entry = self._entry(url, storage_options, None)
+        table = None if entry is None else entry[1]
+        if isinstance(table, FormatError):
+            raise table.with_traceback(None)  # (each raise starts its own)
+        return table
+
+    def samples(
+        self, url: str, storage_options: dict[str, Any] | None, size: int | None
+    ) -> int | None:
+        """The sample count of ``url``'s checked index (None when it has none), its table
+        kept for :meth:`get`; ``size``: a remote shard's size, to refuse a stale index
+        (a local shard's is taken from the file)."""
+        entry = self._entry(url, storage_options, size)
+        return None if entry is None else entry[2]
+
+    def _entry(
+        self, url: str, storage_options: dict[str, Any] | None, size: int | None
+    ) -> _Entry | None:
         stamp: object = None
-        size = None
         if storage.is_local(url):
             path = storage.local_path(url)
             try:
@@ -204,23 +236,28 @@ class IndexCache:
         entry = self._entries.get(url)
         if entry is not None and entry[0] == stamp:
             self._entries.move_to_end(url)
-            return entry[1]
+            return entry
         found = load_index(url, storage_options=storage_options, size=size)
-        table = None if found is None else prepared_members(found, url=index_url(url))
-        if found is not None:
-            self._keep(url, stamp, table)
-        return table
+        if found is None:
+            return None
+        try:
+            table: MemberTable | FormatError | None = prepared_members(found, url=index_url(url))
+        except FormatError as exc:  # the count stands; reading the shard refuses it
+            table = exc
+        entry = (stamp, table, found.samples)
+        self._keep(url, entry)
+        return entry
 
-    def _keep(self, url: str, stamp: object, table: MemberTable | None) -> None:
+    def _keep(self, url: str, entry: _Entry) -> None:
         old = self._entries.pop(url, None)
         if old is not None:
             self._held -= _held(old[1])
-        self._entries[url] = (stamp, table)
-        self._held += _held(table)
+        self._entries[url] = entry
+        self._held += _held(entry[1])
         while self._held > self.limit and len(self._entries) > 1:
-            _, (_, dropped) = self._entries.popitem(last=False)
+            _, (_, dropped, _) = self._entries.popitem(last=False)
             self._held -= _held(dropped)
 
 
-def _held(table: MemberTable | None) -> int:
-    return 0 if table is None else len(table.offsets)
+def _held(table: MemberTable | FormatError | None) -> int:
+    return len(table.offsets) if isinstance(table, MemberTable) else 0

@@ -36,7 +36,7 @@ from ..formats import manifest as _manifest
 from ..formats.manifest import ManifestContents
 from ..formats.names import MANIFEST_NAME, is_shard_name
 from ..reader import load_manifest, manifest_urls
-from ._idxfiles import index_counts
+from ._idxfiles import IndexCache, index_counts
 
 __all__ = [
     "FolderListing",
@@ -103,10 +103,12 @@ def resolve_source(
     *,
     storage_options: dict[str, Any] | None = None,
     counts: bool = True,
+    indexes: IndexCache | None = None,
 ) -> ShardList:
     """The :class:`ShardList` a source names (see the module docs for the forms).
-    ``counts=False`` skips the ``.idx`` files (only the URLs are wanted)."""
-    parts = resolve_parts(source, storage_options=storage_options, counts=counts)
+    ``counts=False`` skips the ``.idx`` files (only the URLs are wanted); ``indexes``:
+    the reader's index cache, which keeps the tables of the indexes counted."""
+    parts = resolve_parts(source, storage_options=storage_options, counts=counts, indexes=indexes)
     urls = tuple(url for part in parts for url in part.urls)
     known = [part.counts for part in parts]
     if any(part_counts is None for part_counts in known):
@@ -119,6 +121,7 @@ def resolve_parts(
     *,
     storage_options: dict[str, Any] | None = None,
     counts: bool = True,
+    indexes: IndexCache | None = None,
 ) -> list[SourcePart]:
     """The shards of each part of a source, in order: a folder or manifest is one part,
     and a run of plain URLs (brace-expanded) another. A ConfigError for a source that
@@ -136,18 +139,18 @@ def resolve_parts(
     parts: list[SourcePart] = []
     plain: list[str] = []
     for spec in specs:
-        part = _named(spec, storage_options, counts)
+        part = _named(spec, storage_options, counts, indexes)
         if part is None:
             plain.append(spec)
             continue
         if plain:
-            parts.append(_plain(plain, storage_options, counts))
+            parts.append(_plain(plain, storage_options, counts, indexes))
             plain = []
         if not part.urls:
             raise ConfigError(f"no shards (.tar, .tfrecord, ...) and no {MANIFEST_NAME} in {spec}")
         parts.append(part)
     if plain:
-        parts.append(_plain(plain, storage_options, counts))
+        parts.append(_plain(plain, storage_options, counts, indexes))
     return parts
 
 
@@ -163,7 +166,12 @@ def find_shards(
     return part if part.urls else None
 
 
-def _named(spec: str, storage_options: dict[str, Any] | None, counts: bool) -> SourcePart | None:
+def _named(
+    spec: str,
+    storage_options: dict[str, Any] | None,
+    counts: bool,
+    indexes: IndexCache | None = None,
+) -> SourcePart | None:
     """The part a manifest or folder names (empty for a folder without shards), or None
     for a plain URL or pattern."""
     if storage.is_executing(spec):
@@ -171,24 +179,29 @@ def _named(spec: str, storage_options: dict[str, Any] | None, counts: bool) -> S
     if is_manifest(spec):
         return _read_manifest(spec, storage_options)
     if _is_folder(spec):
-        return _folder(spec, storage_options, counts)
+        return _folder(spec, storage_options, counts, indexes)
     return None
 
 
 def _plain(
-    specs: Sequence[str], storage_options: dict[str, Any] | None, counts: bool
+    specs: Sequence[str],
+    storage_options: dict[str, Any] | None,
+    counts: bool,
+    indexes: IndexCache | None = None,
 ) -> SourcePart:
     urls = tuple(storage.expand_urls(list(specs)))
-    return SourcePart(urls, _beside(urls, storage_options) if counts else None)
+    return SourcePart(urls, _beside(urls, storage_options, indexes) if counts else None)
 
 
-def _beside(urls: Sequence[str], storage_options: dict[str, Any] | None) -> tuple[int, ...] | None:
+def _beside(
+    urls: Sequence[str], storage_options: dict[str, Any] | None, indexes: IndexCache | None
+) -> tuple[int, ...] | None:
     """Counts from the ``.idx`` files beside a pattern's or list's local shards. Remote
     ones are not looked for: a remote pattern opens nothing before it is read (and an
     http server's answer for a missing file is not to be trusted); its folder
     (``s3://bucket/train/``) is listed, and its indexes used, as a source."""
     if all(storage.is_local(url) for url in urls):
-        return index_counts(urls, storage_options=storage_options)
+        return index_counts(urls, storage_options=storage_options, cache=indexes)
     return None
 
 
@@ -200,7 +213,12 @@ def _is_folder(url: str) -> bool:
     return url.endswith("/")
 
 
-def _folder(url: str, storage_options: dict[str, Any] | None, counts: bool) -> SourcePart:
+def _folder(
+    url: str,
+    storage_options: dict[str, Any] | None,
+    counts: bool,
+    indexes: IndexCache | None = None,
+) -> SourcePart:
     listing = list_folder(url, storage_options)
     if listing.has_manifest:
         return _read_manifest(storage.join(url, MANIFEST_NAME), storage_options)
@@ -208,7 +226,9 @@ def _folder(url: str, storage_options: dict[str, Any] | None, counts: bool) -> S
     if not counts or not urls:
         return SourcePart(urls)
     sizes = [listing.sizes.get(name) for name in listing.shards]
-    found = index_counts(urls, storage_options=storage_options, listed=listing.names, sizes=sizes)
+    found = index_counts(
+        urls, storage_options=storage_options, listed=listing.names, sizes=sizes, cache=indexes
+    )
     return SourcePart(urls, found)
 
 
