@@ -102,3 +102,13 @@ def test_a_table_that_fails_its_spans_still_counts_and_is_refused_at_its_shard(
     assert shards[0] + ".idx" in urls and urls <= {shards[0], shards[0] + ".idx"}
     with pytest.raises(FormatError, match="do not fill its span"):
         list(Dataset(str(tmp_path / "ds")))
+
+
+def test_counts_fill_the_cache_only_up_to_its_limit(tmp_path: Path, loads: Counter[str]) -> None:
+    """Past the cache's limit (in samples), indexes are counted and let go: the shards
+    read first are loaded again at their turn, never more than twice."""
+    shards = _write(tmp_path / "ds")
+    ds = Dataset(str(tmp_path / "ds"))
+    ds._recipe.read.indexes.limit = 10  # one shard's table
+    assert len(ds) == 25 and len(list(ds)) == 25
+    assert loads[shards[0]] == 1 and all(loads[shard] == 2 for shard in shards[1:])

@@ -162,7 +162,7 @@ def index_counts(
     kept = cache if cache is not None and all(map(storage.is_local, urls)) else None
 
     def samples(url: str, size: int | None) -> int | None:
-        if kept is not None:  # (the reader looks a local shard's index up there)
+        if kept is not None and kept.has_room(url):  # (the reader looks it up there)
             return kept.samples(url, storage_options, size)
         index = load_index(url, storage_options=storage_options, size=size)
         return None if index is None else index.samples  # one index is held at a time
@@ -210,6 +210,12 @@ class IndexCache:
         if isinstance(table, FormatError):
             raise table.with_traceback(None)  # (each raise starts its own)
         return table
+
+    def has_room(self, url: str) -> bool:
+        """Whether ``url`` is kept already or the cache holds less than its limit (the
+        counts fill it that far: past it, an index counted would only push out another
+        before it is read)."""
+        return url in self._entries or self._held < self.limit
 
     def samples(
         self, url: str, storage_options: dict[str, Any] | None, size: int | None
