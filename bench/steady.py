@@ -1,10 +1,12 @@
 """In-process steady-state reading, as a training loop sees a loader (``bench/read.py --steady``).
 
 Each contender runs in a fresh child process: imports, builds its dataset object, reads
-one warm pass, then ``--passes`` timed passes (the best is its figure); the same child
-reports its peak RSS (VmHWM). A second child per contender reads one pass from a cold
-interpreter (imports and construction included): the whole-process figure. Contenders run
-interleaved, ``--repeat`` rounds, side by side in one run, on two sample sets:
+one warm pass, then ``--passes`` timed passes (the best is its figure, and the least
+process CPU time per sample of a pass is reported beside it: a busy machine moves it
+less); the same child reports its peak RSS (VmHWM). A second child per contender reads
+one pass from a cold interpreter (imports and construction included): the whole-process
+figure, with the process's CPU time (least of the runs). Contenders run interleaved,
+``--repeat`` rounds, side by side in one run, on two sample sets:
 
 * ``small``: 200,000 samples of ~1 KB text + ``cls``, written by ``ShardWriter`` at its
   defaults (``.idx`` files included);
@@ -151,12 +153,16 @@ def child(contender: str, root: str, name: str, passes: int, whole: bool) -> Non
     one_pass = _dataset(contender, root, name)
     n = sum(1 for _ in one_pass())  # the warm pass (or, whole: the only one)
     first = time.perf_counter() - start
-    best = 0.0
+    best, cpu = 0.0, float("inf")
     for _ in range(0 if whole else passes):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         n = sum(1 for _ in one_pass())
         best = max(best, n / (time.perf_counter() - t))
-    print(json.dumps({"samples": n, "rate": best, "first_s": first, "peak_mb": _peak_mb()}))
+        cpu = min(cpu, (time.process_time() - c) / n * 1e6)
+    found = {"samples": n, "rate": best, "first_s": first, "peak_mb": _peak_mb()}
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # the whole process, imports included
+    cpu_s = usage.ru_utime + usage.ru_stime
+    print(json.dumps({**found, "cpu_us": None if whole else cpu, "cpu_s": cpu_s}))
 
 
 def run_child(contender: str, args: argparse.Namespace, name: str, whole: bool) -> dict[str, Any]:
@@ -234,12 +240,15 @@ def _report(
     for contender, runs in steady.items():
         rate = max(r["rate"] for r in runs)
         peak = max(r["peak_mb"] for r in runs)
+        cpu = min(r["cpu_us"] for r in runs)
         cold = min(whole[contender], key=lambda r: r["wall_s"])
         cold_rate = cold["samples"] / cold["wall_s"]
         ratio = f"{rate / lit:.2f}x litdata" if lit else ""
         print(
-            f"  {contender:26s} {rate:10,.0f}/s  {ratio:14s} peak {peak:6.0f} MB   "
+            f"  {contender:26s} {rate:10,.0f}/s  {ratio:14s} CPU {cpu:6.2f} us/sample  "
+            f"peak {peak:6.0f} MB   "
             f"whole process {cold['wall_s']:.2f} s ({cold_rate:,.0f}/s, "
+            f"CPU {min(r['cpu_s'] for r in whole[contender]):.2f} s, "
             f"peak {cold['peak_mb']:.0f} MB)"
         )
         label = (
@@ -251,9 +260,17 @@ def _report(
                 "webdataset": "webdataset",
             }[contender]
         )
-        rows.append({"name": label, "rate": round(rate), "peak_mb": round(peak)})
+        rows.append(
+            {"name": label, "rate": round(rate), "peak_mb": round(peak), "cpu_us": round(cpu, 2)}
+        )
+        cold_cpu = min(r["cpu_s"] for r in whole[contender])
         whole_rows.append(
-            {"name": label, "rate": round(cold_rate), "peak_mb": round(cold["peak_mb"])}
+            {
+                "name": label,
+                "rate": round(cold_rate),
+                "peak_mb": round(cold["peak_mb"]),
+                "cpu_s": round(cold_cpu, 2),
+            }
         )
     results.section(f"read in-process steady state, {what}", "samples/s", rows)
     results.section(f"read whole process (one pass), {what}", "samples/s", whole_rows)

@@ -29,6 +29,7 @@ parser.
 from __future__ import annotations
 
 import base64
+import bisect
 import functools
 import itertools
 import sys
@@ -77,6 +78,7 @@ class MemberTable:
         self.data = array("q")  # per member: its data's shard offset
         self.first = array("q")  # per sample: its first member; one past the last at the end
         self.runs: list[tuple[int, int, int]] = []  # (first sample, end sample, layout)
+        self.run_starts: list[int] = []  # each run's first sample
         self._keys = ""  # every key, each followed by NUL (no tar name holds one)
         self._key_at = array("q")  # per sample: where its key starts in _keys; then the end
         self.verified = False  # checked against the shard's bytes (streaming reads)
@@ -176,6 +178,7 @@ class MemberTable:
         starts = starts if layout else []
         bounds = [*starts, len(offsets)]
         self.runs = [(a, b, self.layout[a]) for a, b in itertools.pairwise(bounds)]
+        self.run_starts = starts
         self.data, self.first = data, first
         self.offsets, self.shard_bytes = array("q", offsets), shard_bytes
         self._keys = "\0".join(keys) + "\0" if keys else ""
@@ -396,17 +399,26 @@ def slice_samples(
     """Samples ``start`` to ``stop`` of a shard as slices of ``buffer`` (the mapped shard),
     as the parser would yield them (``__key__``, ``__url__``, ``__offset__``, then each
     member by extension, in member order): ``bytes``, or with ``copy=False`` memoryviews.
-    No Python runs per member: a run of samples with one layout is built by ``map`` and
-    ``zip`` over the table's arrays."""
+    No Python runs per member or per sample: a run of samples with one layout is built by
+    ``map`` and ``zip`` over the table's arrays, and the runs are chained (an iterator,
+    not a generator: no frame is resumed per sample)."""
     get = buffer.__getitem__ if copy else memoryview(buffer).__getitem__
-    data, sizes, first, offsets = table.data, table.sizes, table.first, table.offsets
-    for a, b, lid in table.runs:
-        a, b = max(a, start), min(b, stop)
-        if a >= b:
-            continue
-        names = _HEAD + table.layouts[lid]
-        n = len(names) - len(_HEAD)
-        f, g = first[a], first[b]
-        columns = [_column(get, data[f + j : g : n], sizes[f + j : g : n]) for j in range(n)]
-        rows = zip(table.keys(a, b), repeat(url), offsets[a:b], *columns)
-        yield from map(dict, map(zip, repeat(names), rows))
+    runs = table.runs
+    first_run = bisect.bisect_right(table.run_starts, start) - 1  # the run holding start
+    chosen = itertools.takewhile(lambda run: run[0] < stop, runs[max(first_run, 0) :])
+    return itertools.chain.from_iterable(
+        _run_samples(get, table, max(a, start), min(b, stop), lid, url) for a, b, lid in chosen
+    )
+
+
+def _run_samples(
+    get: Callable[[slice], Any], table: MemberTable, a: int, b: int, lid: int, url: str | None
+) -> Iterator[dict[str, Any]]:
+    """Samples ``a`` to ``b`` (all of one layout, ``lid``) as dicts of ``get``'s slices."""
+    names = _HEAD + table.layouts[lid]
+    n = len(names) - len(_HEAD)
+    data, sizes, first = table.data, table.sizes, table.first
+    f, g = first[a], first[b]
+    columns = [_column(get, data[f + j : g : n], sizes[f + j : g : n]) for j in range(n)]
+    rows = zip(table.keys(a, b), repeat(url), table.offsets[a:b], *columns)
+    return map(dict, map(zip, repeat(names), rows))

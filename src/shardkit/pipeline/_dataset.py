@@ -407,7 +407,10 @@ class Dataset(_Base):
                     "Dataset(path).pack(2048)",
                     url=str(self._source),
                 )
-            self._shards = resolve_source(self._source, storage_options=self._recipe.read.access)
+            read = self._recipe.read  # its index cache keeps the tables of the counts
+            self._shards = resolve_source(
+                self._source, storage_options=read.access, indexes=read.indexes
+            )
         return self._shards
 
     @property

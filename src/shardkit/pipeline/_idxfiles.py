@@ -16,7 +16,7 @@ import collections
 import logging
 import os
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from .. import storage
 from ..errors import ConfigError, FormatError, StorageError
@@ -45,6 +45,9 @@ _log = logging.getLogger(__name__)
 _NONE = object()
 _Table = MemberTable | TableNotes
 _Kept = TypeVar("_Kept")
+# An index cache entry: (stamp of the shard and index files, member table, sample count)
+# (a table that fails its check against the index's spans is kept as that FormatError)
+_Entry = tuple[object, _Table | FormatError | None, int | None]
 
 Sizes = Sequence[int | None] | Literal["stat"] | None
 """Shard sizes to check indexes against: one per URL (None: ask the storage), ``"stat"``
@@ -101,32 +104,36 @@ def load_indexes(
     """:func:`load_index` for each shard (remote ones at most
     ``storage.REQUESTS_IN_FLIGHT`` at once); with ``required``, a ConfigError naming the
     first shard that has none; ``unchecked`` as for :func:`load_index`."""
-    return _each_index(urls, lambda index: index, access, sizes, required, unchecked)
+
+    def fetch(url: str, size: int | None) -> ShardIndex | None:
+        return load_index(url, storage_options=access, size=size, unchecked=unchecked)
+
+    return _each_index(urls, fetch, access, sizes, required)
 
 
 def _each_index(
     urls: Sequence[str],
-    keep: Callable[[ShardIndex | None], _Kept],
+    fetch: Callable[[str, int | None], _Kept | None],
     access: Access,
     sizes: Sizes,
     required: bool = False,
-    unchecked: Literal["raise", "ignore"] = "raise",
-) -> list[_Kept]:
-    """``keep(index)`` of each shard's index as :func:`load_indexes` loads them: what is
-    not kept is let go before the next is loaded."""
+) -> list[_Kept | None]:
+    """``fetch(url, size)`` of each shard (None: it has no index), as
+    :func:`load_indexes` loads them: what is not kept is let go before the next is
+    loaded."""
 
-    def load(i: int) -> _Kept:
+    def load(i: int) -> _Kept | None:
         url = urls[i]
         size = None if sizes is None or sizes == "stat" else sizes[i]
         if sizes is not None and size is None:
             size = shard_size(url, access)
-        index = load_index(url, storage_options=access, size=size, unchecked=unchecked)
-        if index is None and required:
+        found = fetch(url, size)
+        if found is None and required:
             raise ConfigError(
                 f"{url} has no index ({storage.basename(index_url(url))}): "
                 "run `shardkit index` on its folder first"
             )
-        return keep(index)
+        return found
 
     if len(urls) <= 1 or all(storage.is_local(url) for url in urls):
         return [load(i) for i in range(len(urls))]
@@ -142,12 +149,16 @@ def index_counts(
     access: Access = LOCAL,
     listed: Collection[str] | None = None,
     sizes: Sizes = "stat",
+    cache: IndexCache | None = None,
 ) -> tuple[int, ...] | None:
     """Per-shard sample counts from the ``.idx`` files beside ``urls``, when every shard
     has one, else None. ``listed``: the names in the shards' folder, when it was listed
     (else the first shard's index is looked for, and the others only if it is there).
     Each index is loaded by :func:`load_indexes` and checked against its shard's size:
-    a bad or stale one raises FormatError."""
+    a bad or stale one raises FormatError. ``cache``: the reader's :class:`IndexCache`
+    (local shards only: a remote one's index is not read through), which keeps each
+    index's member table, so that reading the shard in this process does not load its
+    index again."""
     if not urls or any(storage.is_executing(url) for url in urls):
         return None
     if listed is not None:
@@ -155,8 +166,15 @@ def index_counts(
             return None
     elif not storage.url_exists(index_url(urls[0]), access):
         return None  # a list without indexes costs one look
-    # only the counts are kept: one index is held at a time
-    found = _each_index(urls, lambda index: None if index is None else index.samples, access, sizes)
+    kept = cache if cache is not None and all(map(storage.is_local, urls)) else None
+
+    def samples(url: str, size: int | None) -> int | None:
+        if kept is not None and kept.has_room(url):  # (the reader looks it up there)
+            return kept.samples(url, access, size)
+        index = load_index(url, storage_options=access, size=size)
+        return None if index is None else index.samples  # one index is held at a time
+
+    found = _each_index(urls, samples, access, sizes)
     counts = [count for count in found if count is not None]
     return tuple(counts) if len(counts) == len(urls) else None
 
@@ -171,7 +189,8 @@ def shard_size(url: str, access: Access) -> int:
 
 class IndexCache:
     """The member tables (:mod:`shardkit.formats.members`) of the shards one reader
-    opens, each index loaded and checked once (:func:`load_index`), the table kept with
+    opens, each index loaded and checked once per process (:func:`load_index`; the
+    shard list's counts fill it, :func:`index_counts`), the table kept with
     its verdict against the shard's bytes, at most ``limit`` samples' worth, the least
     recently used let go first. A local shard's entry holds while neither it nor its
     index changes (size, mtime, inode), a cached remote shard's while neither copy is
@@ -185,9 +204,7 @@ class IndexCache:
 
     def __init__(self, limit: int = 1 << 22) -> None:
         self.limit = limit
-        self._entries: collections.OrderedDict[str, tuple[object, _Table | None]] = (
-            collections.OrderedDict()
-        )
+        self._entries: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
         self._held = 0
         self._missed: dict[str, object] = {}  # url -> stamp, of shards read without a table
         self._read: dict[str, object] = {}  # url -> stamp, of shards parsed once already
@@ -199,38 +216,75 @@ class IndexCache:
         self.__init__(state["limit"])  # type: ignore[misc]
 
     def get(self, url: str, access: Access, cache_dir: str | None = None) -> MemberTable | None:
-        """The member table of ``url``'s checked index; None when its index has no table
-        (FormatError for a bad or stale one, as :func:`load_index`). A local shard
-        without a table (no index, or an older one) has the table a parse found, once
-        it has been read twice (:meth:`keeper`). With ``cache_dir``, a remote shard's table
-        comes from its copies there (:func:`_files`), as a local shard's does; None
-        while the shard is not cached."""
+        """The member table of ``url``'s checked index; None when it has no index or its
+        index has no table (FormatError for a bad or stale one, as :func:`load_index`). A
+        local shard without a table (no index, or an older one) has the table a parse
+        found, once it has been read twice (:meth:`keeper`). With ``cache_dir``, a remote
+        shard's table comes from its copies there (:func:`_files`), as a local shard's
+        does; None while the shard is not cached."""
+        found = self._entry(url, access, cache_dir, None)
+        if found is None:
+            return None
+        path, stamp, entry = found
+        table = None if entry is None else entry[1]
+        if isinstance(table, FormatError):
+            raise table.with_traceback(None)  # (each raise starts its own)
+        if table is None and path is not None:  # a table its parse finds is kept
+            self._missed[url] = stamp
+        return cast("MemberTable | None", table)
+
+    def has_room(self, url: str) -> bool:
+        """Whether ``url`` is kept already or the cache holds less than its limit (the
+        counts fill it that far: past it, an index counted would only push out another
+        before it is read)."""
+        return url in self._entries or self._held < self.limit
+
+    def samples(self, url: str, access: Access, size: int | None) -> int | None:
+        """The sample count of ``url``'s checked index (None when it has none), its table
+        kept for :meth:`get`; ``size``: a remote shard's size, to refuse a stale index
+        (a local shard's is taken from the file)."""
+        found = self._entry(url, access, None, size)
+        entry = None if found is None else found[2]
+        if entry is None:
+            return None
+        if entry[2] is None:  # a table its parse noted: the index itself counts
+            index = load_index(url, storage_options=access, size=size)
+            return None if index is None else index.samples
+        return entry[2]
+
+    def _entry(
+        self, url: str, access: Access, cache_dir: str | None, size: int | None
+    ) -> tuple[str | None, object, _Entry | None] | None:
+        """(the shard's local file or None, its stamp, its entry or None when it has no
+        index); None when a local shard's file (or a remote one's cache copy) is not
+        there."""
         stamp: object = None
-        size = None
         path = source = None
         if storage.is_local(url) or cache_dir is not None:
-            found = _files(url, access, cache_dir)
-            if found is None:
+            files = _files(url, access, cache_dir)
+            if files is None:
                 return None
-            path, source, stamp = found
+            path, source, stamp = files
             size = stamp[0]
         entry = self._entries.get(url)
         if entry is not None and entry[0] == stamp:
             self._entries.move_to_end(url)
-            table = entry[1]
-            if isinstance(table, TableNotes):  # what a parse noted: the table, made once
-                table = table.table()  # (None: a table cannot describe the shard)
-                self._keep(url, stamp, table)
-        elif source is not None or path is None:
-            index = load_index(url, storage_options=access, size=size, source=source)
-            table = None if index is None else prepared_members(index, url=index_url(url))
-            if index is not None:
-                self._keep(url, stamp, table)
-        else:
-            table = None
-        if table is None and path is not None:  # a table its parse finds is kept
-            self._missed[url] = stamp
-        return table
+            if isinstance(entry[1], TableNotes):  # what a parse noted: the table, made once
+                entry = (stamp, entry[1].table(), entry[2])  # (None: a table cannot
+                self._keep(url, entry)  # describe the shard)
+            return path, stamp, entry
+        if source is None and path is not None:  # a local file (or copy) without an index
+            return path, stamp, None
+        index = load_index(url, storage_options=access, size=size, source=source)
+        if index is None:
+            return path, stamp, None
+        try:
+            table: _Table | FormatError | None = prepared_members(index, url=index_url(url))
+        except FormatError as exc:  # the count stands; reading the shard refuses it
+            table = exc
+        entry = (stamp, table, index.samples)
+        self._keep(url, entry)
+        return path, stamp, entry
 
     def keeper(self, url: str) -> Callable[[TableNotes], None] | None:
         """Where the member table a parse of ``url`` finds goes (``read_shard(on_table=)``:
@@ -245,16 +299,18 @@ class IndexCache:
         if self._read.get(url, _NONE) != stamp:
             self._read[url] = stamp
             return None
-        return lambda table: self._keep(url, stamp, table)
+        old = self._entries.get(url)
+        count = old[2] if old is not None and old[0] == stamp else None
+        return lambda notes: self._keep(url, (stamp, notes, count))
 
-    def _keep(self, url: str, stamp: object, table: _Table | None) -> None:
+    def _keep(self, url: str, entry: _Entry) -> None:
         old = self._entries.pop(url, None)
         if old is not None:
             self._held -= _held(old[1])
-        self._entries[url] = (stamp, table)
-        self._held += _held(table)
+        self._entries[url] = entry
+        self._held += _held(entry[1])
         while self._held > self.limit and len(self._entries) > 1:
-            _, (_, dropped) = self._entries.popitem(last=False)
+            _, (_, dropped, _) = self._entries.popitem(last=False)
             self._held -= _held(dropped)
 
 
@@ -298,5 +354,5 @@ def _fetch_index(url: str, access: Access, cache_dir: str) -> None:
         _log.warning("%s: index not cached, the shard is read without it: %s", url, exc)
 
 
-def _held(table: _Table | None) -> int:
-    return 0 if table is None else len(table.offsets)
+def _held(table: _Table | FormatError | None) -> int:
+    return len(table.offsets) if isinstance(table, (MemberTable, TableNotes)) else 0

@@ -37,7 +37,7 @@ from ..formats.manifest import ManifestContents
 from ..formats.names import MANIFEST_NAME, is_shard_name
 from ..reader import load_manifest, manifest_urls
 from ..storage import LOCAL, Access, StorageOptions
-from ._idxfiles import index_counts
+from ._idxfiles import IndexCache, index_counts
 
 __all__ = [
     "FolderListing",
@@ -104,10 +104,12 @@ def resolve_source(
     *,
     storage_options: Access | StorageOptions | None = None,
     counts: bool = True,
+    indexes: IndexCache | None = None,
 ) -> ShardList:
     """The :class:`ShardList` a source names (see the module docs for the forms).
-    ``counts=False`` skips the ``.idx`` files (only the URLs are wanted)."""
-    parts = resolve_parts(source, access=Access.of(storage_options), counts=counts)
+    ``counts=False`` skips the ``.idx`` files (only the URLs are wanted); ``indexes``:
+    the reader's index cache, which keeps the tables of the indexes counted."""
+    parts = resolve_parts(source, access=Access.of(storage_options), counts=counts, indexes=indexes)
     urls = tuple(url for part in parts for url in part.urls)
     known = [part.counts for part in parts]
     if any(part_counts is None for part_counts in known):
@@ -120,6 +122,7 @@ def resolve_parts(
     *,
     access: Access = LOCAL,
     counts: bool = True,
+    indexes: IndexCache | None = None,
 ) -> list[SourcePart]:
     """The shards of each part of a source, in order: a folder or manifest is one part,
     and a run of plain URLs (brace-expanded) another. A ConfigError for a source that
@@ -137,18 +140,18 @@ def resolve_parts(
     parts: list[SourcePart] = []
     plain: list[str] = []
     for spec in specs:
-        part = _named(spec, access, counts)
+        part = _named(spec, access, counts, indexes)
         if part is None:
             plain.append(spec)
             continue
         if plain:
-            parts.append(_plain(plain, access, counts))
+            parts.append(_plain(plain, access, counts, indexes))
             plain = []
         if not part.urls:
             raise ConfigError(f"no shards (.tar, .tfrecord, ...) and no {MANIFEST_NAME} in {spec}")
         parts.append(part)
     if plain:
-        parts.append(_plain(plain, access, counts))
+        parts.append(_plain(plain, access, counts, indexes))
     return parts
 
 
@@ -162,7 +165,12 @@ def find_shards(source: str, *, access: Access = LOCAL, counts: bool = False) ->
     return part if part.urls else None
 
 
-def _named(spec: str, access: Access, counts: bool) -> SourcePart | None:
+def _named(
+    spec: str,
+    access: Access,
+    counts: bool,
+    indexes: IndexCache | None = None,
+) -> SourcePart | None:
     """The part a manifest or folder names (empty for a folder without shards), or None
     for a plain URL or pattern."""
     if storage.is_executing(spec):
@@ -170,22 +178,29 @@ def _named(spec: str, access: Access, counts: bool) -> SourcePart | None:
     if is_manifest(spec):
         return _read_manifest(spec, access)
     if _is_folder(spec):
-        return _folder(spec, access, counts)
+        return _folder(spec, access, counts, indexes)
     return None
 
 
-def _plain(specs: Sequence[str], access: Access, counts: bool) -> SourcePart:
+def _plain(
+    specs: Sequence[str],
+    access: Access,
+    counts: bool,
+    indexes: IndexCache | None = None,
+) -> SourcePart:
     urls = tuple(storage.expand_urls(list(specs)))
-    return SourcePart(urls, _beside(urls, access) if counts else None)
+    return SourcePart(urls, _beside(urls, access, indexes) if counts else None)
 
 
-def _beside(urls: Sequence[str], access: Access) -> tuple[int, ...] | None:
+def _beside(
+    urls: Sequence[str], access: Access, indexes: IndexCache | None
+) -> tuple[int, ...] | None:
     """Counts from the ``.idx`` files beside a pattern's or list's local shards. Remote
     ones are not looked for: a remote pattern opens nothing before it is read (and an
     http server's answer for a missing file is not to be trusted); its folder
     (``s3://bucket/train/``) is listed, and its indexes used, as a source."""
     if all(storage.is_local(url) for url in urls):
-        return index_counts(urls, access=access)
+        return index_counts(urls, access=access, cache=indexes)
     return None
 
 
@@ -197,7 +212,12 @@ def _is_folder(url: str) -> bool:
     return url.endswith("/")
 
 
-def _folder(url: str, access: Access, counts: bool) -> SourcePart:
+def _folder(
+    url: str,
+    access: Access,
+    counts: bool,
+    indexes: IndexCache | None = None,
+) -> SourcePart:
     listing = list_folder(url, access)
     if listing.has_manifest:
         return _read_manifest(storage.join(url, MANIFEST_NAME), access)
@@ -205,7 +225,7 @@ def _folder(url: str, access: Access, counts: bool) -> SourcePart:
     if not counts or not urls:
         return SourcePart(urls)
     sizes = [listing.sizes.get(name) for name in listing.shards]
-    found = index_counts(urls, access=access, listed=listing.names, sizes=sizes)
+    found = index_counts(urls, access=access, listed=listing.names, sizes=sizes, cache=indexes)
     return SourcePart(urls, found)
 
 
