@@ -21,13 +21,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..budget import limit
 from ..engines import run_state
 from ..errors import DataError
 from ..formats.cut import Cut
 from ..formats.jsondoc import load_json
 from ..formats.names import lone_surrogate
 from ..formats.record import ShardRecord
-from ..formats.tar import tar_chunks
+from ..formats.tar import Members, tar_sample
 from ._inputs import check_listed_size
 from ._partwriter import PartWriter
 from ._plan import Task
@@ -54,6 +55,8 @@ __all__ = [
 ]
 
 Reporter = Callable[[int, int, int], None]  # (samples, input bytes, skipped) since last call
+#: An item encoded: its record's chunks, their size, its label, its tar members or None.
+Encoded = tuple[list[bytes], int, int, Members | None]
 
 # What a list's json holds besides its columns (the schema's filename, label, class text).
 _META_KEYS = frozenset({"path", "class", "label"})
@@ -171,6 +174,7 @@ def run_task(task: Task) -> TaskResult:
     progress = _Progress(run.reporter)
     load, add, counts = context.source.load, writer.add, result.class_counts
     packed = 0
+    max_pixels = limit("image_pixels")  # the budget's, looked up once per task
     prefetch = getattr(context.source, "prefetch", None)  # a parquet's bytes cells
     try:
         if prefetch is not None:
@@ -181,8 +185,10 @@ def run_task(task: Task) -> TaskResult:
                     loaded = load(item)
                 else:
                     loaded = _downloaded(context, item, download, result.fetch, packed)
-                chunks, size, label = encode_item(context, item, loaded)
-                add(item.key, chunks, size)
+                chunks, size, label, members = encode_item(
+                    context, item, loaded, max_pixels=max_pixels
+                )
+                add(item.key, chunks, size, members)
             except DataError as exc:
                 if download is not None and download.result().data is not None:
                     result.fetch[-1] = (result.fetch[-1][0], "invalid image")
@@ -253,10 +259,16 @@ def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
 
 
 def encode_item(
-    context: WorkerContext, item: Item, loaded: bytes | Mapping[str, Any] | None = None
-) -> tuple[list[bytes], int, int]:
-    """One item's output bytes (as chunks), their size and its label; ``loaded`` is what
-    the source loads for it, when already loaded.
+    context: WorkerContext,
+    item: Item,
+    loaded: bytes | Mapping[str, Any] | None = None,
+    *,
+    max_pixels: int | None = None,
+) -> Encoded:
+    """One item's output bytes (as chunks), their size, its label and its tar members
+    (:func:`~shardkit.formats.tar.tar_sample`; None where a member table parses them);
+    ``loaded`` is what the source loads for it, when already loaded; ``max_pixels`` is
+    the budget's ``image_pixels`` limit, when the caller looked it up.
 
     Raises :class:`~shardkit.errors.DataError` for bad data (the item is then skipped).
     """
@@ -267,19 +279,19 @@ def encode_item(
         return _encode_fields(context, item, loaded)
     if not isinstance(loaded, bytes):  # a sample from Python or from shards
         return _encode_python(context, item, loaded)
-    ext = check_image(loaded, item.ext, options.validate)
+    ext = check_image(loaded, item.ext, options.validate, max_pixels=max_pixels)
     size: tuple[int, int] | None = None
     if options.transforms:
         loaded, ext, size = _transform(options, loaded, ext)
     if options.format == "tfrecord":
         record = _record(_example(context, item, loaded, ext, size))
-        return [record], len(record), item.label
+        return [record], len(record), item.label, None
     return sample_record(context, item, [(ext, loaded)])
 
 
 def _encode_fields(
     context: WorkerContext, item: Item, loaded: bytes | Mapping[str, Any]
-) -> tuple[list[bytes], int, int]:
+) -> Encoded:
     """A sample of several fields, a folder's (its files) or a list's (``--field``, a
     parquet's bytes columns): read, each checked by :func:`.validate.check_fields` (image
     fields transformed as the options say), then made into its record."""
@@ -295,15 +307,13 @@ def _encode_fields(
     return sample_record(context, item, check_fields(fields, options.validate, transform))
 
 
-def sample_record(
-    context: WorkerContext, item: Item, fields: list[tuple[str, bytes]]
-) -> tuple[list[bytes], int, int]:
+def sample_record(context: WorkerContext, item: Item, fields: list[tuple[str, bytes]]) -> Encoded:
     """The output record of a sample's checked ``fields`` (a tar sample's members, or a
     TFRecord Example): the fields in order, then ``cls`` (the item's label, when it has
     one) and the generated ``json`` (:meth:`Source.json_text`: a list's other columns, the
     class layout's path, class and label) unless a field is ``json`` already: a sample's
     own ``json`` is packed as it is, the generated one left out. Returns the record's
-    chunks, its size and the label."""
+    chunks, its size, the label and its tar members (None for a TFRecord)."""
     fields = list(fields)
     if item.label >= 0:
         fields.append(("cls", str(item.label).encode()))
@@ -315,9 +325,9 @@ def sample_record(
         if item.label >= 0:
             sample["cls"] = item.label  # an int64 feature, as a sample from Python's
         record = _record(sample)
-        return [record], len(record), item.label
-    chunks, total = tar_chunks(item.key, fields)
-    return chunks, total, item.label
+        return [record], len(record), item.label, None
+    chunks, total, members = tar_sample(item.key, fields)
+    return chunks, total, item.label, members
 
 
 def _transform(options: BuildOptions, data: bytes, ext: str) -> tuple[bytes, str, tuple[int, int]]:
@@ -375,11 +385,9 @@ def _example(
     return sample
 
 
-def _encode_python(
-    context: WorkerContext, item: Item, sample: Mapping[str, Any]
-) -> tuple[list[bytes], int, int]:
+def _encode_python(context: WorkerContext, item: Item, sample: Mapping[str, Any]) -> Encoded:
     from ..codecs import encode_sample
-    from ..formats.tar import encode_sample as tar_sample
+    from ..formats.tar import encode_sample as tar_bytes
 
     out = dict(sample)
     out.setdefault("__key__", item.key)
@@ -391,8 +399,8 @@ def _encode_python(
 
         data = _record(encode_other_values(out, encode_sample))
     else:
-        data = tar_sample(encode_sample(out))
-    return [data], len(data), label
+        data = tar_bytes(encode_sample(out))
+    return [data], len(data), label, None
 
 
 def _label_of(sample: Mapping[str, Any], default: int) -> int:
