@@ -12,9 +12,10 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest_build import make_corpus, write
+from conftest_build import make_corpus, snapshot, write
 
 import shardkit
+from shardkit.builder._inputs import FileSource
 from shardkit.builder._validate import check_image
 from shardkit.builder.options import BuildOptions
 from shardkit.demo import make_jpeg
@@ -116,3 +117,21 @@ def test_the_pixel_limit_looked_up_once_gives_the_same_verdicts(
     with pytest.raises(LimitError) as fast:
         check_image(jpeg, "jpg", max_pixels=100)
     assert str(fast.value) == str(reference.value)
+
+
+def test_a_local_folder_is_read_without_the_sources_dispatch(
+    corpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker reads a local folder's files straight from their paths (the fast path
+    is taken: the source's load is never called), and packs the same bytes."""
+    reference = tmp_path / "reference"
+    shardkit.build(corpus, reference, options=BuildOptions(max_count=25, workers=1))
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("a local folder's file went through FileSource.load")
+
+    monkeypatch.setattr(FileSource, "load", refuse)
+    monkeypatch.setattr(FileSource, "http_url", refuse)
+    out = tmp_path / "out"
+    result = shardkit.build(corpus, out, options=BuildOptions(max_count=25, workers=1))
+    assert result.skipped and snapshot(str(out)) == snapshot(str(reference))

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .. import storage
 from ..budget import limit
 from ..engines import run_state
 from ..errors import DataError
@@ -29,7 +31,7 @@ from ..formats.jsondoc import load_json
 from ..formats.names import lone_surrogate
 from ..formats.record import ShardRecord
 from ..formats.tar import Members, tar_sample
-from ._inputs import check_listed_size
+from ._inputs import FileSource, check_listed_size, read_file
 from ._partwriter import PartWriter
 from ._plan import Task
 from ._sources import Item, SampleFileError, SampleFiles, Source
@@ -49,6 +51,7 @@ __all__ = [
     "current_run",
     "init_worker",
     "encode_item",
+    "local_loader",
     "part_name",
     "run_task",
     "sample_record",
@@ -172,14 +175,18 @@ def run_task(task: Task) -> TaskResult:
     writer = _part_writer(context, part_name(options, task.index))
     result = TaskResult(task.index, [])
     progress = _Progress(run.reporter)
-    load, add, counts = context.source.load, writer.add, result.class_counts
+    local = local_loader(context.source)
+    load = local or context.source.load
+    add, counts = writer.add, result.class_counts
     packed = 0
     max_pixels = limit("image_pixels")  # the budget's, looked up once per task
     prefetch = getattr(context.source, "prefetch", None)  # a parquet's bytes cells
     try:
         if prefetch is not None:
             prefetch(task.items)
-        for item, download in _with_downloads(run, task.items):
+        # A local folder's files are never downloaded: no URL to look for in them.
+        pairs = _with_downloads(run, task.items) if local is None else _no_downloads(task)
+        for item, download in pairs:
             try:
                 if download is None:
                     loaded = load(item)
@@ -211,6 +218,28 @@ def run_task(task: Task) -> TaskResult:
     result.parts = parts
     result.sizes = writer.sizes
     return result
+
+
+def local_loader(source: Source) -> Callable[[Item], bytes | SampleFiles] | None:
+    """``source.load`` for a local folder (its items are files under its root, or
+    samples of several files), with no per-item dispatch for a file: its path is the
+    root's and the item's, read by :func:`.inputs.read_file` as ``load`` reads it. None
+    for any other source."""
+    if not isinstance(source, FileSource) or source.kind != "image_folder":
+        return None
+    if storage.url_scheme(source.root):  # an object-store folder: its files are URLs
+        return None
+    prefix, load = os.path.join(source.root, ""), source.load
+
+    def local(item: Item) -> bytes | SampleFiles:
+        ref = item.ref
+        return read_file(prefix + ref, item.size) if type(ref) is str else load(item)
+
+    return local
+
+
+def _no_downloads(task: Task) -> Iterator[tuple[Item, None]]:
+    return zip(task.items, itertools.repeat(None))
 
 
 def _with_downloads(
