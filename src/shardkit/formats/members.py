@@ -289,9 +289,11 @@ class TableBuilder:
         ``KEY.EXT`` (``exts``, in order) holding ``sizes`` bytes
         (:func:`shardkit.formats.tar.tar_sample`): the same table as parsing its bytes
         gives, from what the writer knows already."""
-        found = self._known.get(tuple(exts), _UNKNOWN)
-        if found is _UNKNOWN:
-            found = self._known[tuple(exts)] = _layout(exts)
+        names = tuple(exts)
+        if names in self._known:
+            found = self._known[names]
+        else:
+            found = self._known[names] = _layout(names)
         last = key[key.rfind("/") + 1 :]
         if found is None or not last or "." in last or max(sizes, default=0) > _MAX_SIZE:
             return None  # what split_name or the table cannot take
@@ -303,9 +305,6 @@ class TableBuilder:
 
     def build(self) -> MemberTable:
         return MemberTable(list(self.layouts), self.layout, self.sizes)
-
-
-_UNKNOWN = ("",)
 
 
 def _layout(exts: Sequence[str]) -> tuple[str, ...] | None:
