@@ -497,7 +497,7 @@ def _role(pid: int, root: int, parent: int) -> str:
     line), its resource tracker, or a worker."""
     if pid == root:
         return "driver"
-    if parent != root:
+    if parent != root:  # forked by the forkserver
         return "worker"
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -523,7 +523,7 @@ def _tree_hwm(
             if int(fields[3]) != root:  # session id
                 continue
             cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
-            if int(pid) not in roles:
+            if roles.get(int(pid), "worker") == "worker":  # a child before its exec: again
                 roles[int(pid)] = _role(int(pid), root, int(fields[1]))
             with open(f"/proc/{pid}/status", "rb") as f:
                 for line in f:
