@@ -637,18 +637,19 @@ def vs_tar(args: argparse.Namespace) -> None:
     print(f"tar/shardkit wall, median of {len(ratios)}: {ratios[len(ratios) // 2]:.2f}x")
     print("| round | shardkit CPU s: driver / forkserver / workers (n) | build s (its own clock) |")
     for i, s in enumerate(ours):
-        roles = s["cpu_roles"]
-        took = _build_seconds(s["stdout"])
-        print(
-            f"| {i + 1} | {roles.get('driver', 0):.2f} / {roles.get('forkserver', 0):.2f} / "
-            f"{roles.get('worker', 0):.2f} ({s['workers']}) | {took} |"
-        )
+        print(f"| {i + 1} | {_roles(s)} | {_build_seconds(s['stdout'])} |")
     if args.base:
         base = runs[BASE_CLI]
-        print("| round | shardkit@base wall s | CPU s | peak RSS MB (largest / sum) |")
+        print(
+            "| round | shardkit@base wall s | CPU s | peak RSS MB (largest / sum) | "
+            "CPU s: driver / forkserver / workers (n) | build s |"
+        )
         for i, b in enumerate(base):
             rss = f"{b['rss_max']:.0f} / {b['rss_sum']:.0f}"
-            print(f"| {i + 1} | {b['wall']:.2f} | {b['cpu']:.2f} | {rss} |")
+            print(
+                f"| {i + 1} | {b['wall']:.2f} | {b['cpu']:.2f} | {rss} | {_roles(b)} | "
+                f"{_build_seconds(b['stdout'])} |"
+            )
         for label, key in (("wall", "wall"), ("CPU", "cpu")):
             pairs = sorted(b[key] / s[key] for b, s in zip(base, ours, strict=True))
             print(f"base/this tree {label}, median of {len(pairs)}: {pairs[len(pairs) // 2]:.2f}x")
@@ -688,6 +689,15 @@ def vs_tar(args: argparse.Namespace) -> None:
         ],
     )
     results.write(args.json)
+
+
+def _roles(run: dict[str, Any]) -> str:
+    """CPU seconds of a build's driver, forkserver and workers (their count)."""
+    roles = run["cpu_roles"]
+    return (
+        f"{roles.get('driver', 0):.2f} / {roles.get('forkserver', 0):.2f} / "
+        f"{roles.get('worker', 0):.2f} ({run['workers']})"
+    )
 
 
 def _build_seconds(stdout: str) -> str:
