@@ -52,6 +52,7 @@ import io
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import subprocess
@@ -490,8 +491,29 @@ def _stop_forkserver() -> None:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _tree_hwm(root: int, peaks: dict[int, int], cpu: dict[int, float]) -> None:
-    """Record VmHWM (KiB) and CPU seconds of every process in ``root``'s session."""
+def _role(pid: int, root: int, parent: int) -> str:
+    """What a process of a build's session is: the driver (``root``), the pool's
+    forkserver (a child of the driver; its workers, forked from it, have its command
+    line), its resource tracker, or a worker."""
+    if pid == root:
+        return "driver"
+    if parent != root:  # forked by the forkserver
+        return "worker"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return "worker"
+    for role in (b"forkserver", b"resource_tracker"):
+        if role in cmdline:
+            return role.decode()
+    return "worker"
+
+
+def _tree_hwm(
+    root: int, peaks: dict[int, int], cpu: dict[int, float], roles: dict[int, str]
+) -> None:
+    """Record VmHWM (KiB), CPU seconds and role of every process in ``root``'s session."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -501,6 +523,8 @@ def _tree_hwm(root: int, peaks: dict[int, int], cpu: dict[int, float]) -> None:
             if int(fields[3]) != root:  # session id
                 continue
             cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+            if roles.get(int(pid), "worker") == "worker":  # a child before its exec: again
+                roles[int(pid)] = _role(int(pid), root, int(fields[1]))
             with open(f"/proc/{pid}/status", "rb") as f:
                 for line in f:
                     if line.startswith(b"VmHWM:"):
@@ -511,16 +535,18 @@ def _tree_hwm(root: int, peaks: dict[int, int], cpu: dict[int, float]) -> None:
 
 def run_tree(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``cmd`` in a new session; its wall time, the CPU seconds and the peak RSS (MB:
-    the largest process, and the sum) of every process in the session, and its stdout."""
+    the largest process, and the sum) of every process in the session (and the CPU
+    seconds by role: driver, forkserver, resource tracker, workers), and its stdout."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, env=env)
     peaks: dict[int, int] = {}
     cpu: dict[int, float] = {}
+    roles: dict[int, str] = {}
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.05):
-            _tree_hwm(proc.pid, peaks, cpu)
+            _tree_hwm(proc.pid, peaks, cpu, roles)
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
@@ -531,9 +557,15 @@ def run_tree(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed with status {proc.returncode}")
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # what sampling missed, roughly
+    by_role: dict[str, float] = {}
+    for pid, seconds in cpu.items():
+        role = roles.get(pid, "worker")
+        by_role[role] = by_role.get(role, 0.0) + seconds
     return {
         "wall": wall,
         "cpu": sum(cpu.values()),
+        "cpu_roles": by_role,
+        "workers": sum(1 for role in roles.values() if role == "worker"),
         "rss_max": max(peaks.values(), default=0) / 1024,
         "rss_sum": sum(peaks.values()) / 1024,
         "stdout": stdout.decode(),
@@ -603,12 +635,21 @@ def vs_tar(args: argparse.Namespace) -> None:
             f"{p['seconds']:.2f} |"
         )
     print(f"tar/shardkit wall, median of {len(ratios)}: {ratios[len(ratios) // 2]:.2f}x")
+    print("| round | shardkit CPU s: driver / forkserver / workers (n) | build s (its own clock) |")
+    for i, s in enumerate(ours):
+        print(f"| {i + 1} | {_roles(s)} | {_build_seconds(s['stdout'])} |")
     if args.base:
         base = runs[BASE_CLI]
-        print("| round | shardkit@base wall s | CPU s | peak RSS MB (largest / sum) |")
+        print(
+            "| round | shardkit@base wall s | CPU s | peak RSS MB (largest / sum) | "
+            "CPU s: driver / forkserver / workers (n) | build s |"
+        )
         for i, b in enumerate(base):
             rss = f"{b['rss_max']:.0f} / {b['rss_sum']:.0f}"
-            print(f"| {i + 1} | {b['wall']:.2f} | {b['cpu']:.2f} | {rss} |")
+            print(
+                f"| {i + 1} | {b['wall']:.2f} | {b['cpu']:.2f} | {rss} | {_roles(b)} | "
+                f"{_build_seconds(b['stdout'])} |"
+            )
         for label, key in (("wall", "wall"), ("CPU", "cpu")):
             pairs = sorted(b[key] / s[key] for b, s in zip(base, ours, strict=True))
             print(f"base/this tree {label}, median of {len(pairs)}: {pairs[len(pairs) // 2]:.2f}x")
@@ -648,6 +689,21 @@ def vs_tar(args: argparse.Namespace) -> None:
         ],
     )
     results.write(args.json)
+
+
+def _roles(run: dict[str, Any]) -> str:
+    """CPU seconds of a build's driver, forkserver and workers (their count)."""
+    roles = run["cpu_roles"]
+    return (
+        f"{roles.get('driver', 0):.2f} / {roles.get('forkserver', 0):.2f} / "
+        f"{roles.get('worker', 0):.2f} ({run['workers']})"
+    )
+
+
+def _build_seconds(stdout: str) -> str:
+    """The seconds a ``shardkit build -q`` reports for its build (after its listing)."""
+    found = re.search(r", ([0-9.]+) s -> ", stdout)
+    return found.group(1) if found else "?"
 
 
 def measure(name: str, src: str, out: str, workers: int, base: str = "") -> dict[str, Any]:

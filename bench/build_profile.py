@@ -114,14 +114,24 @@ def profile(src: str, hash_name: str, rounds: int) -> dict[str, float]:
             os.unlink(os.path.join(out, name))
         peak_rss = max(peak_rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
+    # As a task reads and checks: a local folder's files by path where the version has
+    # that path, the pixel limit looked up once where it takes it.
+    local_loader = getattr(worker, "local_loader", None)
+    load = (local_loader(source) if local_loader else None) or source.load
+    checks: dict[str, Any] = {}
+    if "max_pixels" in inspect.signature(check_image).parameters:
+        from shardkit.budget import limit
+
+        checks["max_pixels"] = limit("image_pixels")
+
     def read() -> None:
         for item in items:
             with contextlib.suppress(DataError):
-                source.load(item)
+                load(item)
 
     def validate() -> None:
         for item, data in loaded:
-            check_image(data, item.ext, "header")
+            check_image(data, item.ext, "header", **checks)
 
     def header() -> None:
         for item, data in loaded:

@@ -15,7 +15,7 @@ it unless one sample alone does, and that sample then stands alone in its shard.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import storage
@@ -187,16 +187,28 @@ class ShardFile(storage.CommitOrDiscard):
         """Encode ``sample`` for this shard's format and append it."""
         self.write(*encode_sample(sample, self.format, codecs=codecs))
 
-    def writev(self, key: str, chunks: list[bytes], size: int) -> None:
+    def writev(
+        self,
+        key: str,
+        chunks: list[bytes],
+        size: int,
+        members: tuple[Sequence[str], Sequence[int]] | None = None,
+    ) -> None:
         """Append one encoded sample given as chunks (``size`` bytes in all), with one
-        ``writev`` when the shard is uncompressed."""
+        ``writev`` when the shard is uncompressed. ``members``: the extensions and data
+        sizes of its members, when they are plain members named ``KEY.EXT``
+        (:func:`shardkit.formats.tar.tar_sample` says): the member table takes them as
+        they are instead of parsing the bytes."""
         if self._gz is not None:
             self.write(key, b"".join(chunks))
             return
         self.check_key(key)
         self._note(key, size)
         if self._members is not None:
-            self._members = self._members.add(key, b"".join(chunks))
+            if members is not None:
+                self._members = self._members.add_fields(key, *members)
+            else:
+                self._members = self._members.add(key, b"".join(chunks))
         self.file.writev(chunks, size)
 
     def copy(self, key: str, size: int, emit: Callable[[tar.Write], None]) -> None:

@@ -61,12 +61,15 @@ class PartWriter:
     def _create(self, number: int) -> Pending:
         return self.store.create(self.pattern % number)
 
-    def add(self, key: str, chunks: list[bytes], size: int) -> None:
-        """Append one encoded sample (``chunks`` totalling ``size`` bytes)."""
+    def add(
+        self, key: str, chunks: list[bytes], size: int, members: tar.Members | None = None
+    ) -> None:
+        """Append one encoded sample (``chunks`` totalling ``size`` bytes; ``members``:
+        its plain members' extensions and sizes, :func:`~shardkit.formats.tar.tar_sample`)."""
         part = self._parts.shard(key, size)
         if part is None:  # pragma: no cover - a build's parts have no max_shards
             raise RuntimeError("a part writer has no max_shards")
-        part.writev(key, chunks, size)
+        part.writev(key, chunks, size, members)
         if self._keep_sizes:
             self.sizes.append(size)
 

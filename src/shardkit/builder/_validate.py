@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from .._optional import require
-from ..codecs import IMAGE_EXTENSIONS, check_field, check_pixels, image_failures
+from ..codecs import IMAGE_EXTENSIONS, check_field, check_pixels, header_size, image_failures
 from ..errors import DataError
 from ._sources import SampleFileError
 
@@ -68,9 +68,12 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
-def check_image(data: bytes, ext: str, mode: str = "header") -> str:
+def check_image(
+    data: bytes, ext: str, mode: str = "header", *, max_pixels: int | None = None
+) -> str:
     """Check ``data`` (a file named ``*.ext``; ``ext`` '' when its name says nothing, as a
-    URL's may not); returns the extension to store it under.
+    URL's may not); returns the extension to store it under. ``max_pixels``: the budget's
+    ``image_pixels`` limit, when the caller looked it up (a worker, once per task).
 
     Raises :class:`~shardkit.errors.DataError` whose message is the reason to skip it.
     """
@@ -85,7 +88,9 @@ def check_image(data: bytes, ext: str, mode: str = "header") -> str:
     if mode == "none":  # a URL whose name gives no extension: the bytes give it
         return kind
     _CHECKS[_FAMILY[kind]](data)
-    check_pixels(data)  # the pixel limit every reader applies
+    size = header_size(data) if max_pixels is not None else (0, 0)
+    if max_pixels is None or (size is not None and not 0 <= size[0] * size[1] <= max_pixels):
+        check_pixels(data)  # the pixel limit every reader applies (and its error)
     if mode == "full":
         _decode(data)
     return ext if _FAMILY.get(ext) == _FAMILY[kind] else kind

@@ -15,20 +15,23 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .. import storage
+from ..budget import limit
 from ..engines import run_state
 from ..errors import DataError
 from ..formats.cut import Cut
 from ..formats.jsondoc import load_json
 from ..formats.names import lone_surrogate
 from ..formats.record import ShardRecord
-from ..formats.tar import tar_chunks
-from ._inputs import check_listed_size
+from ..formats.tar import Members, tar_sample
+from ._inputs import FileSource, check_listed_size, read_file
 from ._partwriter import PartWriter
 from ._plan import Task
 from ._sources import Item, SampleFileError, SampleFiles, Source
@@ -48,12 +51,15 @@ __all__ = [
     "current_run",
     "init_worker",
     "encode_item",
+    "local_loader",
     "part_name",
     "run_task",
     "sample_record",
 ]
 
 Reporter = Callable[[int, int, int], None]  # (samples, input bytes, skipped) since last call
+#: An item encoded: its record's chunks, their size, its label, its tar members or None.
+Encoded = tuple[list[bytes], int, int, Members | None]
 
 # What a list's json holds besides its columns (the schema's filename, label, class text).
 _META_KEYS = frozenset({"path", "class", "label"})
@@ -175,23 +181,30 @@ def run_task(task: Task) -> TaskResult:
     writer = _part_writer(context, part_name(options, task.index))
     result = TaskResult(task.index, [])
     progress = _Progress(run.reporter)
-    load, add, counts = context.source.load, writer.add, result.class_counts
+    local = local_loader(context.source)
+    load = local or context.source.load
+    add, counts = writer.add, result.class_counts
     packed = 0
+    max_pixels = limit("image_pixels")  # the budget's, looked up once per task
     prefetch = getattr(context.source, "prefetch", None)  # a parquet's bytes cells
     keys = result.keys if context.source.kind in GIVEN_KEYS else None
     try:
         if prefetch is not None:
             prefetch(task.items)
-        for item, download in _with_downloads(run, task.items):
+        # A local folder's files are never downloaded: no URL to look for in them.
+        pairs = _with_downloads(run, task.items) if local is None else _no_downloads(task)
+        for item, download in pairs:
             try:
                 if download is None:
                     loaded = load(item)
                 else:
                     loaded = _downloaded(context, item, download, result.fetch, packed)
-                chunks, size, label = encode_item(context, item, loaded)
-                add(item.key, chunks, size)
+                chunks, size, label, members = encode_item(
+                    context, item, loaded, max_pixels=max_pixels
+                )
+                add(item.key, chunks, size, members)
                 if keys is not None:  # a dataset's sample: a mapping, its key checked
-                    keys.append(loaded.get("__key__", item.key))  # type: ignore[union-attr]
+                    keys.append(loaded.get("__key__", item.key))  # type: ignore[union-attr,arg-type]
             except DataError as exc:
                 if download is not None and download.result().data is not None:
                     result.fetch[-1] = (result.fetch[-1][0], "invalid image")
@@ -214,6 +227,28 @@ def run_task(task: Task) -> TaskResult:
     result.parts = parts
     result.sizes = writer.sizes
     return result
+
+
+def local_loader(source: Source) -> Callable[[Item], bytes | SampleFiles] | None:
+    """``source.load`` for a local folder (its items are files under its root, or
+    samples of several files), with no per-item dispatch for a file: its path is the
+    root's and the item's, read by :func:`.inputs.read_file` as ``load`` reads it. None
+    for any other source."""
+    if not isinstance(source, FileSource) or source.kind != "image_folder":
+        return None
+    if storage.url_scheme(source.root):  # an object-store folder: its files are URLs
+        return None
+    prefix, load = os.path.join(source.root, ""), source.load
+
+    def local(item: Item) -> bytes | SampleFiles:
+        ref = item.ref
+        return read_file(prefix + ref, item.size) if type(ref) is str else load(item)
+
+    return local
+
+
+def _no_downloads(task: Task) -> Iterator[tuple[Item, None]]:
+    return zip(task.items, itertools.repeat(None))
 
 
 def _with_downloads(
@@ -262,10 +297,16 @@ def _part_writer(context: WorkerContext, pattern: str) -> PartWriter:
 
 
 def encode_item(
-    context: WorkerContext, item: Item, loaded: bytes | Mapping[str, Any] | None = None
-) -> tuple[list[bytes], int, int]:
-    """One item's output bytes (as chunks), their size and its label; ``loaded`` is what
-    the source loads for it, when already loaded.
+    context: WorkerContext,
+    item: Item,
+    loaded: bytes | Mapping[str, Any] | None = None,
+    *,
+    max_pixels: int | None = None,
+) -> Encoded:
+    """One item's output bytes (as chunks), their size, its label and its tar members
+    (:func:`~shardkit.formats.tar.tar_sample`; None where a member table parses them);
+    ``loaded`` is what the source loads for it, when already loaded; ``max_pixels`` is
+    the budget's ``image_pixels`` limit, when the caller looked it up.
 
     Raises :class:`~shardkit.errors.DataError` for bad data (the item is then skipped).
     """
@@ -276,19 +317,19 @@ def encode_item(
         return _encode_fields(context, item, loaded)
     if not isinstance(loaded, bytes):  # a sample from Python or from shards
         return _encode_python(context, item, loaded)
-    ext = check_image(loaded, item.ext, options.validate)
+    ext = check_image(loaded, item.ext, options.validate, max_pixels=max_pixels)
     size: tuple[int, int] | None = None
     if options.transforms:
         loaded, ext, size = _transform(options, loaded, ext)
     if options.format == "tfrecord":
         record = _record(_example(context, item, loaded, ext, size))
-        return [record], len(record), item.label
+        return [record], len(record), item.label, None
     return sample_record(context, item, [(ext, loaded)])
 
 
 def _encode_fields(
     context: WorkerContext, item: Item, loaded: bytes | Mapping[str, Any]
-) -> tuple[list[bytes], int, int]:
+) -> Encoded:
     """A sample of several fields, a folder's (its files) or a list's (``--field``, a
     parquet's bytes columns): read, each checked by :func:`.validate.check_fields` (image
     fields transformed as the options say), then made into its record."""
@@ -304,15 +345,13 @@ def _encode_fields(
     return sample_record(context, item, check_fields(fields, options.validate, transform))
 
 
-def sample_record(
-    context: WorkerContext, item: Item, fields: list[tuple[str, bytes]]
-) -> tuple[list[bytes], int, int]:
+def sample_record(context: WorkerContext, item: Item, fields: list[tuple[str, bytes]]) -> Encoded:
     """The output record of a sample's checked ``fields`` (a tar sample's members, or a
     TFRecord Example): the fields in order, then ``cls`` (the item's label, when it has
     one) and the generated ``json`` (:meth:`Source.json_text`: a list's other columns, the
     class layout's path, class and label) unless a field is ``json`` already: a sample's
     own ``json`` is packed as it is, the generated one left out. Returns the record's
-    chunks, its size and the label."""
+    chunks, its size, the label and its tar members (None for a TFRecord)."""
     fields = list(fields)
     if item.label >= 0:
         fields.append(("cls", str(item.label).encode()))
@@ -324,9 +363,9 @@ def sample_record(
         if item.label >= 0:
             sample["cls"] = item.label  # an int64 feature, as a sample from Python's
         record = _record(sample)
-        return [record], len(record), item.label
-    chunks, total = tar_chunks(item.key, fields)
-    return chunks, total, item.label
+        return [record], len(record), item.label, None
+    chunks, total, members = tar_sample(item.key, fields)
+    return chunks, total, item.label, members
 
 
 def _transform(options: BuildOptions, data: bytes, ext: str) -> tuple[bytes, str, tuple[int, int]]:
@@ -384,11 +423,9 @@ def _example(
     return sample
 
 
-def _encode_python(
-    context: WorkerContext, item: Item, sample: Mapping[str, Any]
-) -> tuple[list[bytes], int, int]:
+def _encode_python(context: WorkerContext, item: Item, sample: Mapping[str, Any]) -> Encoded:
     from ..codecs import encode_sample
-    from ..formats.tar import encode_sample as tar_sample
+    from ..formats.tar import encode_sample as tar_bytes
 
     out = dict(sample)
     out.setdefault("__key__", item.key)
@@ -400,8 +437,8 @@ def _encode_python(
 
         data = _record(encode_other_values(out, encode_sample))
     else:
-        data = tar_sample(encode_sample(out))
-    return [data], len(data), label
+        data = tar_bytes(encode_sample(out))
+    return [data], len(data), label, None
 
 
 def _label_of(sample: Mapping[str, Any], default: int) -> int:

@@ -13,7 +13,7 @@ from ._tarparse import BLOCK
 from ._tarrules import check_key_order
 from .limits import MAX_MEMBER_SIZE, MAX_NAME_BYTES
 
-__all__ = ["END_OF_ARCHIVE", "TarWriter", "encode_sample", "tar_chunks"]
+__all__ = ["END_OF_ARCHIVE", "Members", "TarWriter", "encode_sample", "tar_chunks", "tar_sample"]
 
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 _ZERO_BLOCK = bytes(BLOCK)
@@ -231,7 +231,23 @@ _FIXED_SUM = sum(_MID) + sum(_TAIL)
 
 
 # One header: name (NUL-padded to 100), size field, checksum field; the rest is fixed.
-_TEMPLATE = b"%s" + _MID + b"%s" + _TAIL[:12] + b"%06o\x00 " + _TAIL[20:]
+_BEFORE_SUM = _TAIL[:12]  # mtime, before the checksum field
+_AFTER_SUM = _TAIL[20:]
+_NULS = [bytes(100 - n) for n in range(101)]  # what pads a name of n bytes to 100
+_PADS = [_ZEROS[: -n % BLOCK] for n in range(BLOCK)]  # what pads data of n % 512 bytes
+#: The extensions and data sizes of a sample's members, in order.
+Members = tuple[list[str], list[int]]
+_SUFFIXES: dict[str, tuple[bytes, int]] = {}  # extension -> ".ext" encoded, its byte sum
+
+
+def _suffix(ext: str) -> tuple[bytes, int]:
+    suffix = _SUFFIXES.get(ext)
+    if suffix is None:
+        encoded = b"." + ext.encode("utf-8", "surrogateescape")
+        suffix = (encoded, sum(encoded))
+        if len(_SUFFIXES) < 256:
+            _SUFFIXES[ext] = suffix
+    return suffix
 
 
 def tar_chunks(key: str, fields: Sequence[tuple[str, bytes]]) -> tuple[list[bytes], int]:
@@ -240,32 +256,51 @@ def tar_chunks(key: str, fields: Sequence[tuple[str, bytes]]) -> tuple[list[byte
     Large data goes out as it is (no copy); headers, padding and small fields are joined
     into as few chunks as possible, to keep ``writev`` and hash calls few.
     """
+    chunks, total, _ = tar_sample(key, fields)
+    return chunks, total
+
+
+def tar_sample(
+    key: str, fields: Sequence[tuple[str, bytes]]
+) -> tuple[list[bytes], int, Members | None]:
+    """:func:`tar_chunks`, and the members' extensions and data sizes when every member
+    is one plain ustar header named ``KEY.EXT`` (the name as a reader decodes it), then
+    its data (None otherwise): what a member table records without parsing the bytes
+    (:meth:`shardkit.formats.members.TableBuilder.add_fields`)."""
     chunks: list[bytes] = []
     small: list[bytes] = []
     total = 0
-    stem = key.encode("utf-8", "surrogateescape") + b"."
+    stem = key.encode("utf-8", "surrogateescape")
     stem_sum = _FIXED_SUM + sum(stem)
+    exts: list[str] = []
+    sizes: list[int] = []
+    plain = "\0" not in key and (key.isascii() or stem.decode("utf-8", "surrogateescape") == key)
     for ext, data in fields:
-        suffix = ext.encode("utf-8", "surrogateescape")
+        suffix, suffix_sum = _suffix(ext)
         name = stem + suffix
         size = len(data)
         if len(name) > 100 or size > MAX_MEMBER_SIZE:  # the reference checks limits
             small.append(encode_sample({"__key__": key, ext: data}))
             total += len(small[-1])
+            plain = False
             continue
+        if not ext.isascii() or "\0" in ext:
+            plain = False  # a reader might decode the name otherwise: the table parses it
+        exts.append(ext)
+        sizes.append(size)
         size_field = b"%011o\x00" % size
-        checksum = stem_sum + sum(suffix) + sum(size_field)
-        small.append(_TEMPLATE % (name.ljust(100, b"\x00"), size_field, checksum))
+        checksum = b"%06o\x00 " % (stem_sum + suffix_sum + sum(size_field))
+        small += (name, _NULS[len(name)], _MID, size_field, _BEFORE_SUM, checksum, _AFTER_SUM)
         if size > _BIG:
             chunks.append(b"".join(small))
             chunks.append(data)
             small = []
         else:
             small.append(data)
-        pad = -size % BLOCK
+        pad = size % BLOCK
         if pad:
-            small.append(_ZEROS[:pad])
-        total += BLOCK + size + pad
+            small.append(_PADS[pad])
+        total += BLOCK + size + (-size % BLOCK)
     if small:
         chunks.append(b"".join(small))
-    return chunks, total
+    return chunks, total, (exts, sizes) if plain else None

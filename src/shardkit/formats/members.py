@@ -270,6 +270,7 @@ class TableBuilder:
         self.layouts: dict[tuple[str, ...], int] = {}
         self.layout: list[int] = []
         self.sizes: list[int] = []
+        self._known: dict[tuple[str, ...], tuple[str, ...] | None] = {}  # see add_fields
 
     def add(self, key: str, data: Buffer) -> TableBuilder | None:
         """Note one encoded sample; None when a table cannot describe it (then the shard's
@@ -284,8 +285,40 @@ class TableBuilder:
         self.sizes.extend(sizes)
         return self
 
+    def add_fields(
+        self, key: str, exts: Sequence[str], sizes: Sequence[int]
+    ) -> TableBuilder | None:
+        """:meth:`add` for a sample that the writer made of plain members named
+        ``KEY.EXT`` (``exts``, in order) holding ``sizes`` bytes
+        (:func:`shardkit.formats.tar.tar_sample`): the same table as parsing its bytes
+        gives, from what the writer knows already."""
+        names = tuple(exts)
+        if names in self._known:
+            found = self._known[names]
+        else:
+            found = self._known[names] = _layout(names)
+        last = key[key.rfind("/") + 1 :]
+        if found is None or not last or "." in last or max(sizes, default=0) > _MAX_SIZE:
+            return None  # what split_name or the table cannot take
+        self.layout.append(self.layouts.setdefault(found, len(self.layouts)))
+        if len(self.layouts) > _MAX_LAYOUTS:
+            return None
+        self.sizes.extend(sizes)
+        return self
+
     def build(self) -> MemberTable:
         return MemberTable(list(self.layouts), self.layout, self.sizes)
+
+
+def _layout(exts: Sequence[str]) -> tuple[str, ...] | None:
+    """The layout a table records for members named ``KEY.EXT`` (``exts``, key without a
+    dot in its last part), as :func:`sample_members` finds it; None where it has none."""
+    lower = tuple(ext.lower() for ext in exts)
+    if not lower or any("/" in ext for ext in exts):  # "/" moves the first-dot split
+        return None
+    if len(set(lower)) != len(lower) or RESERVED.intersection(lower):
+        return None
+    return lower
 
 
 def verify_members(

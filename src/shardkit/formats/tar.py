@@ -56,7 +56,7 @@ from ._tarderive import TableNotes
 from ._targroup import Grouping, buffer_samples, iter_samples, span_sample
 from ._tarparse import BLOCK, DIRECTORY, REGULAR_TYPES, Buffer, RawMember, TarScanner, Write
 from ._tarrules import SAME_KEY, check_key_order, odd_member, split_name
-from ._tarwrite import END_OF_ARCHIVE, TarWriter, encode_sample, tar_chunks
+from ._tarwrite import END_OF_ARCHIVE, Members, TarWriter, encode_sample, tar_chunks, tar_sample
 from .limits import MAX_MEMBER_SIZE
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "SAME_KEY",
     "Buffer",
     "Grouping",
+    "Members",
     "RawMember",
     "TableNotes",
     "TarMember",
@@ -81,6 +82,7 @@ __all__ = [
     "span_sample",
     "split_name",
     "tar_chunks",
+    "tar_sample",
 ]
 
 
