@@ -126,7 +126,9 @@ class _Driver:
             )
         self.started = time.perf_counter()
         self.next_task = 0
-        self.counts = _Tally(skipped=len(listing.skipped))
+        # What the listing skipped: counted now, as the log it starts takes the tasks' too.
+        self.listed_skipped = len(listing.skipped)
+        self.counts = _Tally(skipped=self.listed_skipped)
         self.last_report = 0.0
         self.resumed = 0
         # What the manifest needs of the tasks committed so far, folded in as each one is
@@ -321,7 +323,7 @@ class _Driver:
             return
         self.last_report = now
         items = self.listing.items
-        total = len(items) + len(self.listing.skipped) if items is not None else None
+        total = len(items) + self.listed_skipped if items is not None else None
         self.progress_fn(
             BuildProgress(
                 samples=self.counts.samples,
