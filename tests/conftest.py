@@ -43,6 +43,20 @@ def monkeypatch() -> Iterator[pytest.MonkeyPatch]:
     patch.undo()
 
 
+@pytest.fixture(autouse=True)
+def _environment_kept() -> Iterator[None]:
+    """Each test leaves ``os.environ`` as it found it: Lightning's ``ddp_spawn`` writes
+    ``MASTER_ADDR`` / ``MASTER_PORT`` into the test process, and a later test's DataLoader
+    workers then (rightly) refuse to guess their rank. The folders made that test run
+    before the remote ones."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+        _reset_budget()
+
+
 class NonSeekable(io.RawIOBase):
     """A stream that only reads, in short chunks, like a pipe or an HTTP body."""
 
