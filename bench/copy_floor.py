@@ -10,9 +10,10 @@ padding into one output file on the same folder) and variants of it: without the
 ``stat`` before the open, without ``O_NOATIME``, reading into one reused buffer
 (``os.readv``; no fresh ``bytes`` per file), each with the digest's updates as a task makes
 them (``--hash none``: without); then ``tar --sort=name -cf`` over the same files, to the
-same folder. Reports user and system CPU microseconds per file (``getrusage``, best of
-``--rounds``: the machine is noisy) and minor page faults per file (a fresh ``bytes`` that
-malloc had to fault in again would show here). What it measures is the floor the worker's
+same folder; the output is removed after each run, untimed. Reports user and system CPU
+microseconds per file (``getrusage``, best of ``--rounds``: the machine is noisy) and
+minor page faults per file (a fresh ``bytes`` that malloc had to fault in again would
+show here). What it measures is the floor the worker's
 Python sits on: the kernel's copies out of and into the page cache.
 """
 
