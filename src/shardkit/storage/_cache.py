@@ -19,9 +19,9 @@ from typing import Any, BinaryIO
 
 from .._temporary import create_temporary
 from ..cachelimit import enforce_limit, lock_shared
+from ..errors import StorageError
 from ._access import LOCAL, Access
 from ._doors import open_regular, read_document
-from ._filesystems import url_exists
 from ._remote import _ResumableReader
 from ._urls import basename
 
@@ -66,11 +66,14 @@ def refresh_copy(
     written under a temporary name and renamed when whole; one that cannot be written
     is logged and left out (StorageError for an object that cannot be read)."""
     path = cache_path(url, cache_dir)
-    if not url_exists(url, access):
+    try:  # one request: an object that is not there answers it (no existence probe first)
+        data = read_document(url, access=access, what=what)
+    except StorageError as exc:
+        if not isinstance(exc.__cause__, FileNotFoundError):
+            raise
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         return False
-    data = read_document(url, access=access, what=what)
     tmp = ""
     try:
         os.makedirs(cache_dir, exist_ok=True)
