@@ -51,7 +51,7 @@ def test_a_cached_read_asks_for_the_index_once(
         assert len(list(Dataset(url, cache_dir=cache))) == 6
         asked = [(r["method"], r["path"]) for r in faults.requests]
         assert asked == [("GET", name + ".idx"), ("GET", name)], asked
-        copies = {storage.cache_path(url, cache), storage.cache_path(url + ".idx", cache)}
+        copies = {storage.cache_path(url, cache), storage.cache_path(url, cache) + ".idx"}
         held = {os.path.join(cache, n) for n in os.listdir(cache)}
         assert held == (copies if indexed else {storage.cache_path(url, cache)})
         assert len(list(Dataset(url, cache_dir=cache))) == 6
@@ -69,12 +69,13 @@ def test_an_index_gone_from_the_server_leaves_the_cache(tmp_path: os.PathLike[st
     name = "/" + os.path.basename(shard)
     with faulty_server(files, faults) as server:
         index = server + name + ".idx"
-        assert storage.refresh_copy(index, cache, what="index file")
-        with open(storage.cache_path(index, cache), "rb") as f:
+        copy = storage.cache_path(server + name, cache) + ".idx"
+        assert storage.refresh_copy(index, copy, what="index file")
+        with open(copy, "rb") as f:
             assert f.read() == files[name + ".idx"]
         del files[name + ".idx"]
-        assert not storage.refresh_copy(index, cache, what="index file")
-        assert not os.path.exists(storage.cache_path(index, cache))
+        assert not storage.refresh_copy(index, copy, what="index file")
+        assert not os.path.exists(copy)
         assert [r["method"] for r in faults.requests] == ["GET", "GET"]
 
 
@@ -112,6 +113,6 @@ def test_an_object_store_shard_is_cached_with_its_index(
         first = [s["__key__"] for s in Dataset(url, cache_dir=cache, storage_options=options)]
     assert first == [f"s{i:05d}" for i in range(6)]
     assert "index not cached" not in caplog.text
-    index_copy = storage.cache_path(url + ".idx", cache)
+    index_copy = storage.cache_path(url, cache) + ".idx"
     assert os.path.exists(index_copy) == indexed
     assert os.path.exists(storage.cache_path(url, cache))

@@ -324,17 +324,15 @@ def _files(
     that the next read of the shard takes the mapped path; a failure to fetch it is
     logged, and the shard is read without it."""
     local = storage.is_local(url)
-    if local or cache_dir is None:
-        path = storage.local_path(url)
-        index = path + INDEX_SUFFIX
-    else:
-        path = storage.cache_path(url, cache_dir)
-        index = storage.cache_path(index_url(url), cache_dir)
+    cached = None if local else cache_dir
+    # A cache copy's index is kept beside it, as a local shard's is (evicted with it).
+    path = storage.local_path(url) if cached is None else storage.cache_path(url, cached)
+    index = path + INDEX_SUFFIX
     try:
         shard = os.stat(path)
     except OSError:
-        if not local and cache_dir is not None:
-            _fetch_index(url, access, cache_dir)
+        if cached is not None:
+            _fetch_index(url, access, index)
         return None
     try:
         found = os.stat(index)
@@ -347,9 +345,9 @@ def _files(
     return path, (None if indexed is None else index), stamp
 
 
-def _fetch_index(url: str, access: Access, cache_dir: str) -> None:
+def _fetch_index(url: str, access: Access, path: str) -> None:
     try:
-        storage.refresh_copy(index_url(url), cache_dir, access=access, what="index file")
+        storage.refresh_copy(index_url(url), path, access=access, what="index file")
     except (StorageError, OSError) as exc:
         _log.warning("%s: index not cached, the shard is read without it: %s", url, exc)
 
