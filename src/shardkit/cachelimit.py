@@ -61,7 +61,7 @@ def enforce_limit(cache_dir: str, limit: int) -> list[str]:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         entries = _entries(cache_dir)
         total = sum(size for _, size, _ in entries)
-        evicted = []
+        evicted: list[str] = []
         for _, size, names in sorted(entries):
             if total <= limit:
                 break
@@ -85,7 +85,7 @@ def _entries(cache_dir: str) -> list[tuple[float, int, tuple[str, ...]]]:
     """(last use, size, names) of each complete copy in the folder, a shard copy and its
     index copy as one entry (the shard's name first)."""
     copies = {name: (used, size) for used, size, name in _complete_copies(cache_dir)}
-    entries = []
+    entries: list[tuple[float, int, tuple[str, ...]]] = []
     for name, (used, size) in copies.items():
         if name.endswith(_INDEX) and name[: -len(_INDEX)] in copies:
             continue  # counted with its shard copy
