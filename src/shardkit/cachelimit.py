@@ -12,6 +12,12 @@ the folder (on one machine; not over NFS):
   it, so that copy stays. A reader that opened a copy just before it was evicted sees it
   unlinked once it has its lock, and treats it as a miss.
 
+A shard copy's index (its name + ``.idx``, fetched whole beside it and read once per
+process, so its own mtime says nothing of use) goes with its shard: the two count as one
+entry of the shard's last use and size, and are evicted together, never the index alone
+while its shard stays (the shard would then be parsed on every read). An index copy whose
+shard copy is gone is an entry of its own.
+
 Copies being written (temporaries, :mod:`shardkit._temporary`) are neither counted nor
 evicted, so the folder can be over the limit by the shards downloading at that moment, and
 by copies in use; a fresh copy stays share-locked from its creation until its reader has it.
@@ -32,6 +38,7 @@ __all__ = ["LOCK_NAME", "enforce_limit", "lock_shared"]
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = ".shardkit-cache.lock"
+_INDEX = ".idx"  # a shard copy's index copy: its name + this (formats.index.INDEX_SUFFIX)
 
 
 def lock_shared(fd: int) -> bool:
@@ -47,19 +54,23 @@ def lock_shared(fd: int) -> bool:
 
 def enforce_limit(cache_dir: str, limit: int) -> list[str]:
     """Evict least recently used complete copies until those left total at most
-    ``limit`` bytes, skipping copies in use; the names evicted."""
+    ``limit`` bytes, skipping copies in use (a shard copy with its index copy, if any);
+    the names evicted."""
     lock_path = os.path.join(cache_dir, LOCK_NAME)
     with open(lock_path, "a+b") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        copies = _complete_copies(cache_dir)
-        total = sum(size for _, size, _ in copies)
-        evicted = []
-        for _, size, name in sorted(copies):
+        entries = _entries(cache_dir)
+        total = sum(size for _, size, _ in entries)
+        evicted: list[str] = []
+        for _, size, names in sorted(entries):
             if total <= limit:
                 break
-            if _evict(os.path.join(cache_dir, name)):
+            if _evict(os.path.join(cache_dir, names[0])):
+                for name in names[1:]:  # the shard copy's index: not locked by readers
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(cache_dir, name))
                 total -= size
-                evicted.append(name)
+                evicted.extend(names)
         if total > limit:
             logger.warning(
                 "shard cache %s holds %d bytes, over its %d-byte limit: the rest is in use",
@@ -68,6 +79,22 @@ def enforce_limit(cache_dir: str, limit: int) -> list[str]:
                 limit,
             )
         return evicted
+
+
+def _entries(cache_dir: str) -> list[tuple[float, int, tuple[str, ...]]]:
+    """(last use, size, names) of each complete copy in the folder, a shard copy and its
+    index copy as one entry (the shard's name first)."""
+    copies = {name: (used, size) for used, size, name in _complete_copies(cache_dir)}
+    entries: list[tuple[float, int, tuple[str, ...]]] = []
+    for name, (used, size) in copies.items():
+        if name.endswith(_INDEX) and name[: -len(_INDEX)] in copies:
+            continue  # counted with its shard copy
+        index = copies.get(name + _INDEX)
+        if index is None:
+            entries.append((used, size, (name,)))
+        else:
+            entries.append((used, size + index[1], (name, name + _INDEX)))
+    return entries
 
 
 def _complete_copies(cache_dir: str) -> list[tuple[float, int, str]]:

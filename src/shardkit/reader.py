@@ -329,6 +329,8 @@ def _sliced_samples(
             last = min(first + step, total)
             if not verified:
                 verify_members(mapped, table, first, last, url=url)
+                if last == total:  # every sample checked: said before the last are read
+                    table.verified = True  # (a Loader's worker tells its parent then)
             yield from slice_samples(mapped, table, first, last, url=url, copy=copy)
             if last < total and _DONTNEED is not None:
                 done = offsets[last] - offsets[last] % mmap.PAGESIZE

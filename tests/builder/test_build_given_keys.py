@@ -23,7 +23,7 @@ CASES = {
     "abcc": r"the key 'c' is written twice \(samples 2 and 3 written, one after the other",
     "abca": (
         r"the key 'a' is written twice \(shard-000000\.\w+ sample 0 and shard-000001\.\w+ "
-        r"sample 0; 1 samples written again in all\)"
+        r"sample 0; 1 sample written again in all\)"
     ),
 }
 

@@ -54,7 +54,7 @@ def test_a_cached_shard_and_its_index_read_by_slices_without_a_request(
         ds = Dataset(url, cache_dir=cache, copy=copy)
         first, asked = _requests_while(faults, lambda: ds)
         assert first == streamed and asked >= 2  # the shard, and its index
-        idx_copy = storage.cache_path(url + ".idx", cache)
+        idx_copy = storage.cache_path(url, cache) + ".idx"
         assert Path(idx_copy).read_bytes() == files["/shard-000000.tar.idx"]
         refuse_parsing(monkeypatch)
         for again in (ds, Dataset(url, cache_dir=cache, copy=copy)):  # this run, the next
@@ -75,7 +75,7 @@ def test_a_cached_shard_without_an_index_is_parsed_then_sliced(
         streamed = _plain(read_shard(url))
         ds = Dataset(url, cache_dir=cache)
         assert _plain(ds) == streamed  # streamed, and cached
-        assert not os.path.exists(storage.cache_path(url + ".idx", cache))
+        assert not os.path.exists(storage.cache_path(url, cache) + ".idx")
         assert _plain(ds) == streamed  # the copy, parsed
         assert _plain(ds) == streamed  # again: its table noted
         refuse_parsing(monkeypatch)
@@ -104,7 +104,7 @@ def test_a_cached_index_that_lies_is_refused(
     with faulty_server(files, Faults()) as server:
         url = server + "/shard-000000.tar"
         list(Dataset(url, cache_dir=cache))
-        idx_copy = storage.cache_path(url + ".idx", cache)
+        idx_copy = storage.cache_path(url, cache) + ".idx"
         with open(idx_copy) as f:
             doc = json.load(f)
         sizes = bytearray(base64.b64decode(doc["members"]["sizes"]))
@@ -137,7 +137,7 @@ def test_a_shard_fetched_again_brings_its_index_again(tmp_path: Path) -> None:
     with faulty_server(files, Faults()) as server:
         url = server + "/shard-000000.tar"
         list(Dataset(url, cache_dir=cache))
-        idx_copy = storage.cache_path(url + ".idx", cache)
+        idx_copy = storage.cache_path(url, cache) + ".idx"
         with open(idx_copy, "w") as f:
             f.write("{}")  # what an older run left
         os.remove(storage.cache_path(url, cache))

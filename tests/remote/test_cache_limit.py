@@ -12,6 +12,7 @@ import time
 import pytest
 from helpers.pipeline import keys, write_shards
 from helpers.remote import http_service
+from helpers.tables import refuse_parsing
 
 import shardkit
 from shardkit.cachelimit import LOCK_NAME, enforce_limit, lock_shared
@@ -97,6 +98,22 @@ def test_a_copy_evicted_before_its_lock_is_a_miss(tmp_path: str) -> None:
     assert open_cached(path, 0) is None
 
 
+def test_a_shard_copy_and_its_index_go_together(tmp_path: str) -> None:
+    """An index copy (read once per process: its mtime is when it was fetched) is never
+    evicted alone while its shard copy stays: the two are one entry, of the shard's last
+    use; an index copy without its shard copy is an entry of its own."""
+    folder = os.path.join(tmp_path, "cache")
+    make_copies(folder, ["a.tar.idx", "b.tar.idx", "z.tar.idx", "a.tar", "b.tar", "c.tar"])
+    assert enforce_limit(folder, 400) == ["z.tar.idx", "a.tar", "a.tar.idx"]
+    assert sorted(copies(folder)) == ["b.tar", "b.tar.idx", "c.tar"]
+    reader = open_cached(os.path.join(folder, "b.tar"), 0)  # in use: it stays, index too
+    assert reader is not None
+    assert enforce_limit(folder, 0) == ["c.tar"]
+    assert sorted(copies(folder)) == ["b.tar", "b.tar.idx"]
+    reader.close()
+    assert enforce_limit(folder, 0) == ["b.tar", "b.tar.idx"]
+
+
 def test_the_limit_needs_a_cache_dir_and_a_size(tmp_path: str) -> None:
     with pytest.raises(ConfigError, match="cache_limit needs a cache_dir"):
         shardkit.Dataset(str(tmp_path), cache_limit="1GB")
@@ -132,6 +149,25 @@ def test_epochs_through_a_bounded_cache_with_workers(
         assert sum(held.values()) <= limit + 2 * shard, held
     enforce_limit(cache, limit)
     assert 0 < sum(copies(cache).values()) <= limit
+
+
+def test_a_bounded_cache_keeps_each_shard_with_its_index(
+    served: tuple[str, int], tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Epochs through a cache that holds 2.5 shards: every shard copy left in it has its
+    index copy beside it (the server has one for each), and is read by its table."""
+    url, shard = served
+    cache = os.path.join(tmp_path, "cache")
+    ds = shardkit.Dataset(url, cache_dir=cache, cache_limit=int(shard * 2.5))
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        assert sorted(keys(ds)) == ALL
+    held = sorted(copies(cache))
+    shards = [name for name in held if name.endswith(".tar")]
+    assert shards and held == sorted([*shards, *(name + ".idx" for name in shards)]), held
+    refuse_parsing(monkeypatch)  # each shard cached is read by its index's table
+    left = [url + name.split("-", 1)[1] for name in shards]
+    assert len(keys(shardkit.Dataset(left, cache_dir=cache))) == 5 * len(shards)
 
 
 def test_random_access_through_a_bounded_cache(served: tuple[str, int], tmp_path: str) -> None:

@@ -268,7 +268,8 @@ class GivenKeys:
         position = min(later)
         first = later[position]
         key = next(k for n, k in enumerate(self._held) if n == position)
-        again = f"{len(later):,} samples written again in all"
+        count = len(later)
+        again = f"{count:,} {'sample' if count == 1 else 'samples'} written again in all"
         raise _twice(key, f"{where(first)} and {where(position)}; {again}", self._out)
 
 

@@ -25,6 +25,7 @@ from . import _epochs as epochs
 from ._context import Context
 from ._counting import Counting, Slice, Take, Unbatched
 from ._decode import Decode
+from ._idxfiles import IndexCache
 from ._source import ReadOptions, stream_samples
 from ._stages import Batched, FieldStage, Select, Shuffle, Stage, Withheld
 from ._state import Progress, ReadsAhead, counted, finished
@@ -58,6 +59,11 @@ class Recipe:
     passes: int | None = 1
     length_override: int | None = None
     empty_check: bool = False
+
+    def index_caches(self) -> list[IndexCache]:
+        """The index caches the reading uses (a mix: its sources'), in a fixed order: a
+        Loader's worker and its parent find the same one at the same place."""
+        return [self.read.indexes]
 
     @property
     def take(self) -> Take | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from .. import storage
@@ -48,6 +48,10 @@ _Kept = TypeVar("_Kept")
 # An index cache entry: (stamp of the shard and index files, member table, sample count)
 # (a table that fails its check against the index's spans is kept as that FormatError)
 _Entry = tuple[object, _Table | FormatError | None, int | None]
+#: What a Loader's worker sends its parent of a shard it read: (url, stamp, the notes of
+#: the table its parse found, the index's sample count or None), or (url, stamp, None,
+#: None) when it checked the shard's index table against its bytes; see IndexCache.ship.
+Shipped = tuple[str, object, TableNotes | None, int | None]
 
 Sizes = Sequence[int | None] | Literal["stat"] | None
 """Shard sizes to check indexes against: one per URL (None: ask the storage), ``"stat"``
@@ -208,6 +212,42 @@ class IndexCache:
         self._held = 0
         self._missed: dict[str, object] = {}  # url -> stamp, of shards read without a table
         self._read: dict[str, object] = {}  # url -> stamp, of shards parsed once already
+        self._shipped: list[Shipped] | None = None  # a Loader worker's notes (ship())
+        self._checking: dict[str, tuple[object, MemberTable]] = {}  # tables to tell verified
+
+    def ship(self) -> None:
+        """Note the table of each shard read without one at its first parse, and hold the
+        notes for :meth:`shipped` (in a :class:`~shardkit.Loader`'s worker: its parent
+        keeps them, :meth:`adopt`, so that the next epoch's workers, forked from it, slice
+        those shards; a worker process lives one epoch, and reads a shard once)."""
+        if self._shipped is None:
+            self._shipped = []
+
+    def shipped(self) -> list[Shipped]:
+        """The notes held since the last call (see :meth:`ship`), and the index tables
+        checked against their shard's bytes since (as ``(url, stamp, None, None)``)."""
+        for url, (stamp, table) in list(self._checking.items()):
+            if table.verified:
+                del self._checking[url]
+                if self._shipped is not None:
+                    self._shipped.append((url, stamp, None, None))
+        if not self._shipped:
+            return []
+        out, self._shipped = self._shipped, []
+        return out
+
+    def adopt(self, shipped: Iterable[Shipped]) -> None:
+        """Keep the tables of a worker's notes (:meth:`shipped`), made now, once, for the
+        processes forked from this one; a shard changed since (its stamp) is left out."""
+        for url, stamp, notes, count in shipped:
+            entry = self._entries.get(url)
+            if notes is None:  # the worker checked this index's table against the bytes
+                if entry is not None and entry[0] == stamp and isinstance(entry[1], MemberTable):
+                    entry[1].verified = True
+            elif not isinstance(notes, TableNotes):
+                raise TypeError(f"adopt() takes a worker's table notes, not {notes!r}")
+            elif entry is None or entry[0] != stamp or entry[1] is None:
+                self._keep(url, (stamp, notes.table(), count))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"limit": self.limit}
@@ -231,6 +271,8 @@ class IndexCache:
             raise table.with_traceback(None)  # (each raise starts its own)
         if table is None and path is not None:  # a table its parse finds is kept
             self._missed[url] = stamp
+        elif self._shipped is not None and isinstance(table, MemberTable) and not table.verified:
+            self._checking[url] = (stamp, table)  # its check against the bytes is shipped
         return cast("MemberTable | None", table)
 
     def has_room(self, url: str) -> bool:
@@ -296,12 +338,18 @@ class IndexCache:
         stamp = self._missed.pop(url, _NONE)
         if stamp is _NONE:
             return None
-        if self._read.get(url, _NONE) != stamp:
+        if self._shipped is None and self._read.get(url, _NONE) != stamp:
             self._read[url] = stamp
             return None
         old = self._entries.get(url)
         count = old[2] if old is not None and old[0] == stamp else None
-        return lambda notes: self._keep(url, (stamp, notes, count))
+
+        def keep(notes: TableNotes) -> None:
+            self._keep(url, (stamp, notes, count))
+            if self._shipped is not None:
+                self._shipped.append((url, stamp, notes, count))
+
+        return keep
 
     def _keep(self, url: str, entry: _Entry) -> None:
         old = self._entries.pop(url, None)
@@ -324,17 +372,15 @@ def _files(
     that the next read of the shard takes the mapped path; a failure to fetch it is
     logged, and the shard is read without it."""
     local = storage.is_local(url)
-    if local or cache_dir is None:
-        path = storage.local_path(url)
-        index = path + INDEX_SUFFIX
-    else:
-        path = storage.cache_path(url, cache_dir)
-        index = storage.cache_path(index_url(url), cache_dir)
+    cached = None if local else cache_dir
+    # A cache copy's index is kept beside it, as a local shard's is (evicted with it).
+    path = storage.local_path(url) if cached is None else storage.cache_path(url, cached)
+    index = path + INDEX_SUFFIX
     try:
         shard = os.stat(path)
     except OSError:
-        if not local and cache_dir is not None:
-            _fetch_index(url, access, cache_dir)
+        if cached is not None:
+            _fetch_index(url, access, index)
         return None
     try:
         found = os.stat(index)
@@ -347,9 +393,9 @@ def _files(
     return path, (None if indexed is None else index), stamp
 
 
-def _fetch_index(url: str, access: Access, cache_dir: str) -> None:
+def _fetch_index(url: str, access: Access, path: str) -> None:
     try:
-        storage.refresh_copy(index_url(url), cache_dir, access=access, what="index file")
+        storage.refresh_copy(index_url(url), path, access=access, what="index file")
     except (StorageError, OSError) as exc:
         _log.warning("%s: index not cached, the shard is read without it: %s", url, exc)
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ._context import Context
+from ._context import Context, in_worker_process
 from ._stages import Map, MapDict, MapTuple, Rename, Select, Stage, ToTuple
 from ._state import check_loader_states
 from ._torch import register_iterable_dataset
@@ -43,6 +43,8 @@ _STAGE_METHODS = frozenset(
     {"shuffle", "decode", "to_tuple", "map", "map_dict", "map_tuple", "rename", "select"}
     | {"batched", "unbatched"}
 )
+#: The key of a worker's batch state that carries member table notes to the parent.
+_SHIPPED = "_shipped_tables"
 # Main-process stages that pass each item on at once: the loader's position stays exact.
 _IN_STEP = (Map, MapDict, MapTuple, Select, ToTuple, Rename)
 
@@ -200,7 +202,9 @@ class Loader:
         starts = ds._stream_states(workers)
         batched = self._options["batch_size"] is not None
         collate = self._collate or (default_collate if batched else default_convert)
-        tagged: Any = _Tagged(ds, self._shift)  # a virtual IterableDataset (see _torch)
+        # a virtual IterableDataset (see _torch); forked workers send what they learn of
+        # the shards (its next epoch's workers have it), others would only lose it
+        tagged: Any = _Tagged(ds, self._shift, ship=_forks(self._options))
         self._last = self._shift - 1
         collate_fn = _Collate(collate, batched, default=self._collate is None)
         loader: Any = DataLoader(tagged, collate_fn=collate_fn, **self._options)
@@ -213,7 +217,12 @@ class Loader:
 
     def _batches(self, loader: Any, epoch: int) -> Iterator[Any]:
         self._before.clear()
+        caches = self._dataset._recipe.index_caches()
         for batch, state in loader:
+            shipped = state.pop(_SHIPPED, None)
+            if shipped:  # member tables a worker's parse noted: the next epoch's workers
+                for i, notes in shipped:  # (forked from here) slice those shards
+                    caches[i].adopt([notes])
             worker = state["worker"] or 0
             self._before.append((self._last, worker, self._streams.get(worker)))
             self._last = worker
@@ -291,6 +300,24 @@ class Loader:
         self._loaded = True
 
 
+def _forks(options: Mapping[str, Any]) -> bool:
+    """Whether the DataLoader of ``options`` forks its workers from this process (they
+    then start with what this process holds, the member tables its workers sent)."""
+    import multiprocessing
+
+    context = options.get("multiprocessing_context")
+    if context is None:
+        method = (
+            multiprocessing.get_start_method(allow_none=True)
+            or (multiprocessing.get_all_start_methods()[0])
+        )
+    elif isinstance(context, str):
+        method = context
+    else:
+        method = context.get_start_method()
+    return options.get("num_workers", 0) > 0 and method == "fork"
+
+
 def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
     """Every rank's ``state`` (a collective call), or ``[state]`` without a process group."""
     dist = sys.modules.get("torch.distributed")
@@ -331,13 +358,27 @@ class _Tagged:
     DataLoader's fetcher collates right after pulling a batch's items, so
     :class:`_Collate` reads the stream's position then: the state after the last item."""
 
-    def __init__(self, dataset: Dataset, shift: int) -> None:
+    def __init__(self, dataset: Dataset, shift: int, *, ship: bool = False) -> None:
         self.dataset = dataset
         self.shift = shift
+        self.ship = ship
 
     def __iter__(self) -> Iterator[tuple[Any, _Tagged]]:
+        if self.ship and in_worker_process():  # its parent keeps the tables it notes
+            for cache in self.dataset._recipe.index_caches():
+                cache.ship()
         for item in self.dataset._iterate(worker_shift=self.shift):
             yield item, self
+
+    def state(self) -> dict[str, Any]:
+        """The stream's position, with the table notes of the shards parsed since the last
+        batch (:meth:`IndexCache.ship`) under :data:`_SHIPPED`, for the parent to adopt."""
+        state = self.dataset.state_dict()
+        caches = self.dataset._recipe.index_caches()
+        shipped = [(i, notes) for i, cache in enumerate(caches) for notes in cache.shipped()]
+        if shipped:
+            state[_SHIPPED] = shipped
+        return state
 
 
 class _Collate:
@@ -356,9 +397,9 @@ class _Collate:
         if self.batched:
             source = tagged[-1][1]
             items = [item for item, _ in tagged]
-            return self._apply(items, items[0]), source.dataset.state_dict()
+            return self._apply(items, items[0]), source.state()
         item, source = tagged
-        return self._apply(item, item), source.dataset.state_dict()
+        return self._apply(item, item), source.state()
 
     def _apply(self, items: Any, first: Any) -> Any:
         out = self.collate(items)

@@ -43,6 +43,7 @@ from ._context import Context
 from ._counting import Counting, Take, Unbatched
 from ._dataset import Dataset
 from ._epochs import split_counts
+from ._idxfiles import IndexCache
 from ._stages import Batched, Select
 from ._state import Progress
 from ._urls import ShardList
@@ -123,6 +124,9 @@ class MixRecipe(Recipe):
                 ) from None
         n = min(math.floor(n * whole / w) for n, w in zip(lengths, self.weights, strict=True))
         return n * (self.passes or 0)
+
+    def index_caches(self) -> list[IndexCache]:
+        return [cache for source in self.sources for cache in source._recipe.index_caches()]
 
     def identity(self, shards: ShardList) -> list[Any]:
         """A mix's state names its sources (each with its seed) and weights."""

@@ -19,9 +19,9 @@ from typing import Any, BinaryIO
 
 from .._temporary import create_temporary
 from ..cachelimit import enforce_limit, lock_shared
+from ..errors import StorageError
 from ._access import LOCAL, Access
 from ._doors import open_regular, read_document
-from ._filesystems import url_exists
 from ._remote import _ResumableReader
 from ._urls import basename
 
@@ -55,25 +55,28 @@ def open_cached(path: str, buffer_size: int) -> BinaryIO | None:
 
 def refresh_copy(
     url: str,
-    cache_dir: str,
+    path: str,
     *,
     access: Access = LOCAL,
     what: str = "file",
 ) -> bool:
     """Fetch the small object at ``url`` whole (:func:`read_document`, its size bounded)
-    as its copy in ``cache_dir`` (:func:`cache_path`), replacing any copy there; remove
-    the copy when the object is not there. Whether a copy is there now. The copy is
-    written under a temporary name and renamed when whole; one that cannot be written
-    is logged and left out (StorageError for an object that cannot be read)."""
-    path = cache_path(url, cache_dir)
-    if not url_exists(url, access):
+    as the copy at ``path`` in a cache folder, replacing any copy there; remove the copy
+    when the object is not there. Whether a copy is there now. The copy is written under
+    a temporary name and renamed when whole; one that cannot be written is logged and left
+    out (StorageError for an object that cannot be read). A shard's index is kept at its
+    shard copy's path + ``.idx``: the cache limit evicts the two together."""
+    try:  # one request: an object that is not there answers it (no existence probe first)
+        data = read_document(url, access=access, what=what)
+    except StorageError as exc:
+        if not isinstance(exc.__cause__, FileNotFoundError):
+            raise
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         return False
-    data = read_document(url, access=access, what=what)
     tmp = ""
     try:
-        os.makedirs(cache_dir, exist_ok=True)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         fd, tmp = create_temporary(path)
         with open(fd, "wb") as out:
             out.write(data)
@@ -83,7 +86,7 @@ def refresh_copy(
         if tmp:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        logger.warning("%s: not cached: cannot write in %s: %s", url, cache_dir, exc)
+        logger.warning("%s: not cached: cannot write %s: %s", url, path, exc)
         return False
 
 

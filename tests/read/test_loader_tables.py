@@ -1,0 +1,130 @@
+"""A :class:`~shardkit.Loader`'s workers live one epoch, so what they learn of a shard is
+sent to the parent with their batches (:meth:`IndexCache.ship`): the table a parse of a
+shard without an index notes, and the check of an index's table against the shard's
+bytes. The next epoch's workers, forked from the parent, slice those shards at once, with
+no header parsed and no table checked again; a shard changed since is read afresh."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.tables import FIELDS, refuse_parsing
+
+from shardkit import Dataset, Loader, ShardWriter, mix
+from shardkit.formats import members
+
+KEYS = [f"dir/s{i:05d}" for i in range(23)]
+
+
+def _write(folder: Path, count: int = 23, index: bool = True) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    with ShardWriter(str(folder / "shard-%06d.tar"), max_count=10, encode=False) as out:
+        for i in range(count):
+            out.write({"__key__": f"dir/s{i:05d}", **FIELDS[i % len(FIELDS)]})
+    if not index:
+        for idx in folder.glob("*.idx"):
+            idx.unlink()
+    return str(folder)
+
+
+def _keys(loader: Any) -> list[str]:
+    out = []
+    for batch in loader:
+        out.extend(s["__key__"] for s in (batch if isinstance(batch, list) else [batch]))
+    return sorted(out)
+
+
+def _loader(dataset: Dataset, batch_size: int | None) -> Loader:
+    collate = None if batch_size is None else list
+    return Loader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=2,
+        collate_fn=collate,
+        multiprocessing_context="fork",
+    )
+
+
+def _refuse_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("an index table was checked against the shard again")
+
+    monkeypatch.setattr(members, "verify_members", refuse)
+
+
+@pytest.mark.parametrize("batch_size", [None, 4], ids=["items", "batches"])
+def test_the_next_epochs_slice_shards_without_an_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_size: int | None
+) -> None:
+    loader = _loader(Dataset(_write(tmp_path / "ds", index=False)), batch_size)
+    assert _keys(loader) == KEYS  # epoch 0 parses, and notes each shard's table
+    refuse_parsing(monkeypatch)  # in the forked workers too
+    for _ in range(2):
+        assert _keys(loader) == KEYS
+
+
+def test_an_index_table_is_checked_against_its_shard_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loader = _loader(Dataset(_write(tmp_path / "ds")), 4)
+    assert _keys(loader) == KEYS  # epoch 0 checks each table against the bytes
+    _refuse_checks(monkeypatch)
+    refuse_parsing(monkeypatch)
+    assert _keys(loader) == KEYS
+
+
+def test_a_mix_under_a_loader_keeps_each_sources_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = Dataset(_write(tmp_path / "a")), Dataset(_write(tmp_path / "b"))
+    loader = _loader(mix([a, b], weights=[1, 1]), 4)
+    first = _keys(loader)  # every shard of both read, its table checked
+    assert len(first) == 46 and set(first) == set(KEYS)
+    _refuse_checks(monkeypatch)
+    refuse_parsing(monkeypatch)
+    assert _keys(loader) == first
+
+
+def test_what_workers_send_stays_out_of_the_loaders_state(tmp_path: Path) -> None:
+    loader = _loader(Dataset(_write(tmp_path / "ds", index=False)), 4)
+    batches = iter(loader)
+    for _ in range(4):
+        next(batches)
+    state = loader.state_dict()
+    assert all("_shipped_tables" not in s for s in state["streams"]), state
+    rest = [s["__key__"] for batch in batches for s in batch]
+    resumed = _loader(Dataset(str(tmp_path / "ds")), 4)
+    resumed.load_state_dict(state)
+    assert sorted(s["__key__"] for batch in resumed for s in batch) == sorted(rest)
+
+
+def test_a_shard_replaced_between_epochs_is_read_afresh(tmp_path: Path) -> None:
+    folder = tmp_path / "ds"
+    loader = _loader(Dataset(_write(folder, index=False)), None)
+    assert _keys(loader) == KEYS
+    other = Path(_write(tmp_path / "other", count=27, index=False))
+    for name in ("shard-000000.tar", "shard-000001.tar", "shard-000002.tar"):
+        os.replace(other / name, folder / name)  # other sizes, other samples
+    shutil.rmtree(other)
+    assert _keys(loader) == [f"dir/s{i:05d}" for i in range(27)]
+
+
+def test_only_forked_workers_send_what_they_learn() -> None:
+    """Workers started another way begin from a pickled dataset, whose index cache starts
+    empty (IndexCache.__getstate__): what they would send would be lost, so they send none."""
+    import multiprocessing
+
+    from shardkit.pipeline._loader import _forks
+
+    assert _forks({"num_workers": 2, "multiprocessing_context": "fork"})
+    fork = multiprocessing.get_context("fork")
+    assert _forks({"num_workers": 2, "multiprocessing_context": fork})
+    assert not _forks({"num_workers": 2, "multiprocessing_context": "spawn"})
+    assert not _forks({"num_workers": 2, "multiprocessing_context": "forkserver"})
+    assert not _forks({"num_workers": 0, "multiprocessing_context": "fork"})
+    default = multiprocessing.get_start_method(allow_none=True) or "fork"
+    assert _forks({"num_workers": 1}) == (default == "fork")
