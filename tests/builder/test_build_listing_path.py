@@ -1,0 +1,149 @@
+"""The driver's listing path (issue 27, the driver's serial time): a folder is listed in
+about half the Python per file it took, with the same listing. Each fast path is
+checked to be taken, and to give what the general rules give: samples found as runs of
+one prefix (the nested-prefix grouping takes over at the first folder named with a
+dot), a file's name checked once per extension, the fingerprint's lines hashed in
+batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.build import write
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardkit.builder import _folders, _samples
+from shardkit.builder._folders import list_image_folder
+from shardkit.builder._samples import field_problem, group_samples
+
+
+def _general(entries: list[Any], layout: str) -> tuple[list[Any], list[Any]]:
+    """The items and skips of the nested-prefix grouping alone (the reference)."""
+    items: list[Any] = []
+    skipped: list[Any] = []
+    for files in _samples._groups(iter(entries)):
+        items.extend(_samples._group_items(files, layout, skipped))
+    return items, skipped
+
+
+_PARTS = st.sampled_from(["a", "x", "x.d", "x.zzz", "0001", "b.c", "x-1"])
+_NAMES = st.sampled_from(
+    [
+        "x.jpg",
+        "x.txt",
+        "x.png",
+        "x.seg.png",
+        "x.zzz0.txt",
+        "x",
+        "0001.jpg",
+        "0001.json",
+        "b.c.jpg",
+        "b_c.jpg",
+        "x.JPEG",
+        "x.cls",
+        "s.wav",
+        "x.d.jpg",
+        "x-1.jpg",
+        "README.txt",
+        "x.jpg.gz",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    paths=st.lists(
+        st.tuples(st.lists(_PARTS, min_size=0, max_size=2), _NAMES).map(
+            lambda p: "/".join([*p[0], p[1]])
+        ),
+        unique=True,
+        max_size=30,
+    ),
+    layout=st.sampled_from(["classes", "samples"]),
+)
+def test_samples_found_as_runs_are_those_the_nested_rules_find(
+    paths: list[str], layout: str
+) -> None:
+    entries = [(0, path, n, f"v{n}") for n, path in enumerate(sorted(paths))]
+    skipped: list[Any] = []
+    items = list(group_samples(iter(entries), layout, skipped))
+    assert (items, skipped) == _general(entries, layout)
+
+
+def _entries(*paths: str) -> list[tuple[int, str, int, str]]:
+    return [(0, path, 1, "v") for path in sorted(paths)]
+
+
+def _counting_groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    groups = _samples._groups
+
+    def counted(entries: Iterator[Any], first: Any = None) -> Iterator[list[Any]]:
+        calls.append(1)
+        return groups(entries, first)
+
+    monkeypatch.setattr(_samples, "_groups", counted)
+    return calls
+
+
+def test_a_folder_without_dotted_folder_names_is_grouped_in_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fast path is taken: the nested-prefix grouping never runs for the usual image
+    folder (samples of several files included), and it takes over, with the sample still
+    open, at the first file in a folder named with a dot."""
+    calls = _counting_groups(monkeypatch)
+    usual = _entries("a/0001.jpg", "a/0001.txt", "a/0002.jpg", "b/c.jpg", "b/c.png")
+    assert len(list(group_samples(usual, "samples", []))) == 3
+    assert not calls
+    nested = _entries("a/x.jpg", "a/x.zzz/y.jpg", "a/x.zzz0.txt")
+    items = list(group_samples(nested, "samples", []))
+    assert calls == [1]
+    assert items[0][1] == (("a/x.jpg", "jpg", 1), ("a/x.zzz0.txt", "zzz0.txt", 1))
+    assert items[1][1] == "a/x.zzz/y.jpg"
+
+
+def test_a_name_is_checked_once_per_extension(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path is taken: the walk asks for the reason to skip a file once per
+    extension, not once per file; the skips are the same."""
+    for n in range(20):
+        write(str(tmp_path), f"cat/{n:03d}.jpg", b"x")
+        write(str(tmp_path), f"cat/{n:03d}.bin", b"x")
+    asked: list[str] = []
+
+    def problem(name: str) -> str:
+        asked.append(name)
+        return field_problem(name)
+
+    monkeypatch.setattr(_folders, "field_problem", problem)
+    listing = list_image_folder(str(tmp_path))
+    assert len(listing.items) == 20
+    assert sorted(name.partition(".")[2] for name in asked) == ["bin", "jpg"]
+    assert len(listing.skipped) == 20
+    assert all(reason == "unknown field extension 'bin'" for _, reason in listing.skipped)
+
+
+def test_the_fingerprint_is_each_file_hashed_in_turn(tmp_path: Path) -> None:
+    """Hashed in batches, the fingerprint is the classes, then one line per file (a
+    sample's files in turn), over more files than one batch holds."""
+    for n in range(_folders._FINGERPRINT_BATCH + 10):
+        write(str(tmp_path), f"c{n % 2}/{n:05d}.jpg", b"x" * (n % 7))
+    write(str(tmp_path), "c0/00000.txt", b"caption")
+    listing = list_image_folder(str(tmp_path))
+    digest = hashlib.sha256(json.dumps(["c0", "c1"]).encode())
+    for item in listing.items:
+        files = item.ref if isinstance(item.ref, tuple) else ((item.ref, "", item.size),)
+        for rel, _, size in files:
+            mtime = (tmp_path / rel).stat().st_mtime_ns
+            digest.update(f"{rel}\0{size}\0{mtime}\n".encode())
+    assert listing.fingerprint == digest.hexdigest()
+    assert not listing.sizes_known  # c0/00000 is a sample of two files
