@@ -1,27 +1,34 @@
-"""The driver's listing path (issue 27, the driver's serial time): a folder is listed in
-about half the Python per file it took, with the same listing. Each fast path is
-checked to be taken, and to give what the general rules give: samples found as runs of
-one prefix (the nested-prefix grouping takes over at the first folder named with a
-dot), a file's name checked once per extension, the fingerprint's lines hashed in
-batches.
+"""The driver's own path (issue 27, the driver's serial time): a folder is listed in
+about half the Python per file it took, with the same listing, and each shard's ``.idx``
+is named without parsing it back. Each fast path is checked to be taken, and to give
+what the general rules give: samples found as runs of one prefix (the nested-prefix
+grouping takes over at the first folder named with a dot), a file's name checked once
+per extension, the fingerprint's lines hashed in batches, the index's shard name
+spliced in (the bytes of parse, rename, write).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.build import write
+from helpers.build import make_corpus, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import shardkit
 from shardkit.builder import _folders, _samples
 from shardkit.builder._folders import list_image_folder
 from shardkit.builder._samples import field_problem, group_samples
+from shardkit.builder.options import BuildOptions
+from shardkit.formats.index import ShardIndex, renamed_index
+from shardkit.tools.index import build_index
 
 
 def _general(entries: list[Any], layout: str) -> tuple[list[Any], list[Any]]:
@@ -147,3 +154,36 @@ def test_the_fingerprint_is_each_file_hashed_in_turn(tmp_path: Path) -> None:
             digest.update(f"{rel}\0{size}\0{mtime}\n".encode())
     assert listing.fingerprint == digest.hexdigest()
     assert not listing.sizes_known  # c0/00000 is a sample of two files
+
+
+def test_a_build_names_each_index_without_parsing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path is taken: committing a shard writes its .idx from the part's without
+    parsing it (ShardIndex.from_json is never called), and every .idx is the one
+    `shardkit index` makes for the final shard (its name included)."""
+    corpus = make_corpus(str(tmp_path / "src"), count=40)
+
+    def parse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the build parsed an index it wrote")
+
+    monkeypatch.setattr(ShardIndex, "from_json", parse)
+    out = tmp_path / "out"
+    shardkit.build(corpus, out, options=BuildOptions(max_count=15, workers=1))
+    monkeypatch.undo()
+    names = sorted(n for n in os.listdir(out) if n.endswith(".tar"))
+    assert len(names) == 3
+    for name in names:
+        data = (out / f"{name}.idx").read_bytes()
+        assert data == build_index(str(out / name)).to_json()
+        assert ShardIndex.from_json(data).shard == name
+
+
+@pytest.mark.parametrize("part", [".shard-task000003-part001.tar", "ünï-\udcff.tfrecord"])
+@pytest.mark.parametrize("final", ["shard-000007.tar", "é/\udcc3.tar", 'q"uote\\.tar'])
+def test_renamed_index_is_parse_rename_write(part: str, final: str) -> None:
+    index = ShardIndex(part, "tar", False, 4096, ("a/1", "ü/2"), (0, 2048), (2048, 2048))
+    data = index.to_json()
+    parsed = dataclasses.replace(ShardIndex.from_json(data), shard=final).to_json()
+    assert renamed_index(data, part, final) == parsed
+    assert renamed_index(data, "another.tar", final) is None
