@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ from hypothesis import strategies as st
 import shardkit
 from shardkit.builder import _folders, _samples
 from shardkit.builder._folders import list_image_folder
+from shardkit.builder._plan import cut_tasks, order_items
 from shardkit.builder._samples import field_problem, group_samples
+from shardkit.builder._sources import Item
 from shardkit.builder.options import BuildOptions
 from shardkit.formats.index import ShardIndex, renamed_index
 from shardkit.tools.index import build_index
@@ -187,3 +190,22 @@ def test_renamed_index_is_parse_rename_write(part: str, final: str) -> None:
     parsed = dataclasses.replace(ShardIndex.from_json(data), shard=final).to_json()
     assert renamed_index(data, part, final) == parsed
     assert renamed_index(data, "another.tar", final) is None
+
+
+def test_a_task_is_sent_with_its_items_as_plain_tuples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path is taken: a task pickles its items as tuples (a NamedTuple's own
+    pickling goes through a Python call per item), and comes back equal, Items again."""
+    corpus = make_corpus(str(tmp_path / "src"), count=12)
+    options = BuildOptions()
+    listing = list_image_folder(corpus)
+    (task,) = cut_tasks(order_items(listing.items, options), options, None)
+
+    def slow(self: Item) -> tuple[Any, ...]:
+        raise AssertionError("an Item was pickled by itself")
+
+    monkeypatch.setattr(Item, "__getnewargs__", slow)
+    back = pickle.loads(pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL))
+    assert back == task
+    assert all(type(item) is Item for item in back.items)

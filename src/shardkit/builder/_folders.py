@@ -7,7 +7,6 @@ no classes; files that share a path without their extension are one sample
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ from ..codecs import normalize_image_extension
 from ..errors import BuildError
 from ._inputs import FileSource, sample_path
 from ._keys import make_keys, path_key, spilled_keys
+from ._plan import new_item
 from ._samples import FOLDER_EXTENSIONS, field_problem, group_samples
 from ._skipped import SkippedLog
 from ._sources import Item, Items, Listing, SpilledItems, nothing_found
@@ -242,9 +242,6 @@ def _folder_items(found: list[tuple[int, Any, int, Any]], classes: list[str]) ->
     return items
 
 
-_new_item = functools.partial(tuple.__new__, Item)  # Item(...) without its Python __new__
-
-
 def _item_maker() -> Callable[[tuple[Any, ...], str], Item]:
     normal = {ext: normalize_image_extension(ext) for ext in FOLDER_EXTENSIONS}
     as_listed: dict[str, str] = {}  # the extension as a name spells it -> its field
@@ -252,12 +249,12 @@ def _item_maker() -> Callable[[tuple[Any, ...], str], Item]:
     def make(entry: tuple[Any, ...], key: str) -> Item:
         label, ref, size = entry[0], entry[1], entry[2]
         if ref.__class__ is not str:  # a sample of several files
-            return _new_item((ref, key, label, "", size, "", ()))
+            return new_item((ref, key, label, "", size, "", ()))
         spelled = ref.rpartition(".")[2]
         ext = as_listed.get(spelled)
         if ext is None:
             ext = as_listed[spelled] = normal[spelled.lower()]
-        return _new_item((ref, key, label, ext, size, "", ()))
+        return new_item((ref, key, label, ext, size, "", ()))
 
     return make
 
