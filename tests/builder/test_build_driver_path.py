@@ -24,9 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardkit
-from shardkit.builder import _folders, _samples
+from shardkit.builder import _folders, _plan, _samples
 from shardkit.builder._folders import list_image_folder
-from shardkit.builder._plan import cut_tasks, order_items
+from shardkit.builder._plan import cut_tasks, estimator, order_items
 from shardkit.builder._samples import field_problem, group_samples
 from shardkit.builder._sources import Item
 from shardkit.builder.options import BuildOptions
@@ -209,3 +209,20 @@ def test_a_task_is_sent_with_its_items_as_plain_tuples(
     back = pickle.loads(pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL))
     assert back == task
     assert all(type(item) is Item for item in back.items)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ref=st.text(max_size=90),
+    key=st.text(max_size=40),
+    label=st.integers(-1, 3),
+    size=st.integers(0, 10_000),
+    meta=st.sampled_from(["", '{"a": 1}']),
+)
+def test_the_tar_estimate_is_the_same_per_class(
+    ref: str, key: str, label: int, size: int, meta: str
+) -> None:
+    """The estimator looks each class name up once; its sizes are _tar_estimate's."""
+    classes = ["c", "x" * 70, "é" * 30, ""]
+    item = Item(ref, key, label, "jpg", size, meta)
+    assert estimator(BuildOptions(), classes)(item) == _plan._tar_estimate(item, classes)

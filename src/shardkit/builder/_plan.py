@@ -179,8 +179,22 @@ def _tfrecord_estimate(item: Item, classes: list[str]) -> int:
 
 def estimator(options: BuildOptions, classes: list[str]) -> Callable[[Item], int]:
     """The output size of one listed file packed as it is."""
-    estimate = _tar_estimate if options.format == "tar" else _tfrecord_estimate
-    return functools.partial(estimate, classes=classes)
+    if options.format != "tar":
+        return functools.partial(_tfrecord_estimate, classes=classes)
+    # _tar_estimate's common case, with what it looks up once per class: a path of at most
+    # room[label] characters keeps the json member in one block (48 + 6 * (path + class
+    # name) <= 512 bytes).
+    room = [(_BLOCK - 48) // 6 - len(name) for name in classes]
+
+    def estimate(item: Item) -> int:
+        label = item.label
+        if label >= 0 and len(item.key) <= 23 and not item.meta:
+            ref = item.ref
+            if ref.__class__ is str and len(ref) <= room[label]:
+                return 5 * _BLOCK + _padded(item.size)
+        return _tar_estimate(item, classes)
+
+    return estimate
 
 
 def cut_tasks(
