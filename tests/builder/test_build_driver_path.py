@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardkit
-from shardkit.builder import _folders, _plan, _samples
+from shardkit.builder import _folders, _plan, _run, _samples
 from shardkit.builder._folders import list_image_folder
 from shardkit.builder._plan import cut_tasks, estimator, order_items
 from shardkit.builder._samples import field_problem, group_samples
@@ -226,3 +226,29 @@ def test_the_tar_estimate_is_the_same_per_class(
     classes = ["c", "x" * 70, "é" * 30, ""]
     item = Item(ref, key, label, "jpg", size, meta)
     assert estimator(BuildOptions(), classes)(item) == _plan._tar_estimate(item, classes)
+
+
+def test_the_pool_starts_once_as_many_tasks_as_workers_are_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first task is sent once the tasks that tell how many workers to start are cut,
+    no more: one per worker (then the rest as the pool takes them)."""
+    corpus = make_corpus(str(tmp_path / "src"), count=40)
+    made: list[int] = []
+    started: list[int] = []
+    cut, make = _run.cut_tasks, _run.make_executor
+
+    def cutting(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        for task in cut(*args, **kwargs):
+            made.append(task.index)
+            yield task
+
+    def making(*args: Any, **kwargs: Any) -> Any:
+        started.append(len(made))
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(_run, "cut_tasks", cutting)
+    monkeypatch.setattr(_run, "make_executor", making)
+    result = shardkit.build(corpus, tmp_path / "out", options=BuildOptions(max_count=5, workers=2))
+    assert len(result.shards) == len(made) > 2
+    assert started == [2]
