@@ -22,6 +22,7 @@ in the order of their first file: an image folder's items keep their order.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -148,7 +149,7 @@ def group_samples(entries: Iterable[Entry], layout: str, skipped: SkippedItems) 
     for entry in entries:
         head, slash, name = entry[1].rpartition("/")
         if "." in head:
-            for files in _groups(entries_from(entry, entries), group):
+            for files in _groups(itertools.chain([entry], entries), group):
                 yield from _group_items(files, layout, skipped)
             return
         stem, _, ext = name.partition(".")
@@ -166,11 +167,6 @@ def group_samples(entries: Iterable[Entry], layout: str, skipped: SkippedItems) 
         yield group[0]
     elif group:
         yield from _items(group, layout, skipped)
-
-
-def entries_from(first: Entry, rest: Iterator[Entry]) -> Iterator[Entry]:
-    yield first
-    yield from rest
 
 
 def _group_items(group: list[Entry], layout: str, skipped: SkippedItems) -> Iterator[Entry]:
