@@ -1,9 +1,18 @@
-"""Listing benchmark: an image folder in an object store, listed by the build driver.
+"""Listing benchmark: an image folder in an object store, or on local disk, listed by the
+build driver.
 
 Run: ``PATH=.venv/bin:$PATH scripts/test-services .venv/bin/python bench/listing.py
 [--folders 200] [--objects 50] [--rtt 20] [--base /work/wt/base/src] [--in-flight 16]``
 (SeaweedFS on this machine; any S3 endpoint in ``SHARDKIT_TEST_S3_ENDPOINT`` or
 ``AWS_ENDPOINT_URL`` with ``AWS_*`` keys works).
+
+``--local FOLDER [--base SRC] [--rounds 5]`` times instead the driver's own work on a local
+image folder before its first task (what ``shardkit build FOLDER OUT`` does between its
+imports and starting the pool): ``list_image_folder`` (the walk, the samples, the keys,
+the fingerprint), then ``order_items`` and ``cut_tasks`` at the default options, each
+tree in a process of its own, the trees alternating round by round (``--rounds``), each
+round the best of ``--repeats`` listings. It reports the CPU time of this thread
+(steadier than the wall time on a shared machine) in ms and per file, and the ratio.
 
 A bucket of ``--folders`` class folders of ``--objects`` tiny ``.jpg`` objects each is
 uploaded first, untimed. What is timed is ``list_remote_folder`` (what ``shardkit build
@@ -58,6 +67,71 @@ def child(url: str, in_flight: int, repeats: int) -> None:
     print(json.dumps(row))
 
 
+def local_child(folder: str, repeats: int) -> None:
+    """List ``folder``, order and cut it ``repeats`` times; print the best thread CPU time
+    of each step (s) and the item count as JSON."""
+    from shardkit.builder import BuildOptions
+
+    list_image_folder = builder_module("folders").list_image_folder
+    plan = builder_module("plan")
+    options = BuildOptions()
+    best = {"list": float("inf"), "order": float("inf"), "cut": float("inf")}
+    items = 0
+    for _ in range(repeats):
+        started = time.thread_time()
+        listing = list_image_folder(folder)
+        listed = time.thread_time()
+        ordered = plan.order_items(listing.items, options)
+        done = time.thread_time()
+        estimate = plan.estimator(options, listing.classes)
+        tasks = sum(1 for _ in plan.cut_tasks(ordered, options, estimate))
+        cut = time.thread_time()
+        for step, seconds in (("list", listed - started), ("order", done - listed)):
+            best[step] = min(best[step], seconds)
+        best["cut"] = min(best["cut"], cut - done)
+        items = len(listing.items)
+    print(json.dumps({**best, "items": items, "tasks": tasks}))
+
+
+def run_local(folder: str, src: str, repeats: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, src])}
+    code = f"import listing; listing.local_child({folder!r}, {repeats})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"listing with {src} failed:\n{done.stderr}")
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return row
+
+
+def main_local(args: argparse.Namespace) -> None:
+    trees = [("now", os.path.abspath(os.path.join(HERE, "..", "src")))]
+    if args.base:
+        trees.append(("before", args.base))
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
+    for _ in range(args.rounds):
+        for name, src in trees:
+            rows[name].append(run_local(args.local, src, args.repeats))
+    steps = ("list", "order", "cut")
+    print(
+        f"{args.local}: thread CPU ms, median over {args.rounds} rounds of the best of "
+        f"{args.repeats} (list_image_folder, order_items, cut_tasks at the defaults)"
+    )
+    print("| tree | files listed | list ms | order ms | cut ms | total ms | us per file |")
+    print("|---|---|---|---|---|---|---|")
+    totals = {}
+    for name, _ in trees:
+        median = {step: statistics.median(r[step] for r in rows[name]) for step in steps}
+        totals[name] = sum(median.values())
+        items = rows[name][0]["items"]
+        cells = " | ".join(f"{median[step] * 1000:.1f}" for step in steps)
+        print(
+            f"| {name} | {items:,} | {cells} | {totals[name] * 1000:.1f} | "
+            f"{totals[name] * 1e6 / items:.2f} |"
+        )
+    if args.base:
+        print(f"now/before, total: {totals['now'] / totals['before']:.2f}x")
+
+
 def run_child(url: str, src: str, endpoint: str, in_flight: int, repeats: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, src]), "AWS_ENDPOINT_URL": endpoint}
     code = f"import listing; listing.child({url!r}, {in_flight}, {repeats})"
@@ -89,8 +163,13 @@ def main() -> None:
     parser.add_argument("--base", help="another tree's src to compare (before)")
     parser.add_argument("--in-flight", default="", help="comma-separated REQUESTS_IN_FLIGHT")
     parser.add_argument("--repeats", type=int, default=3, help="timed listings per row")
+    parser.add_argument("--local", metavar="FOLDER", help="time a local folder's listing")
+    parser.add_argument("--rounds", type=int, default=5, help="--local: rounds per tree")
     add_json_option(parser, "listing")
     args = parser.parse_args()
+    if args.local:
+        main_local(args)
+        return
     results, rows = Results("listing"), []
     endpoint = os.environ.get("SHARDKIT_TEST_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
     if not endpoint:

@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .. import storage
-from ..formats.index import ShardIndex, index_url
+from ..formats.index import ShardIndex, index_url, renamed_index
 from ..formats.record import ShardRecord
 from ._journal import Journal
 from ._store import Store
@@ -161,13 +161,18 @@ class Renamer:
 
     def _name_index(self, part: str, final: str) -> None:
         """Write the ``.idx`` of shard ``final`` from its part's (the same bytes under
-        another name: only the shard name it states changes), before the shard is renamed.
-        None left: it was written before an interruption."""
+        another name: only the shard name it states changes, spliced in without a parse),
+        before the shard is renamed. None left: it was written before an interruption.
+        A part's index that does not start as shardkit writes one is parsed and written
+        again (its checks apply)."""
         data = self.store.read_bytes(index_url(part))
-        if data is not None:
+        if data is None:
+            return
+        named = renamed_index(data, storage.basename(part), final)  # as the writer names it
+        if named is None:
             index = ShardIndex.from_json(data, url=self.store.join(index_url(part)))
-            named = dataclasses.replace(index, shard=final)
-            self.store.write_bytes(index_url(final), named.to_json())
+            named = dataclasses.replace(index, shard=final).to_json()
+        self.store.write_bytes(index_url(final), named)
 
     def finish(self) -> None:
         """Wait until every shard is renamed (the manifest comes after)."""

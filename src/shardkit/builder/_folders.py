@@ -18,11 +18,12 @@ from ..codecs import normalize_image_extension
 from ..errors import BuildError
 from ._inputs import FileSource, sample_path
 from ._keys import make_keys, path_key, spilled_keys
+from ._plan import new_item
 from ._samples import FOLDER_EXTENSIONS, field_problem, group_samples
 from ._skipped import SkippedLog
 from ._sources import Item, Items, Listing, SpilledItems, nothing_found
 from ._spill import Sorter, Spill
-from ._walk import FolderWalk, Found
+from ._walk import FolderWalk
 
 __all__ = ["list_image_folder", "list_remote_folder"]
 
@@ -46,13 +47,9 @@ def list_image_folder(root: str, spill: Spill | None = None, layout: str = "clas
     if spill is None:
         with Spill() as own:  # everything is held in the end anyway
             return list_image_folder(root, own, layout)._held()
-    sorter = Sorter(spill)
-
-    def found(f: Found) -> None:  # sorted by (class, path): the (label, path) order
-        sorter.add((f.cls, f.rel, f.size, f.mtime_ns))
-
+    sorter = Sorter(spill)  # sorted by (class, path): the (label, path) order
     skipped = SkippedLog(spill)  # spilled past a budget
-    walk = FolderWalk(root, field_problem, found, skipped)
+    walk = FolderWalk(root, field_problem, sorter.extend, skipped)
     try:
         top = walk.top()
     except OSError as exc:
@@ -82,13 +79,13 @@ def _folder_listing(
     label_of[""] = -1  # the samples layout: no class
     spilled = sorter.spilled  # before sorted(), which may spill the last run
     entries = ((label_of[c], rel, size, v) for c, rel, size, v in sorter.sorted())
-    grouped = _Grouped(group_samples(entries, layout, skipped))
+    grouped = group_samples(entries, layout, skipped)
     items: Items
     if spilled:
-        items, fingerprint = _spilled_folder_items(grouped, classes, spill)
+        items, (fingerprint, samples) = _spilled_folder_items(grouped, classes, spill)
     else:
         found = list(grouped)
-        fingerprint = _fingerprint(classes, _files(found))
+        fingerprint, samples = _fingerprint(classes, found)
         items = _folder_items(found, classes)
     if not len(items):
         what = "files" if layout == "samples" else "images found in the class folders"
@@ -101,35 +98,8 @@ def _folder_listing(
         classes=classes,
         skipped=skipped,  # sorted as it is read
         fingerprint=fingerprint,
-        sizes_known=not grouped.samples,
+        sizes_known=not samples,  # a sample's output size is known only once packed
     )
-
-
-class _Grouped:
-    """The items of a folder as they go by, noting whether one is a sample of several
-    files (their output size is then known only once packed)."""
-
-    def __init__(self, entries: Iterator[tuple[int, Any, int, Any]]) -> None:
-        self._entries = entries
-        self.samples = False
-
-    def __iter__(self) -> Iterator[tuple[int, Any, int, Any]]:
-        for entry in self._entries:
-            if isinstance(entry[1], tuple):
-                self.samples = True
-            yield entry
-
-
-def _files(
-    entries: Iterable[tuple[int, Any, int, Any]],
-) -> Iterator[tuple[str, int, Any]]:
-    """(path, size, version) of each file of ``entries`` (a sample's files one by one)."""
-    for _, ref, size, version in entries:
-        if isinstance(ref, tuple):
-            for (rel, _, each), v in zip(ref, version, strict=True):
-                yield rel, each, v
-        else:
-            yield ref, size, version
 
 
 def list_remote_folder(url: str, spill: Spill | None = None, layout: str = "classes") -> Listing:
@@ -239,7 +209,7 @@ def _ls(fs: Any, folder: str) -> list[dict[str, Any]]:
 
 def _spilled_folder_items(
     entries: Iterable[tuple[int, Any, int, Any]], classes: list[str], spill: Spill
-) -> tuple[SpilledItems, str]:
+) -> tuple[SpilledItems, tuple[str, bool]]:
     """Sorted ``entries`` (label, path or files, size, version) written to a spill file as
     they are fingerprinted; their items are made as they are read (keys as
     :func:`make_keys`)."""
@@ -250,7 +220,7 @@ def _spilled_folder_items(
             records.append((label, ref, size))
             yield label, ref, size, version
 
-    fingerprint = _fingerprint(classes, _files(recorded()))
+    fingerprint = _fingerprint(classes, recorded())
     keys = spilled_keys(lambda: (sample_path(ref) for _, ref, _ in records), len(records), spill)
     make = _item_maker()
 
@@ -264,7 +234,7 @@ def _spilled_folder_items(
 def _folder_items(found: list[tuple[int, Any, int, Any]], classes: list[str]) -> list[Item]:
     """Turn ``found`` (label, path or files, size, version) into Items in place: the
     listing's peak memory is one list of entries, not two."""
-    keys = make_keys([sample_path(ref) for _, ref, _, _ in found])
+    keys = make_keys([ref if ref.__class__ is str else sample_path(ref) for _, ref, _, _ in found])
     make = _item_maker()
     items: list[Any] = found
     for i, key in enumerate(keys):
@@ -274,18 +244,42 @@ def _folder_items(found: list[tuple[int, Any, int, Any]], classes: list[str]) ->
 
 def _item_maker() -> Callable[[tuple[Any, ...], str], Item]:
     normal = {ext: normalize_image_extension(ext) for ext in FOLDER_EXTENSIONS}
+    as_listed: dict[str, str] = {}  # the extension as a name spells it -> its field
 
     def make(entry: tuple[Any, ...], key: str) -> Item:
-        label, ref, size = entry[:3]
-        if isinstance(ref, tuple):  # a sample of several files
-            return Item(ref, key, label, "", size, "")
-        return Item(ref, key, label, normal[ref.rpartition(".")[2].lower()], size, "")
+        label, ref, size = entry[0], entry[1], entry[2]
+        if ref.__class__ is not str:  # a sample of several files
+            return new_item((ref, key, label, "", size, "", ()))
+        spelled = ref.rpartition(".")[2]
+        ext = as_listed.get(spelled)
+        if ext is None:
+            ext = as_listed[spelled] = normal[spelled.lower()]
+        return new_item((ref, key, label, ext, size, "", ()))
 
     return make
 
 
-def _fingerprint(classes: list[str], entries: Iterator[tuple[str, int, Any]]) -> str:
+_FINGERPRINT_BATCH = 4096  # lines hashed at once
+
+
+def _fingerprint(
+    classes: list[str], entries: Iterable[tuple[int, Any, int, Any]]
+) -> tuple[str, bool]:
+    """The listing's fingerprint: its classes, then each file's path, size and version,
+    item by item (a sample's files in turn); and whether an item is a sample of several
+    files. Lines are hashed in batches: the same bytes as one at a time."""
     digest = hashlib.sha256(json.dumps(classes).encode())
-    for rel, size, mtime in entries:
-        digest.update(f"{rel}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
+    samples = False
+    lines: list[str] = []
+    for _, ref, size, version in entries:
+        if ref.__class__ is str:
+            lines.append(f"{ref}\0{size}\0{version}\n")
+        else:
+            samples = True
+            for (rel, _, each), v in zip(ref, version, strict=True):
+                lines.append(f"{rel}\0{each}\0{v}\n")
+        if len(lines) >= _FINGERPRINT_BATCH:
+            digest.update("".join(lines).encode("utf-8", "surrogateescape"))
+            lines = []
+    digest.update("".join(lines).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest(), samples

@@ -81,6 +81,11 @@ def _stem(stem: str) -> str:
 
 def path_key(path: str) -> str:
     """The key of one path, before collisions are resolved: ``a/b.c.jpg`` -> ``a/b_c``."""
+    if not _unusual(path):  # the common case, fast: what _split and _stem give for it
+        head, _, name = path.rpartition("/")
+        stem = name.rpartition(".")[0].replace(".", "_")
+        if stem:
+            return f"{head}/{stem}" if head else stem
     dirs, stem, _ = _split(path)
     return "/".join([*dirs, _stem(stem)])
 

@@ -35,7 +35,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -70,6 +69,8 @@ class Lease:
     def __init__(self, store: ObjectStore, ttl: float = LEASE_TTL_S) -> None:
         self.store = store
         self.ttl = ttl
+        import uuid  # here: uuid imports platform, which a local build never needs
+
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.pid = os.getpid()

@@ -199,7 +199,9 @@ class _Driver:
             tasks = chunk_stream(ordered, self.chunk)
         else:
             tasks = cut_tasks(ordered, options, estimator(options, listing.classes))
-        return counted(filter(wanted, tasks), (options.workers or config.default_workers()) + 1)
+        # Counted up to the pool's size: fewer tasks than workers start fewer workers; the
+        # first tasks are cut before the pool starts, no more.
+        return counted(filter(wanted, tasks), options.workers or config.default_workers())
 
     def _executor(self, pending: int | None) -> Executor:
         context = WorkerContext(

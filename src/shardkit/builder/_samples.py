@@ -22,6 +22,7 @@ in the order of their first file: an image folder's items keep their order.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -102,10 +103,15 @@ class _Group:
         self.done = False
 
 
-def _groups(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
-    """The files of each sample, from ``entries`` sorted by path, in first-file order."""
+def _groups(entries: Iterator[Entry], first: list[Entry] | None = None) -> Iterator[list[Entry]]:
+    """The files of each sample, from ``entries`` sorted by path, in first-file order
+    (``first``: the files of a sample that comes before them and is still open)."""
     open_: list[_Group] = []  # nested prefixes, the innermost last
     order: deque[_Group] = deque()
+    if first:
+        open_.append(_Group(_prefix(first[0][1])))
+        open_[-1].entries = first
+        order.append(open_[-1])
     for entry in entries:
         rel = entry[1]
         while open_ and not rel.startswith(open_[-1].prefix):
@@ -128,15 +134,50 @@ def group_samples(entries: Iterable[Entry], layout: str, skipped: SkippedItems) 
 
     An item is a file as listed (one image, or a sample of one file whose name has one
     dot) or ``(label, files, size, versions)``: ``files`` a tuple of (path, field, size),
-    ``size`` their total, ``versions`` theirs."""
-    for group in _groups(entries):
-        if len(group) == 1:  # the usual file: one image named with one dot is itself
-            name = group[0][1].rpartition("/")[2]
-            ext = name.partition(".")[2]
-            if "." not in ext and ext.lower() in FOLDER_EXTENSIONS:
-                yield group[0]
-                continue
+    ``size`` their total, ``versions`` theirs.
+
+    While no folder name holds a dot, the files of one sample are consecutive (they share
+    the prefix ``folder/stem.``, and no other file's path starts with it): samples are
+    runs of one prefix, found here in one comparison per file, and a lone image file is
+    an item as it is. From the first file in a folder named with a dot on, a sample may
+    nest in another's prefix (``a/x.jpg``, ``a/x.d/y.jpg``, ``a/x.txt``): :func:`_groups`
+    takes over, with the sample still open."""
+    entries = iter(entries)
+    group: list[Entry] = []
+    prefix = ""
+    lone = False  # whether the open group's first file is an image named with one dot
+    for entry in entries:
+        head, slash, name = entry[1].rpartition("/")
+        if "." in head:
+            for files in _groups(itertools.chain([entry], entries), group):
+                yield from _group_items(files, layout, skipped)
+            return
+        stem, _, ext = name.partition(".")
+        here = f"{head}/{stem}." if slash else f"{stem}."
+        if here == prefix:
+            group.append(entry)
+            continue
+        if len(group) == 1 and lone:
+            yield group[0]
+        elif group:
+            yield from _items(group, layout, skipped)
+        group, prefix = [entry], here
+        lone = "." not in ext and ext.lower() in FOLDER_EXTENSIONS
+    if len(group) == 1 and lone:
+        yield group[0]
+    elif group:
         yield from _items(group, layout, skipped)
+
+
+def _group_items(group: list[Entry], layout: str, skipped: SkippedItems) -> Iterator[Entry]:
+    """The items of one sample's files (:func:`group_samples`)."""
+    if len(group) == 1:  # the usual file: one image named with one dot is itself
+        name = group[0][1].rpartition("/")[2]
+        ext = name.partition(".")[2]
+        if "." not in ext and ext.lower() in FOLDER_EXTENSIONS:
+            yield group[0]
+            return
+    yield from _items(group, layout, skipped)
 
 
 def _items(group: list[Entry], layout: str, skipped: SkippedItems) -> Iterator[Entry]:

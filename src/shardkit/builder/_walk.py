@@ -20,6 +20,7 @@ always gives the same listing.
 
 from __future__ import annotations
 
+import operator
 import os
 import stat
 from collections import deque
@@ -36,12 +37,18 @@ class Found(NamedTuple):
     """One file: its class ('' with no classes), its path relative to SRC, its size and
     mtime (ns).
 
-    Only what the listing needs is kept: a whole ``os.stat_result`` is ~0.5 KB per file."""
+    Only what the listing needs is kept: a whole ``os.stat_result`` is ~0.5 KB per file.
+    A sink gets the same four values as a plain tuple (what a spill file can hold)."""
 
     cls: str
     rel: str
     size: int
     mtime_ns: int
+
+
+#: What a sink receives: the files of one folder, each ``(class, rel, size, mtime_ns)``.
+Files = list[tuple[str, str, int, int]]
+Dir = tuple[str, str]  # a folder's path, and its path relative to SRC
 
 
 _KINDS = (
@@ -69,23 +76,25 @@ class FolderWalk:
     ``classes`` and ``found`` hold the result, ``skipped`` what was left out (a list, or
     the :class:`~shardkit.builder._skipped.SkippedLog` given: bounded memory however many
     files are skipped). ``problem(name)`` returns the reason to skip a file by its name,
-    or ``""``. With ``sink``, each file is passed to it as it is found instead (``found``
-    stays empty).
+    or ``""``; it must depend on the name's text after its first dot only (the extension:
+    the walk asks it once per extension). With ``sink``, the files of each folder are
+    passed to it as that folder is read (:data:`Files`), instead (``found`` stays empty).
     """
 
     def __init__(
         self,
         root: str,
         problem: Callable[[str], str],
-        sink: Callable[[Found], None] | None = None,
+        sink: Callable[[Files], None] | None = None,
         skipped: SkippedItems | None = None,
     ) -> None:
         self.root = root
         self._problem = problem
+        self._problems: dict[str, str] = {}  # extension -> problem(name)
         self.real_root = os.path.realpath(root)
         self.classes: list[str] = []
         self.found: list[Found] = []
-        self._sink = sink if sink is not None else self.found.append
+        self._sink = sink if sink is not None else self._keep
         self.skipped: SkippedItems = skipped if skipped is not None else []
         self._visited: set[tuple[int, int]] = set()
         self._links: deque[tuple[str, str, str]] = deque()  # path, rel, class
@@ -130,6 +139,9 @@ class FolderWalk:
             if self._followed_folder(path, rel):
                 self._folder(path, rel, cls)
 
+    def _keep(self, files: Files) -> None:
+        self.found.extend(Found._make(file) for file in files)
+
     def _folder(self, path: str, rel: str, cls: str) -> None:
         """Walk a folder and its real subfolders (a stack, not recursion: any depth)."""
         stack = [(path, rel)]
@@ -146,16 +158,45 @@ class FolderWalk:
             except OSError as exc:
                 self.skipped.append((rel, f"cannot list the folder: {_reason(exc)}"))
                 continue
-            folders = []
-            for entry in entries:
-                sub = f"{rel}/{entry.name}" if rel else entry.name
+            stack.extend(reversed(self._entries(entries, rel, cls)))  # name order
+
+    def _entries(self, entries: list[os.DirEntry[str]], rel: str, cls: str) -> list[Dir]:
+        """Take a folder's files (passed to the sink together) and links; returns its real
+        subfolders. Once per file: a regular file (known from the folder's listing, no
+        system call) costs one ``lstat`` and a dictionary look-up of its extension."""
+        folders: list[Dir] = []
+        files: Files = []
+        problems, skipped = self._problems, self.skipped
+        head = f"{rel}/" if rel else ""
+        for entry in entries:
+            name = entry.name
+            if not entry.is_file(follow_symlinks=False):  # a folder, a link, a FIFO...
                 if entry.is_symlink():
-                    self._link(entry.path, sub, cls)
+                    self._link(entry.path, head + name, cls)
                 elif entry.is_dir(follow_symlinks=False):
-                    folders.append((entry.path, sub))
+                    folders.append((entry.path, head + name))
                 else:
-                    self._file(entry, sub, cls)
-            stack.extend(reversed(folders))  # name order
+                    self._file(entry, head + name, cls)
+                continue
+            ext = name.partition(".")[2]
+            problem = problems.get(ext)
+            if problem is None:
+                problem = problems[ext] = self._problem(name)
+            if problem:
+                skipped.append((head + name, problem))
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                skipped.append((head + name, f"cannot stat: {_reason(exc)}"))
+                continue
+            if not stat.S_ISREG(info.st_mode):  # replaced since the folder was read
+                skipped.append((head + name, f"not a regular file ({file_kind(info.st_mode)})"))
+                continue
+            files.append((cls, head + name, info.st_size, info.st_mtime_ns))
+        if files:
+            self._sink(files)
+        return folders
 
     def _link(self, path: str, rel: str, cls: str) -> None:
         """A link inside a class: files are decided now, folders after the real ones."""
@@ -213,11 +254,10 @@ class FolderWalk:
         if not stat.S_ISREG(info.st_mode):
             self.skipped.append((rel, f"not a regular file ({file_kind(info.st_mode)})"))
             return
-        self._sink(Found(cls, rel, info.st_size, info.st_mtime_ns))
+        self._sink([(cls, rel, info.st_size, info.st_mtime_ns)])
 
 
-def _name(entry: os.DirEntry[str]) -> str:
-    return entry.name
+_name: Callable[[os.DirEntry[str]], str] = operator.attrgetter("name")  # a C call per entry
 
 
 def _identity(info: os.stat_result) -> tuple[int, int]:

@@ -166,8 +166,7 @@ def _field(text: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import storage
-    from ..builder import SKIPPED_NAME, build
+    from ..builder import build  # what it reports with is imported once it has started
 
     options = options_from(args)
     try:
@@ -187,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
         counts = ", ".join(f"{n} {escape_controls(what)}" for what, n in result.fetch.items())
         print(f"downloads: {counts}")
     if not args.quiet:
+        from .. import storage
+        from ..builder import SKIPPED_NAME
+
         listed_in = storage.join(result.out, SKIPPED_NAME)
         _list_skipped(
             result.skipped,

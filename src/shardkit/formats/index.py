@@ -51,6 +51,7 @@ __all__ = [
     "index_url",
     "indexed_sample",
     "prepared_members",
+    "renamed_index",
 ]
 
 INDEX_SUFFIX = ".idx"
@@ -114,6 +115,21 @@ class ShardIndex:
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FormatError(f"bad index file: {exc}", url=url) from exc
+
+
+def renamed_index(data: bytes, shard: str, new: str) -> bytes | None:
+    """``data``, the index of ``shard`` as :meth:`ShardIndex.to_json` writes it, naming
+    the shard ``new`` instead: the bytes that parsing it, renaming it and writing it again
+    give, without the parse (a build names each shard's index this way as it commits the
+    shard). None when ``data`` does not start as ``to_json`` starts the index of ``shard``."""
+    head = _head(shard)
+    return _head(new) + data[len(head) :] if data.startswith(head) else None
+
+
+def _head(shard: str) -> bytes:
+    """How :meth:`ShardIndex.to_json` starts the index of ``shard``, up to its name."""
+    name = json.dumps(encode_name(shard), ensure_ascii=False)
+    return f'{{"format":"{_FORMAT}","version":1,"shard":{name},'.encode()
 
 
 def index_url(shard_url: str) -> str:
