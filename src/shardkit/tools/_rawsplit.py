@@ -24,7 +24,7 @@ from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
 from ..formats.record import ShardInfo
 from ..formats.tar import TarScanner
-from ..pipeline._idxfiles import IndexCache
+from ..pipeline import IndexCache
 from ..units import Size
 from ..writer import Rotation, copy_samples
 from ._inputs import ShardRef, gzip_errors, open_shard

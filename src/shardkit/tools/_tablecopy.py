@@ -36,7 +36,7 @@ from .. import storage
 from ..errors import TruncatedShardError
 from ..formats.members import MemberTable, verify_members
 from ..formats.tar import BLOCK, Write
-from ..pipeline._idxfiles import IndexCache
+from ..pipeline import IndexCache
 from ..storage import Access
 from ._inputs import ShardRef
 

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..formats.names import Format
 from ..formats.tar import Grouping, TarScanner
 from ..handlers import Handler, reraise
-from ..pipeline._idxfiles import IndexCache
+from ..pipeline import IndexCache
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
 from ._outputs import Output
 from ._settings import ToolOptions, ToolRun, WriteOptions
