@@ -6,8 +6,8 @@ bytes, end-of-archive blocks included; a sample larger than ``max_size`` stands 
 and so are the guarantees (each shard written under a temporary name and committed
 whole; its size and digest reported in a :class:`~shardkit.formats.record.ShardInfo`). What is
 saved is re-encoding, and copying. A local shard with a member table in its index is
-copied by it (:mod:`shardkit.tools._tablecopy`): runs of whole samples read as ranges of
-the file, checked against the table, each part of a run that one output shard takes
+copied by it (:mod:`shardkit.tools._tablecopy`): runs of whole samples as ranges of the
+file mapped, checked against the table, each part of a run that one output shard takes
 written at once (:meth:`~shardkit.writer.Rotation.copy_run`), no header parsed. Other
 shards are read by their headers: the scanner keeps each sample in its read buffer until
 the sample is complete, then runs of whole samples go out as single slices of it. Both
@@ -69,13 +69,12 @@ def split_raw(
 ) -> list[ShardInfo]:
     """Copy the samples of tar shards ``refs`` into ``sink``'s shards."""
     indexes = IndexCache(limit=0)  # one table held at a time
-    buffer = bytearray()
     try:
         for ref in refs:
             table = table_of(ref, indexes)
             if table is not None:
                 with table:
-                    if not _copy_table(table, sink, buffer):
+                    if not _copy_table(table, sink):
                         break
                 continue
             raw, stream = open_shard(ref)
@@ -97,10 +96,10 @@ def split_raw(
     return sink.commit()
 
 
-def _copy_table(shard: TableShard, sink: Rotation, buffer: bytearray) -> bool:
+def _copy_table(shard: TableShard, sink: Rotation) -> bool:
     """Copy the samples of ``shard`` into ``sink``'s shards; False once it is full."""
 
     def add(first: int, stop: int, copy: Copy) -> bool:
         return sink.copy_run(shard.keys[first:stop], shard.sizes(first, stop), copy)
 
-    return copy_chunks(shard, buffer, add)
+    return copy_chunks(shard, add)

@@ -23,6 +23,7 @@ why at debug level.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import re
 from array import array
@@ -33,7 +34,6 @@ from operator import add, and_, sub
 from typing import BinaryIO
 
 from .. import storage
-from ..errors import TruncatedShardError
 from ..formats.members import MemberTable, verify_members
 from ..formats.tar import BLOCK, Write
 from ..pipeline import IndexCache
@@ -45,7 +45,7 @@ __all__ = ["CHUNK", "Copy", "RunSink", "TableShard", "copy_chunks", "table_of"]
 logger = logging.getLogger(__name__)
 
 CHUNK = 1 << 22
-"""Bytes of whole samples read, checked and written at a time (one sample more if it is
+"""Bytes of whole samples mapped, checked and written at a time (one sample more if it is
 larger): what the copy holds in memory."""
 
 Copy = Callable[[int, int, Write], None]
@@ -86,35 +86,35 @@ class TableShard:
         ends = self.ends
         return list(map(sub, ends[first + 1 : stop + 1], ends[first:stop]))
 
-    def chunks(self, buffer: bytearray) -> Iterator[tuple[int, int, memoryview]]:
+    def chunks(self) -> Iterator[tuple[int, int, memoryview]]:
         """``(first, stop, view)``: the bytes of samples ``first`` to ``stop`` (about
-        :data:`CHUNK` at a time), read into ``buffer`` (grown to hold one sample larger
-        than it, a size the index check bounds) and checked against the table; a view is
-        valid until the next is asked for."""
+        :data:`CHUNK` at a time, or one sample larger than that), a view of the file
+        mapped, checked against the table first. A view is valid until the next is asked
+        for: each range is mapped on its own and let go after it, so what the copy holds
+        in memory is one range, not the shard."""
         ends, total = self.ends, len(self.keys)
         fd = self.raw.fileno()
         first = 0
         while first < total:
             stop = max(first + 1, bisect_right(ends, ends[first] + CHUNK, first, total + 1) - 1)
-            size = ends[stop] - ends[first]
-            if size > len(buffer):
-                buffer.extend(bytes(size - len(buffer)))
-            view = memoryview(buffer)[:size]
+            start = ends[first] - ends[first] % mmap.ALLOCATIONGRANULARITY
+            mapped = mmap.mmap(fd, ends[stop] - start, offset=start, access=mmap.ACCESS_READ)
+            view = memoryview(mapped)[ends[first] - start :]
             try:
-                _read_at(fd, view, ends[first], self.url)
-                verify_members(buffer, self.table, first, stop, url=self.url, base=ends[first])
+                verify_members(mapped, self.table, first, stop, url=self.url, base=start)
                 yield first, stop, view
             finally:
                 view.release()
+                mapped.close()
             first = stop
 
 
-def copy_chunks(shard: TableShard, buffer: bytearray, add: RunSink) -> bool:
+def copy_chunks(shard: TableShard, add: RunSink) -> bool:
     """Pass each chunk of ``shard``'s samples to ``add(first, stop, copy)``, where
     ``copy(i, j, write)`` writes samples ``first + i`` to ``first + j``; stops (False)
     when ``add`` returns False."""
     ends = shard.ends
-    for first, stop, view in shard.chunks(buffer):
+    for first, stop, view in shard.chunks():
 
         def copy(i: int, j: int, write: Write, at: int = first, view: memoryview = view) -> None:
             origin = ends[at]
@@ -191,15 +191,3 @@ def _ends(table: MemberTable) -> array[int]:
     ends = array("q", [0])
     ends.extend(map(add, data, padded))
     return ends
-
-
-def _read_at(fd: int, view: memoryview, offset: int, url: str) -> None:
-    """Fill ``view`` with the file's bytes from ``offset``."""
-    done = 0
-    while done < len(view):
-        got = os.preadv(fd, [view[done:]], offset + done)
-        if not got:
-            raise TruncatedShardError(
-                "shard ends before its index says (changed while read?)", url=url, offset=offset
-            )
-        done += got

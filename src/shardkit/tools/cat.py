@@ -16,7 +16,7 @@ import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..formats.names import Format
@@ -117,11 +117,11 @@ def cat(
     with Output(output, run, format=format) as out:
         if out.raw is not None and not shuffle:
             window = _Window(skip, count)
-            tables = _Tables(IndexCache(limit=0), bytearray())
+            indexes = IndexCache(limit=0)  # one shard's member table held at a time
             for ref in run.track(refs):
                 if window.done:
                     break
-                _copy_shard(ref, out, window, tables)
+                _copy_shard(ref, out, window, indexes)
         else:
             for sample in _cat(refs, run, count, skip, shuffle, seed):
                 out.write(sample)
@@ -158,14 +158,7 @@ class _Window:
         return first, stop
 
 
-class _Tables(NamedTuple):
-    """What copies by member tables share in one run: the index loader, the buffer."""
-
-    indexes: IndexCache
-    buffer: bytearray
-
-
-def _copy_shard(ref: ShardRef, out: Output, window: _Window, tables: _Tables) -> None:
+def _copy_shard(ref: ShardRef, out: Output, window: _Window, indexes: IndexCache) -> None:
     if ref.format != "tar":
         for sample in iter_samples([ref]):
             if window.done:
@@ -173,10 +166,10 @@ def _copy_shard(ref: ShardRef, out: Output, window: _Window, tables: _Tables) ->
             if window.take():
                 out.write(sample)
         return
-    table = table_of(ref, tables.indexes)
+    table = table_of(ref, indexes)
     if table is not None:
         with table:
-            _copy_table(table, out, window, tables.buffer)
+            _copy_table(table, out, window)
         return
     raw, stream = open_shard(ref)
     try:
@@ -208,7 +201,7 @@ def _copy_members(members: TarScanner, out: Output, window: _Window) -> None:
             members.copy_member(write)
 
 
-def _copy_table(shard: TableShard, out: Output, window: _Window, buffer: bytearray) -> None:
+def _copy_table(shard: TableShard, out: Output, window: _Window) -> None:
     """Copy the samples of ``shard`` that ``window`` keeps, runs of them as ranges."""
 
     def add(first: int, stop: int, copy: Copy) -> bool:
@@ -218,4 +211,4 @@ def _copy_table(shard: TableShard, out: Output, window: _Window, buffer: bytearr
             out.raw_run(keys, sizes, functools.partial(copy, start - first, end - first))
         return not window.done
 
-    copy_chunks(shard, buffer, add)
+    copy_chunks(shard, add)
