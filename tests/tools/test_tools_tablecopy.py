@@ -180,3 +180,58 @@ def test_a_table_that_leaves_members_out_is_read_by_the_headers(
     assert "not followed by the end of the archive" in caplog.text
     cat(bare, str(tmp_path / "expected.tar"))
     assert (tmp_path / "got.tar").read_bytes() == (tmp_path / "expected.tar").read_bytes()
+
+
+def _rotation(folder: Path, **limits: Any) -> Any:
+    from shardkit.tools._rawsplit import raw_shards
+
+    return raw_shards(str(folder / "r-%06d.tar"), limits.get("max_count"), limits.get("max_size"))
+
+
+@pytest.mark.parametrize(
+    ("keys", "bad"),
+    [(["a", "b", "b", "c"], "b"), (["a", "", "c"], ""), (["x", "y", "x", "x"], "x")],
+)
+def test_a_run_refuses_the_keys_a_sample_at_a_time_refuses(
+    tmp_path: Path, keys: list[str], bad: str
+) -> None:
+    """The key rule checked for a run at once (:meth:`ShardFile.copy_run`) refuses what
+    it refuses one sample at a time (:meth:`ShardFile.copy`), with its message."""
+    from shardkit.errors import EncodeError
+
+    def refused(add: Any) -> str:
+        with pytest.raises(EncodeError) as caught:
+            add()
+        return str(caught.value)
+
+    one = _rotation(tmp_path / "one", max_count=100)
+
+    def each() -> None:
+        for key in keys:
+            shard = one.shard(key, 512)
+            shard.copy(key, 512, lambda write: write(bytes(512)), checked=True)
+
+    run = _rotation(tmp_path / "run", max_count=100)
+    expected = refused(each)
+    got = refused(
+        lambda: run.copy_run(keys, [512] * len(keys), lambda i, j, w: w(bytes(512 * (j - i))))
+    )
+    assert got == expected
+    assert ("twice in a row" if bad else "non-empty") in got
+    one.discard()
+    run.discard()
+
+
+def test_the_key_rule_holds_across_shards_copied_by_their_tables(tmp_path: Path) -> None:
+    """The same key at the end of one shard and the start of the next is refused on the
+    table path too (a reader would merge the two samples)."""
+    from shardkit.errors import EncodeError
+
+    first = _write(tmp_path / "a", count=3)
+    with ShardWriter(str(tmp_path / "b" / "shard-%06d.tar"), encode=False) as out:
+        out.write({"__key__": "dir0/s00002", "txt": b"again"})
+    second = [info.url for info in out.shards]
+    with pytest.raises(EncodeError, match="twice in a row"):
+        cat(first + second, str(tmp_path / "out.tar"))
+    with pytest.raises(EncodeError, match="twice in a row"):
+        split(first + second, str(tmp_path / "s-%06d.tar"), max_count=2)
