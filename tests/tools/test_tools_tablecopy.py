@@ -175,7 +175,7 @@ def test_a_table_that_leaves_members_out_is_read_by_the_headers(
     size = os.path.getsize(urls[0])
     _edit_index(urls[0], lambda doc: doc.update(bytes=size))
     bare = _bare(tmp_path / "in", tmp_path / "bare")
-    caplog.set_level("DEBUG", logger="shardkit.tools._tablecopy")
+    caplog.set_level("INFO", logger="shardkit.tools._tablecopy")
     assert cat(urls, str(tmp_path / "got.tar")) == 31
     assert "not followed by the end of the archive" in caplog.text
     cat(bare, str(tmp_path / "expected.tar"))

@@ -17,7 +17,7 @@ them that the grouping would skip or report), then the end of the archive (a zer
 or the end of the file), each key one the grouping finds (non-empty, no dot in its last
 part). Any other shard (no index, an index without a table, a stream on stdin, gzip, a
 remote file) is read by its headers, as before: :func:`table_of` says which, and logs
-why at debug level.
+why (at info level for a shard whose table the readers would use: ``shardkit -v``).
 """
 
 from __future__ import annotations
@@ -147,9 +147,9 @@ def table_of(ref: ShardRef, indexes: IndexCache) -> TableShard | None:
     except BaseException:
         raw.close()
         raise
-    if why is not None:
+    if why is not None:  # an index the readers take, that the copy does not: said (-v)
         raw.close()
-        logger.debug("%s: copied by its tar headers: %s", ref.url, why)
+        logger.info("%s: copied by its tar headers, not its member table: %s", ref.url, why)
         return None
     return TableShard(ref, table, raw, keys, ends)
 
