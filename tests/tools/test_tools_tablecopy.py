@@ -235,3 +235,38 @@ def test_the_key_rule_holds_across_shards_copied_by_their_tables(tmp_path: Path)
         cat(first + second, str(tmp_path / "out.tar"))
     with pytest.raises(EncodeError, match="twice in a row"):
         split(first + second, str(tmp_path / "s-%06d.tar"), max_count=2)
+
+
+def test_shards_without_a_usable_table_are_read_by_their_headers(tmp_path: Path) -> None:
+    """The choice, shard by shard: a webdataset-made shard (indexed or not: its members
+    are not shardkit's plain ones, so its index has no table), a ``.tar.gz`` and a shard
+    without an index go by their headers; a shardkit shard with its index by the table."""
+    from shardkit.pipeline import IndexCache
+    from shardkit.tools import index
+    from shardkit.tools._inputs import as_refs
+    from shardkit.tools._tablecopy import table_of
+
+    wds = pytest.importorskip("webdataset")
+    made = tmp_path / "wds.tar"
+    with wds.TarWriter(str(made)) as sink:
+        for i in range(5):
+            sink.write({"__key__": f"w{i}", "txt": b"x" * i, "cls": b"%d" % i})
+    index.write_indexes([str(made)])
+    assert (tmp_path / "wds.tar.idx").exists()
+    ours = _write(tmp_path / "ours", count=12)
+    with ShardWriter(str(tmp_path / "gz-%06d.tar.gz"), encode=False) as out:
+        out.write({"__key__": "g", "txt": b"gz"})
+    bare = _bare(tmp_path / "ours", tmp_path / "bare")
+    inputs = [str(made), ours[0], bare[0], out.shards[0].url]
+    chosen = []
+    for ref in as_refs(inputs):
+        table = table_of(ref, IndexCache(limit=0))
+        chosen.append(table is not None)
+        if table is not None:
+            table.raw.close()
+    assert chosen == [False, True, False, False]
+    mixed, headers = tmp_path / "mixed.tar", tmp_path / "headers.tar"
+    assert cat([str(made), *ours], str(mixed)) == 17
+    (tmp_path / "wds.tar.idx").unlink()
+    assert cat([str(made), *bare], str(headers)) == 17
+    assert mixed.read_bytes() == headers.read_bytes()
