@@ -1,6 +1,7 @@
 """Shard-tool benchmark: ``shardkit cat``, ``split`` and ``verify`` against ``cat`` and ``tar -t``.
 
-Run: ``.venv/bin/python bench/tools.py [--quick] [--gb 2] [--dir /dev/shm] [--repeat 3]``
+Run: ``.venv/bin/python bench/tools.py [--quick] [--gb 2] [--dir /dev/shm] [--repeat 3]
+[--base OTHER_CHECKOUT]``
 
 Makes a dataset of tar shards on tmpfs (image-like samples: 20-180 KB of bytes plus a
 ``cls`` and a ``json`` field; and a small-sample profile of ~3 KB samples), then times, in
@@ -14,7 +15,9 @@ console script, so start-up counts) whose peak RSS comes from ``os.wait4``:
   manifest (every byte hashed and compared).
 
 Throughput is dataset bytes / best wall time; the ratio is shardkit's throughput over the
-baseline's (>= 0.5 is the goal).
+baseline's (>= 0.5 is the goal). ``--base DIR`` adds the shardkit rows of another checkout
+(``NAME@base``, run with ``DIR/src`` first on the path, bytecode compiled first), in the
+same interleaved rounds: the previous version against this one, side by side.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ class Timing:
     rss_mb: float
 
 
-def run(argv: Sequence[str] | str, *, shell: bool = False) -> tuple[float, float]:
+def run(
+    argv: Sequence[str] | str, *, shell: bool = False, env: dict[str, str] | None = None
+) -> tuple[float, float]:
     """(wall seconds, peak RSS in MB) of one contender and the processes it waited for.
 
     The peak RSS comes from GNU time (a small C parent, so the figure is the contender's,
@@ -57,7 +62,9 @@ def run(argv: Sequence[str] | str, *, shell: bool = False) -> tuple[float, float
         if os.path.exists(GNU_TIME):
             command = [GNU_TIME, "-f", "%M", "-o", rss_file.name, *command]
         started = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
         _, status, usage = os.wait4(proc.pid, 0)
         elapsed = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -138,16 +145,45 @@ TASKS = {
 }
 
 
-def bench_profile(label: str, folder: str, out: str, repeat: int, results: Results) -> None:
+BASE = "@base"
+
+
+def with_base(
+    commands: dict[str, tuple[list[str] | str, bool]], base: str
+) -> dict[str, tuple[list[str] | str, bool, dict[str, str] | None]]:
+    """``commands`` with their environments: with a ``base`` checkout, each shardkit
+    contender again as ``NAME@base``, run with ``base/src`` first on the path."""
+    out: dict[str, tuple[list[str] | str, bool, dict[str, str] | None]] = {}
+    env = {**os.environ, "PYTHONPATH": os.path.join(base, "src")} if base else None
+    for name, (argv, shell) in commands.items():
+        out[name] = (argv, shell, None)
+        if env is not None and name.startswith("shardkit"):
+            out[name + BASE] = (argv, shell, env)
+    return out
+
+
+def tasks(base: str) -> dict[str, list[str]]:
+    """:data:`TASKS`, with each shardkit contender's ``@base`` row after it."""
+    if not base:
+        return TASKS
+    return {
+        task: [m for n in names for m in ([n, n + BASE] if n.startswith("shardkit") else [n])]
+        for task, names in TASKS.items()
+    }
+
+
+def bench_profile(
+    label: str, folder: str, out: str, repeat: int, results: Results, base: str = ""
+) -> None:
     data_bytes = sum(
         os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".tar")
     )
     best: dict[str, Timing] = {}
     for _ in range(repeat):  # interleaved: every contender once per round
-        for name, (argv, shell) in contenders(folder, out).items():
+        for name, (argv, shell, env) in with_base(contenders(folder, out), base).items():
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(os.path.join(out, "split"))
-            seconds, rss = run(argv, shell=shell)
+            seconds, rss = run(argv, shell=shell, env=env)
             old = best.get(name)
             if old is None or seconds < old.seconds:
                 best[name] = Timing(name, seconds, max(rss, old.rss_mb if old else 0.0))
@@ -156,7 +192,7 @@ def bench_profile(label: str, folder: str, out: str, repeat: int, results: Resul
     shutil.rmtree(out, ignore_errors=True)
     shards = sum(n.endswith(".tar") for n in os.listdir(folder))
     print(f"\n## {label}: {data_bytes / 1e9:.2f} GB in {shards} shards, best of {repeat}\n")
-    for task, names in TASKS.items():
+    for task, names in tasks(base).items():
         if task != "start-up":
             results.section(
                 f"{task}, {label}",
@@ -172,12 +208,12 @@ def bench_profile(label: str, folder: str, out: str, repeat: int, results: Resul
             )
     print("| task | contender | MB/s | ratio vs baseline | wall s | peak RSS MB |")
     print("|---|---|---:|---:|---:|---:|")
-    for task, names in TASKS.items():
-        base = data_bytes / best[names[0]].seconds / 1e6
+    for task, names in tasks(base).items():
+        baseline = data_bytes / best[names[0]].seconds / 1e6
         for i, name in enumerate(names):
             timing = best[name]
             mbps = data_bytes / timing.seconds / 1e6
-            ratio = "baseline" if i == 0 else f"{mbps / base:.2f}x"
+            ratio = "baseline" if i == 0 else f"{mbps / baseline:.2f}x"
             shown = "-" if task == "start-up" else f"{mbps:,.0f}"
             print(
                 f"| {task} | {name} | {shown} | {ratio} | {timing.seconds:.3f} "
@@ -192,8 +228,18 @@ def main() -> None:
     parser.add_argument("--dir", default="/dev/shm", help="where to put shards (tmpfs)")
     parser.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep the generated shards")
+    parser.add_argument(
+        "--base", default="", help="another checkout: adds its shardkit rows (NAME@base)"
+    )
     add_json_option(parser, "tools")
     args = parser.parse_args()
+    if args.base:  # both trees' bytecode compiled first: a cost of a checkout, not of use
+        import compileall
+
+        import shardkit
+
+        compileall.compile_dir(os.path.dirname(shardkit.__file__), quiet=1)
+        compileall.compile_dir(os.path.join(args.base, "src", "shardkit"), quiet=1)
     results = Results("tools")
     total = int((0.3 if args.quick else args.gb) * 1e9)
     repeat = 1 if args.quick else args.repeat
@@ -211,7 +257,7 @@ def main() -> None:
             size = total if sizes[0] > 10_000 else total // 4
             count = make_dataset(folder, size, sizes, shard_size if not args.quick else 64_000_000)
             title = f"{label}, {count} samples"
-            bench_profile(title, folder, os.path.join(root, "out"), repeat, results)
+            bench_profile(title, folder, os.path.join(root, "out"), repeat, results, args.base)
             sys.stdout.flush()
         results.write(args.json)
     finally:

@@ -15,7 +15,11 @@ it unless one sample alone does, and that sample then stands alone in its shard.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from operator import eq
 from typing import Any
 
 from . import storage
@@ -65,6 +69,14 @@ def _checked_key(key: object) -> str:
     if not isinstance(key, str) or not key:
         raise EncodeError("every sample needs a non-empty str __key__")
     return key
+
+
+def _distinct_run(keys: Sequence[str]) -> bool:
+    """Whether each of ``keys`` is a non-empty str other than the one before it (the key
+    rule within a run, checked in bulk: no Python per key)."""
+    if "" in keys or set(map(type, keys)) != {str}:
+        return False
+    return not any(map(eq, itertools.islice(keys, 1, None), keys))
 
 
 _NO_CUT = Cut()
@@ -165,9 +177,10 @@ class ShardFile(storage.CommitOrDiscard):
         self._trial = (sample, out, comp)
         return self.cut.over(self.count, self.file.size + len(out) + tail)
 
-    def write(self, key: str, data: bytes) -> None:
-        """Append one encoded sample."""
-        self.check_key(key)
+    def write(self, key: str, data: bytes, *, checked: bool = False) -> None:
+        """Append one encoded sample (``checked``: as for :meth:`copy`)."""
+        if not checked:
+            self.check_key(key)
         self._note(key, len(data))
         if self._members is not None:
             self._members = self._members.add(key, data)
@@ -211,15 +224,64 @@ class ShardFile(storage.CommitOrDiscard):
                 self._members = self._members.add(key, b"".join(chunks))
         self.file.writev(chunks, size)
 
-    def copy(self, key: str, size: int, emit: Callable[[tar.Write], None]) -> None:
+    def copy(
+        self, key: str, size: int, emit: Callable[[tar.Write], None], *, checked: bool = False
+    ) -> None:
         """Append one sample of ``size`` bytes that ``emit(write)`` copies (uncompressed
-        shards; the caller sends a pending copy out before :meth:`commit`)."""
+        shards; the caller sends a pending copy out before :meth:`commit`). ``checked``:
+        the key rule was checked for ``key`` against this shard's last key already
+        (:meth:`Rotation.shard` does)."""
         if self._gz is not None:
             raise TypeError("raw copies go to uncompressed shards")
-        self.check_key(key)
+        if not checked:
+            self.check_key(key)
         self._note(key, size)
         self._members = None  # bytes it does not see: the index goes without a table
         emit(self._copy_write)
+
+    def copy_run(
+        self, keys: Sequence[str], sizes: Sequence[int], emit: Callable[[tar.Write], None]
+    ) -> None:
+        """Append a run of whole samples, ``keys`` with ``sizes`` bytes each, back to back,
+        that ``emit(write)`` copies as they are (uncompressed shards): what :meth:`copy`
+        does for each, with the key rule checked for the run at once (each key a
+        non-empty str other than the one before it) and one call to ``emit``."""
+        if self._gz is not None:
+            raise TypeError("raw copies go to uncompressed shards")
+        if not keys:
+            return
+        self.check_key(keys[0])
+        if not _distinct_run(keys):
+            for before, key in itertools.pairwise(keys):  # find it, and say what it is
+                tar.check_key_order(before, _checked_key(key))
+        if self._index is not None:
+            names, offsets, spans = self._index
+            names.extend(keys)
+            offsets.extend(itertools.accumulate(sizes[:-1], initial=self._offset))
+            spans.extend(sizes)
+        self._offset += sum(sizes)
+        self.count += len(keys)
+        self.last_key = keys[-1]
+        self._members = None  # bytes it does not see: the index goes without a table
+        emit(self._copy_write)
+
+    def room(self, ends: Sequence[int], first: int, stop: int) -> int:
+        """Where a run of samples that this shard just let in the first of (``first``,
+        :meth:`full` said so) must be cut: the end of those of samples ``first`` to
+        ``stop`` that join it by the cut rule, given ``ends``, the running total of their
+        sizes (sample ``i`` is ``ends[i]`` to ``ends[i + 1]``). The rule is
+        :meth:`full`'s, asked of the run at once: at most ``max_count`` samples, and a
+        closed size (trailer included) within ``max_size``."""
+        end = stop
+        max_count, max_size = self.cut.max_count, self.cut.max_size
+        if max_count is not None:
+            end = min(end, first + max(1, max_count - self.count))
+        if max_size is not None:
+            if self._gz is not None:
+                raise TypeError("a gzip shard projects its size from the sample's bytes")
+            limit = max_size - self._offset - len(self.trailer) + ends[first]
+            end = min(end, bisect_right(ends, limit, first + 1, stop + 1) - 1)
+        return max(end, first + 1)
 
     def start_copy(self, key: str) -> None:
         """Start a sample whose members the caller copies to :attr:`file` itself, its size
@@ -337,13 +399,16 @@ class Rotation(storage.CommitOrDiscard):
     def shard(self, key: str, sample: bytes | int) -> ShardFile | None:
         """The shard that the sample ``key`` (its bytes, or its size for an uncompressed
         shard) goes into, a new one when the open one is full; None once ``max_shards``
-        are committed. The key rule is checked first."""
+        are committed. The key rule is checked first (so that :meth:`ShardFile.copy` and
+        :meth:`ShardFile.write` need not check it again: ``checked=True``)."""
         shard = self.current
         if shard is not None:
             shard.check_key(key)
             if not shard.full(sample):
                 return shard
             self.cut_here()
+        elif not self.full:
+            tar.check_key_order(self.last_key, _checked_key(key))
         if self.full:
             return None
         self.current = ShardFile(
@@ -375,6 +440,26 @@ class Rotation(storage.CommitOrDiscard):
         if self.max_shards is not None and len(self.shards) >= self.max_shards:
             self.full = True
 
+    def copy_run(
+        self, keys: Sequence[str], sizes: Sequence[int], copy: Callable[[int, int, tar.Write], None]
+    ) -> bool:
+        """Add a run of whole samples of an uncompressed shard, ``keys`` with ``sizes``
+        bytes each, back to back: ``copy(i, j, write)`` writes the bytes of samples ``i``
+        to ``j`` of the run. The samples go where :meth:`shard` would put each (the same
+        key rule, cut and ``max_shards``), each part of the run that one shard takes in
+        one call (:meth:`ShardFile.room`, :meth:`ShardFile.copy_run`); False once
+        ``max_shards`` are committed (the rest is not copied)."""
+        ends = list(itertools.accumulate(sizes, initial=0))
+        first, stop = 0, len(keys)
+        while first < stop:
+            shard = self.shard(keys[first], sizes[first])
+            if shard is None:
+                return False
+            end = shard.room(ends, first, stop)
+            shard.copy_run(keys[first:end], sizes[first:end], functools.partial(copy, first, end))
+            first = end
+        return True
+
     def commit(self) -> list[ShardInfo]:
         """Commit the last shard; returns every shard committed."""
         self.cut_here()
@@ -397,10 +482,11 @@ def copy_samples(members: tar.TarScanner, sink: Rotation) -> bool:
     start = end = 0
 
     def add(key: str, start: int, end: int) -> bool:
-        shard = sink.shard(key, end - start)
+        shard = sink.shard(key, end - start)  # (the key rule: checked there, once)
         if shard is None:
             return False
-        shard.copy(key, end - start, lambda write: members.copy_range(start, end, write))
+        emit = functools.partial(members.copy_range, start, end)
+        shard.copy(key, end - start, emit, checked=True)
         return True
 
     for member, prefix, _ext, new in tar.Grouping(members.url)(members):
@@ -537,7 +623,7 @@ class ShardWriter(storage.CommitOrDiscard):
             shard = self._rotation.shard(key, data)
             if shard is None:
                 return False
-            shard.write(key, data)
+            shard.write(key, data, checked=True)
         return True
 
     @contextlib.contextmanager

@@ -19,8 +19,9 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._dataset import Dataset
 
-    # Shared with shardkit's other packages (the one resolver, the one .idx loader), not
-    # the supported API: not in __all__.
+    # Shared with shardkit's other packages (the one resolver, the one .idx loader and its
+    # cache of member tables), not the supported API: not in __all__.
+    from ._idxfiles import IndexCache as IndexCache
     from ._idxfiles import load_index as load_index
     from ._idxfiles import load_indexes as load_indexes
     from ._idxfiles import shard_size as shard_size
@@ -56,6 +57,7 @@ _LAZY = {
     "is_manifest": "._urls",
     "list_folder": "._urls",
     "resolve_parts": "._urls",
+    "IndexCache": "._idxfiles",
     "load_index": "._idxfiles",
     "load_indexes": "._idxfiles",
     "shard_size": "._idxfiles",

@@ -11,7 +11,7 @@ Samples read from TFRecords become tar fields as documented in :func:`tar_fields
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
 from .. import storage
@@ -26,6 +26,7 @@ from ..formats.names import (
     shard_name,
 )
 from ..formats.record import ShardInfo
+from ..formats.tar import Write
 from ..units import Size
 from ..writer import ShardFile, ShardWriter
 from ._settings import DEFAULT_RUN, ToolRun
@@ -143,6 +144,16 @@ class Output(storage.CommitOrDiscard):
             raise ConfigError("raw copy needs a one-file tar output")
         self._shard.start_copy(key)
         self.samples += 1
+
+    def raw_run(
+        self, keys: Sequence[str], sizes: Sequence[int], emit: Callable[[Write], None]
+    ) -> None:
+        """Copy a run of whole samples (``keys``, ``sizes`` bytes each) to :attr:`raw`:
+        ``emit(write)`` writes their bytes (the key rule applies)."""
+        if self._shard is None:  # pragma: no cover - callers only come here with a raw stream
+            raise ConfigError("raw copy needs a one-file tar output")
+        self._shard.copy_run(keys, sizes, emit)
+        self.samples += len(keys)
 
     def write(self, sample: Mapping[str, Any]) -> None:
         if self.full:

@@ -5,8 +5,13 @@ at ``max_count`` samples, or when the next sample would take its file over ``max
 bytes, end-of-archive blocks included; a sample larger than ``max_size`` stands alone),
 and so are the guarantees (each shard written under a temporary name and committed
 whole; its size and digest reported in a :class:`~shardkit.formats.record.ShardInfo`). What is
-saved is re-encoding, and copying: the scanner keeps each sample in its read buffer until
-the sample is complete, then runs of whole samples go out as single slices of it.
+saved is re-encoding, and copying. A local shard with a member table in its index is
+copied by it (:mod:`shardkit.tools._tablecopy`): runs of whole samples as ranges of the
+file mapped, checked against the table, each part of a run that one output shard takes
+written at once (:meth:`~shardkit.writer.Rotation.copy_run`), no header parsed. Other
+shards are read by their headers: the scanner keeps each sample in its read buffer until
+the sample is complete, then runs of whole samples go out as single slices of it. Both
+give the same bytes.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from ..formats.cut import Cut
 from ..formats.names import check_pattern, shard_name
 from ..formats.record import ShardInfo
 from ..formats.tar import TarScanner
+from ..pipeline import IndexCache
 from ..units import Size
 from ..writer import Rotation, copy_samples
 from ._inputs import ShardRef, gzip_errors, open_shard
 from ._settings import DEFAULT_RUN, ToolRun
+from ._tablecopy import Copy, TableShard, copy_chunks, table_of
 
 __all__ = ["raw_shards", "split_raw"]
 
@@ -61,8 +68,15 @@ def split_raw(
     refs: Iterable[ShardRef], sink: Rotation, *, chunk_size: int = 1 << 22
 ) -> list[ShardInfo]:
     """Copy the samples of tar shards ``refs`` into ``sink``'s shards."""
+    indexes = IndexCache(limit=0)  # one table held at a time
     try:
         for ref in refs:
+            table = table_of(ref, indexes)
+            if table is not None:
+                with table:
+                    if not _copy_table(table, sink):
+                        break
+                continue
             raw, stream = open_shard(ref)
             try:
                 members = TarScanner(stream, url=ref.url, chunk_size=chunk_size)
@@ -80,3 +94,12 @@ def split_raw(
         sink.discard()
         raise
     return sink.commit()
+
+
+def _copy_table(shard: TableShard, sink: Rotation) -> bool:
+    """Copy the samples of ``shard`` into ``sink``'s shards; False once it is full."""
+
+    def add(first: int, stop: int, copy: Copy) -> bool:
+        return sink.copy_run(shard.keys[first:stop], shard.sizes(first, stop), copy)
+
+    return copy_chunks(shard, add)

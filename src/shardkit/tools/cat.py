@@ -2,12 +2,16 @@
 
 Tar shards going to a tar output (stdout or one file) are copied member by member, byte
 for byte (headers included), without decoding or re-encoding a sample; only the
-end-of-archive blocks between shards are dropped, and one pair ends the output. Other
-combinations (TFRecord in or out, ``shuffle``) go sample by sample.
+end-of-archive blocks between shards are dropped, and one pair ends the output. A local
+shard with a member table in its index (:mod:`shardkit.tools._tablecopy`) is copied as
+runs of whole samples, byte ranges of the file, no header parsed; others member by
+member, by their headers (:class:`~shardkit.formats.tar.TarScanner`): the same bytes.
+Other combinations (TFRecord in or out, ``shuffle``) go sample by sample.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -18,9 +22,11 @@ from ..errors import ConfigError
 from ..formats.names import Format
 from ..formats.tar import Grouping, TarScanner
 from ..handlers import Handler, reraise
+from ..pipeline import IndexCache
 from ._inputs import Inputs, ShardRef, as_refs, gzip_errors, iter_samples, open_shard
 from ._outputs import Output
 from ._settings import ToolOptions, ToolRun, WriteOptions
+from ._tablecopy import Copy, TableShard, copy_chunks, table_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -111,10 +117,11 @@ def cat(
     with Output(output, run, format=format) as out:
         if out.raw is not None and not shuffle:
             window = _Window(skip, count)
+            indexes = IndexCache(limit=0)  # one shard's member table held at a time
             for ref in run.track(refs):
                 if window.done:
                     break
-                _copy_shard(ref, out, window)
+                _copy_shard(ref, out, window, indexes)
         else:
             for sample in _cat(refs, run, count, skip, shuffle, seed):
                 out.write(sample)
@@ -140,14 +147,29 @@ class _Window:
             self.count -= 1
         return True
 
+    def run(self, first: int, stop: int) -> tuple[int, int]:
+        """:meth:`take` for samples ``first`` to ``stop`` at once: the part kept."""
+        skipped = min(self.skip, stop - first)
+        self.skip -= skipped
+        first += skipped
+        if self.count is not None:
+            stop = min(stop, first + self.count)
+            self.count -= stop - first
+        return first, stop
 
-def _copy_shard(ref: ShardRef, out: Output, window: _Window) -> None:
+
+def _copy_shard(ref: ShardRef, out: Output, window: _Window, indexes: IndexCache) -> None:
     if ref.format != "tar":
         for sample in iter_samples([ref]):
             if window.done:
                 return
             if window.take():
                 out.write(sample)
+        return
+    table = table_of(ref, indexes)
+    if table is not None:
+        with table:
+            _copy_table(table, out, window)
         return
     raw, stream = open_shard(ref)
     try:
@@ -177,3 +199,16 @@ def _copy_members(members: TarScanner, out: Output, window: _Window) -> None:
                 out.raw_sample(key)
         if copying:
             members.copy_member(write)
+
+
+def _copy_table(shard: TableShard, out: Output, window: _Window) -> None:
+    """Copy the samples of ``shard`` that ``window`` keeps, runs of them as ranges."""
+
+    def add(first: int, stop: int, copy: Copy) -> bool:
+        start, end = window.run(first, stop)
+        if end > start:
+            keys, sizes = shard.keys[start:end], shard.sizes(start, end)
+            out.raw_run(keys, sizes, functools.partial(copy, start - first, end - first))
+        return not window.done
+
+    copy_chunks(shard, add)
