@@ -21,7 +21,6 @@ from typing import Any, Literal, TypeVar, cast
 from .. import storage
 from ..errors import ConfigError, FormatError, StorageError
 from ..formats.index import (
-    INDEX_SUFFIX,
     ShardIndex,
     check_index,
     check_shard_size,
@@ -29,6 +28,7 @@ from ..formats.index import (
     prepared_members,
 )
 from ..formats.members import MemberTable
+from ..formats.names import INDEX_SUFFIX
 from ..formats.tar import TableNotes
 from ..storage import LOCAL, Access, StorageOptions
 
