@@ -32,13 +32,13 @@ import os
 
 from ._flock import lock_exclusive
 from ._temporary import is_temporary
+from .formats.names import INDEX_SUFFIX
 
 __all__ = ["LOCK_NAME", "enforce_limit", "lock_shared"]
 
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = ".shardkit-cache.lock"
-_INDEX = ".idx"  # a shard copy's index copy: its name + this (formats.index.INDEX_SUFFIX)
 
 
 def lock_shared(fd: int) -> bool:
@@ -87,13 +87,13 @@ def _entries(cache_dir: str) -> list[tuple[float, int, tuple[str, ...]]]:
     copies = {name: (used, size) for used, size, name in _complete_copies(cache_dir)}
     entries: list[tuple[float, int, tuple[str, ...]]] = []
     for name, (used, size) in copies.items():
-        if name.endswith(_INDEX) and name[: -len(_INDEX)] in copies:
+        if name.endswith(INDEX_SUFFIX) and name[: -len(INDEX_SUFFIX)] in copies:
             continue  # counted with its shard copy
-        index = copies.get(name + _INDEX)
+        index = copies.get(name + INDEX_SUFFIX)
         if index is None:
             entries.append((used, size, (name,)))
         else:
-            entries.append((used, size + index[1], (name, name + _INDEX)))
+            entries.append((used, size + index[1], (name, name + INDEX_SUFFIX)))
     return entries
 
 

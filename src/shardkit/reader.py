@@ -316,7 +316,7 @@ def _sliced_samples(
 ) -> Iterator[dict[str, Any]]:
     """The samples of a mapped tar shard as slices, from its index's member table; pages
     behind the reader leave the resident set as in :func:`_mapped_samples`."""
-    from .formats.members import slice_samples, verify_members
+    from .formats.members import check_end, slice_samples, verify_members
 
     offsets, total = table.offsets, len(table.offsets)
     verified = table.verified
@@ -325,11 +325,14 @@ def _sliced_samples(
         # pass of this process), then their pages are let go
         step = max(1, total * _SLICED // max(len(mapped), 1))
         released = 0
+        if not verified and not total:  # an index of no sample: the shard holds none
+            check_end(mapped, table, url=url)
         for first in range(0, total, step):
             last = min(first + step, total)
             if not verified:
                 verify_members(mapped, table, first, last, url=url)
                 if last == total:  # every sample checked: said before the last are read
+                    check_end(mapped, table, url=url)
                     table.verified = True  # (a Loader's worker tells its parent then)
             yield from slice_samples(mapped, table, first, last, url=url, copy=copy)
             if last < total and _DONTNEED is not None:

@@ -218,6 +218,92 @@ def test_a_lying_member_table_is_refused_naming_the_shard(
     assert caught.value.url == url
 
 
+def _index(shard: str) -> dict[str, Any]:
+    with open(shard + ".idx") as f:
+        doc: dict[str, Any] = json.load(f)
+    return doc
+
+
+def _put_index(shard: str, doc: dict[str, Any]) -> None:
+    with open(shard + ".idx", "w") as f:
+        json.dump(doc, f)
+
+
+def _refused(folder: Path, url: str, message: str) -> None:
+    """A read of ``folder`` by its tables refuses what a parse would not give, naming
+    ``url``."""
+    with pytest.raises(FormatError, match=message) as caught:
+        list(Dataset(str(folder)))
+    assert caught.value.url == url
+
+
+def test_a_table_whose_key_a_parse_would_split_elsewhere_is_refused(tmp_path: Path) -> None:
+    """A member ``dir/a.b.txt`` is key ``dir/a`` with field ``b.txt`` to a parse; an index
+    that calls it key ``dir/a.b`` with field ``txt`` matches its header name byte for byte,
+    and would re-key the sample; so would a key whose last part starts with a dot."""
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    with ShardWriter(str(folder / "shard-%06d.tar"), encode=False) as out:
+        out.write({"__key__": "dir/a", "b.txt": b"x" * 10})
+        out.write({"__key__": "dir/c", "txt": b"y"})
+    (shard,) = _shards(folder)
+    honest = _index(shard)
+    assert [s["__key__"] for s in Dataset(str(folder))] == ["dir/a", "dir/c"]
+    for key, ext in [("dir/a.b", "txt"), ("dir/.a", "b.txt")]:
+        doc = json.loads(json.dumps(honest))
+        doc["keys"][0] = key
+        doc["members"]["layouts"][0] = [ext]
+        _put_index(shard, doc)
+        _refused(folder, shard + ".idx", "is not what its members' names give")
+
+
+def test_a_table_that_leaves_out_a_sample_is_refused(indexed: Path) -> None:
+    """An index listing samples 0 and 2 of a shard (sample 1 dropped, every other field
+    consistent) would read two samples where the shard holds three."""
+    shard = _shards(indexed)[0]
+    doc = _index(shard)
+    members = doc["members"]
+    layout = array("H", base64.b64decode(members["layout"]))
+    sizes = _sizes(members)
+    counts = [len(members["layouts"][n]) for n in layout]
+    first = sum(counts[:1])
+    del sizes[first : first + counts[1]]
+    del layout[1]
+    members["layout"] = base64.b64encode(layout.tobytes()).decode()
+    _set_sizes(members, sizes)
+    for field in ("keys", "offsets", "sizes"):
+        del doc[field][1]
+    _put_index(shard, doc)
+    _refused(indexed, shard + ".idx", "sample 1 .* does not start where sample 0 ends")
+
+
+def test_a_shard_that_goes_on_after_its_index_is_refused(indexed: Path) -> None:
+    """A member appended after the last sample (the end blocks moved after it, the
+    index's size edited to match) is a sample to a parse, left out by the table."""
+    shard = _shards(indexed)[0]
+    doc = _index(shard)
+    end = doc["offsets"][-1] + doc["sizes"][-1]
+    extra = tmp = Path(shard).parent / "extra"
+    tmp.mkdir()
+    with ShardWriter(str(tmp / "x-%06d.tar"), encode=False) as out:
+        out.write({"__key__": "dir/zz", "txt": b"appended"})
+    (added,) = _shards(extra)
+    with open(added, "rb") as f:
+        member = f.read(1024)  # its header and data block
+    shutil.rmtree(extra)
+    with open(shard, "r+b") as f:
+        f.seek(end)
+        tail = f.read()
+        f.seek(end)
+        f.write(member + tail)
+    doc["bytes"] += len(member)
+    _put_index(shard, doc)
+    _refused(indexed, shard, "goes on after its index's last sample")
+    bare = Path(shard).parent.parent / "bare.tar"
+    shutil.copyfile(shard, bare)  # no index beside it: parsed
+    assert "dir/zz" in [s["__key__"] for s in Dataset(str(bare))]
+
+
 def test_a_shard_rewritten_at_the_same_size_is_caught_by_its_bytes(
     indexed: Path, tmp_path: Path
 ) -> None:

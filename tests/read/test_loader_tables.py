@@ -6,6 +6,7 @@ no header parsed and no table checked again; a shard changed since is read afres
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -75,6 +76,42 @@ def test_an_index_table_is_checked_against_its_shard_once(
     _refuse_checks(monkeypatch)
     refuse_parsing(monkeypatch)
     assert _keys(loader) == KEYS
+
+
+def test_a_folder_counted_by_its_manifest_gets_its_tables_from_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build's folder: the manifest gives the counts, so the loader's process loads no
+    index; the workers that load and check each one send the table itself, and the next
+    epoch's workers load none."""
+    from shardkit.pipeline import _idxfiles
+
+    folder = _write(tmp_path / "ds")
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump(
+            {
+                "shards": [
+                    {"url": f"shard-{i:06d}.tar", "samples": n} for i, n in enumerate([10, 10, 3])
+                ]
+            },
+            f,
+        )
+    loaded: list[str] = []
+    real = _idxfiles.read_index
+    monkeypatch.setattr(
+        _idxfiles, "read_index", lambda url, *a: loaded.append(url) or real(url, *a)
+    )
+    loader = _loader(Dataset(folder), 4)
+    assert _keys(loader) == KEYS
+    assert loaded == []  # the counts came from the manifest
+    _refuse_checks(monkeypatch)
+    refuse_parsing(monkeypatch)
+    monkeypatch.setattr(_idxfiles, "read_index", _refuse_loading)
+    assert _keys(loader) == KEYS
+
+
+def _refuse_loading(*args: Any) -> None:
+    raise AssertionError("an index was loaded again")
 
 
 def test_a_mix_under_a_loader_keeps_each_sources_tables(

@@ -9,9 +9,9 @@ from typing import Any
 from .._temporary import is_temporary, temporary_prefix
 from ..digest import entry_digest
 from ..errors import BuildError
-from ..formats.index import INDEX_SUFFIX, index_url
+from ..formats.index import index_url
 from ..formats.manifest import encode_names
-from ..formats.names import MANIFEST_NAME, decode_name
+from ..formats.names import INDEX_SUFFIX, MANIFEST_NAME, decode_name
 from ..formats.record import ShardRecord
 from ._journal import JOURNAL_DIR, JOURNAL_NAME, LOCK_NAME, Journal
 from ._manifest import read_manifest

@@ -38,11 +38,10 @@ from ._tarparse import Buffer
 from .jsondoc import load_json
 from .limits import MAX_MEMBER_SIZE, MAX_RECORD_LENGTH
 from .members import MemberTable
-from .names import Format, decode_name, encode_name
+from .names import INDEX_SUFFIX, Format, decode_name, encode_name
 from .tfrecord import RECORD_OVERHEAD
 
 __all__ = [
-    "INDEX_SUFFIX",
     "ShardIndex",
     "check_index",
     "check_key",
@@ -54,7 +53,6 @@ __all__ = [
     "renamed_index",
 ]
 
-INDEX_SUFFIX = ".idx"
 _FORMAT = "shardkit.index"
 
 

@@ -32,6 +32,7 @@ import base64
 import bisect
 import functools
 import itertools
+import re
 import sys
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -48,6 +49,7 @@ from .names import decode_name, encode_name
 __all__ = [
     "MemberTable",
     "TableBuilder",
+    "check_end",
     "sample_members",
     "slice_samples",
     "table_sample",
@@ -57,8 +59,11 @@ __all__ = [
 #: Fields of a sample dict that no member may fill.
 RESERVED = frozenset({"__key__", "__url__", "__offset__"})
 _HEAD = ("__key__", "__url__", "__offset__")
+_ZERO_BLOCK = bytes(BLOCK)
 _MAX_SIZE = 0xFFFFFFFF  # a member size the table holds (uint32)
 _MAX_LAYOUTS = 0xFFFF  # distinct layouts in one table (uint16)
+# In keys each followed by NUL: one that split_name would not give back from KEY.EXT.
+_BAD_KEY = re.compile(r"\.[^\0/]*\0|(?:^|[\0/])\0")  # a dot in the last part, or no last part
 
 
 class MemberTable:
@@ -74,6 +79,7 @@ class MemberTable:
         # What :meth:`prepare` keeps, all a reader needs of the index (compact: arrays, and
         # the keys as one string, so that a cached table holds few Python objects)
         self.shard_bytes = 0
+        self.end = 0  # where the last sample ends
         self.offsets = array("q")  # per sample: its span's offset
         self.data = array("q")  # per member: its data's shard offset
         self.first = array("q")  # per sample: its first member; one past the last at the end
@@ -154,6 +160,12 @@ class MemberTable:
         if self.first:
             return  # prepared before
         self.check(len(offsets), url=url)
+        # Each key the one its members' names give, as a parse would (a key whose last
+        # part holds a dot would split a member name elsewhere: another key, other fields).
+        joined = "\0".join(keys) + "\0" if keys else ""
+        if joined.count("\0") != len(keys) or _BAD_KEY.search(joined):
+            key = next(k for k in keys if "\0" in k or split_name(k + ".x") != (k, "x"))
+            raise bad(f"key {key!r} is not what its members' names give (the tar naming rule)")
         # No Python per member: each member takes a header block and its padded data;
         # the running total of those, shifted to each sample's offset, is where its data
         # starts, and each sample's members must add up to its span.
@@ -170,9 +182,15 @@ class MemberTable:
             raise bad(
                 f"the members of sample {i} do not fill its span ({spans[i]} bytes at {offsets[i]})"
             )
-        shifts = map(sub, offsets, at_first)  # per sample: its offset less blocks before it
-        shift = itertools.chain.from_iterable(map(repeat, shifts, per_sample))
-        data = array("q", map(add, map(add, total[:-1], shift), repeat(BLOCK)))
+        # The samples back to back from byte 0, as a parse finds them: a table is written
+        # only for a shard of plain members, and a gap would hide a sample the stream has.
+        sample_at = array("q", offsets)
+        if sample_at != at_first[:-1]:
+            pairs = enumerate(zip(sample_at, at_first[:-1], strict=True))
+            i = next(i for i, (a, b) in pairs if a != b)
+            where = f"where sample {i - 1} ends" if i else "at the shard's first byte"
+            raise bad(f"sample {i} (at {sample_at[i]}) does not start {where}")
+        data = array("q", map(add, total[:-1], repeat(BLOCK)))
         layout = self.layout
         starts = [0, *itertools.compress(itertools.count(1), map(ne, layout[1:], layout))]
         starts = starts if layout else []
@@ -180,8 +198,9 @@ class MemberTable:
         self.runs = [(a, b, self.layout[a]) for a, b in itertools.pairwise(bounds)]
         self.run_starts = starts
         self.data, self.first = data, first
-        self.offsets, self.shard_bytes = array("q", offsets), shard_bytes
-        self._keys = "\0".join(keys) + "\0" if keys else ""
+        self.offsets, self.shard_bytes = sample_at, shard_bytes
+        self.end = at_first[-1]  # where the last sample ends
+        self._keys = joined
         lengths = map(add, map(len, keys), repeat(1))
         self._key_at = array("q", itertools.accumulate(lengths, initial=0))
 
@@ -319,6 +338,22 @@ def _layout(exts: Sequence[str]) -> tuple[str, ...] | None:
     if len(set(lower)) != len(lower) or RESERVED.intersection(lower):
         return None
     return lower
+
+
+def check_end(buffer: Buffer, table: MemberTable, *, url: str) -> None:
+    """FormatError (naming the shard) unless the table's last sample ends the archive: the
+    shard ends there, or an end-of-archive block follows. A member after it would be more
+    samples to a parse, and dropped by a read by the table (an index that lies by leaving
+    samples out, its shard size edited to match)."""
+    end = table.end
+    after = buffer[end : end + BLOCK]
+    if len(after) and after != _ZERO_BLOCK:
+        raise FormatError(
+            f"the shard goes on after its index's last sample (at {end}), with no end of "
+            "archive there (stale index?); run `shardkit index` again",
+            url=url,
+            offset=end,
+        )
 
 
 def verify_members(

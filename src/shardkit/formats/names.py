@@ -37,6 +37,7 @@ from ..errors import ConfigError
 __all__ = [
     "FORMATS",
     "GZIP_SUFFIX",
+    "INDEX_SUFFIX",
     "MANIFEST_NAME",
     "MAX_PATTERN_WIDTH",
     "MEGATRON_SUFFIX",
@@ -60,6 +61,7 @@ __all__ = [
 Format = Literal["tar", "tfrecord"]
 FORMATS: tuple[Format, ...] = ("tar", "tfrecord")
 
+INDEX_SUFFIX = ".idx"  # a shard's index lies beside it: its name + this
 MANIFEST_NAME = "manifest.json"
 
 TEMPORARY_MARK = ".tmp-"

@@ -21,7 +21,6 @@ from typing import Any, Literal, TypeVar, cast
 from .. import storage
 from ..errors import ConfigError, FormatError, StorageError
 from ..formats.index import (
-    INDEX_SUFFIX,
     ShardIndex,
     check_index,
     check_shard_size,
@@ -29,6 +28,7 @@ from ..formats.index import (
     prepared_members,
 )
 from ..formats.members import MemberTable
+from ..formats.names import INDEX_SUFFIX
 from ..formats.tar import TableNotes
 from ..storage import LOCAL, Access, StorageOptions
 
@@ -48,10 +48,12 @@ _Kept = TypeVar("_Kept")
 # An index cache entry: (stamp of the shard and index files, member table, sample count)
 # (a table that fails its check against the index's spans is kept as that FormatError)
 _Entry = tuple[object, _Table | FormatError | None, int | None]
-#: What a Loader's worker sends its parent of a shard it read: (url, stamp, the notes of
-#: the table its parse found, the index's sample count or None), or (url, stamp, None,
-#: None) when it checked the shard's index table against its bytes; see IndexCache.ship.
-Shipped = tuple[str, object, TableNotes | None, int | None]
+#: What a Loader's worker sends its parent of a shard it read: (url, stamp, what it
+#: learnt, the index's sample count or None): the notes of the table its parse found;
+#: None, when it checked the index table the parent holds against the shard's bytes; or
+#: the index table it loaded itself (the parent holds none) and checked; see
+#: IndexCache.ship.
+Shipped = tuple[str, object, TableNotes | MemberTable | None, int | None]
 
 Sizes = Sequence[int | None] | Literal["stat"] | None
 """Shard sizes to check indexes against: one per URL (None: ask the storage), ``"stat"``
@@ -213,7 +215,10 @@ class IndexCache:
         self._missed: dict[str, object] = {}  # url -> stamp, of shards read without a table
         self._read: dict[str, object] = {}  # url -> stamp, of shards parsed once already
         self._shipped: list[Shipped] | None = None  # a Loader worker's notes (ship())
-        self._checking: dict[str, tuple[object, MemberTable]] = {}  # tables to tell verified
+        # A shipping worker's index tables not yet checked against their shard's bytes:
+        # (stamp, table, loaded here: the parent does not hold it)
+        self._checking: dict[str, tuple[object, MemberTable, bool]] = {}
+        self._loaded: set[str] = set()  # urls whose index this process loaded itself
 
     def ship(self) -> None:
         """Note the table of each shard read without one at its first parse, and hold the
@@ -222,15 +227,18 @@ class IndexCache:
         those shards; a worker process lives one epoch, and reads a shard once)."""
         if self._shipped is None:
             self._shipped = []
+            self._loaded = set()  # what this process held at its start, its parent holds
 
     def shipped(self) -> list[Shipped]:
         """The notes held since the last call (see :meth:`ship`), and the index tables
         checked against their shard's bytes since (as ``(url, stamp, None, None)``)."""
-        for url, (stamp, table) in list(self._checking.items()):
+        for url, (stamp, table, loaded) in list(self._checking.items()):
             if table.verified:
                 del self._checking[url]
                 if self._shipped is not None:
-                    self._shipped.append((url, stamp, None, None))
+                    entry = self._entries.get(url)
+                    count = entry[2] if entry is not None and entry[0] == stamp else None
+                    self._shipped.append((url, stamp, table if loaded else None, count))
         if not self._shipped:
             return []
         out, self._shipped = self._shipped, []
@@ -241,12 +249,16 @@ class IndexCache:
         processes forked from this one; a shard changed since (its stamp) is left out."""
         for url, stamp, notes, count in shipped:
             entry = self._entries.get(url)
-            if notes is None:  # the worker checked this index's table against the bytes
-                if entry is not None and entry[0] == stamp and isinstance(entry[1], MemberTable):
-                    entry[1].verified = True
+            held = entry if entry is not None and entry[0] == stamp else None
+            if notes is None or isinstance(notes, MemberTable):  # an index table checked
+                if held is not None and isinstance(held[1], MemberTable):
+                    held[1].verified = True  # against the bytes (this one's, or the same)
+                elif held is None and notes is not None:  # (one the worker loaded itself)
+                    notes.verified = True
+                    self._keep(url, (stamp, notes, count))
             elif not isinstance(notes, TableNotes):
                 raise TypeError(f"adopt() takes a worker's table notes, not {notes!r}")
-            elif entry is None or entry[0] != stamp or entry[1] is None:
+            elif held is None or held[1] is None:
                 self._keep(url, (stamp, notes.table(), count))
 
     def __getstate__(self) -> dict[str, Any]:
@@ -272,7 +284,9 @@ class IndexCache:
         if table is None and path is not None:  # a table its parse finds is kept
             self._missed[url] = stamp
         elif self._shipped is not None and isinstance(table, MemberTable) and not table.verified:
-            self._checking[url] = (stamp, table)  # its check against the bytes is shipped
+            # its check against the bytes is shipped, with the table where the parent has
+            # none (counts from a manifest: the parent loaded no index)
+            self._checking[url] = (stamp, table, url in self._loaded)
         return cast("MemberTable | None", table)
 
     def has_room(self, url: str) -> bool:
@@ -320,6 +334,7 @@ class IndexCache:
         index = load_index(url, storage_options=access, size=size, source=source)
         if index is None:
             return path, stamp, None
+        self._loaded.add(url)
         try:
             table: _Table | FormatError | None = prepared_members(index, url=index_url(url))
         except FormatError as exc:  # the count stands; reading the shard refuses it

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, FormatError
-from ..formats.index import INDEX_SUFFIX
 from ..formats.megatron import check_bin_size, parse_index
+from ..formats.names import INDEX_SUFFIX
 from ..formats.tar import buffer_samples
 from ..formats.tokens import decode_group
 from ..storage import is_local, local_path, open_regular

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import storage
 from ..errors import ConfigError, FormatError, StorageError
-from ..formats.index import INDEX_SUFFIX, ShardIndex, index_url, indexed_sample
+from ..formats.index import ShardIndex, index_url, indexed_sample
 from ..formats.members import MemberTable, TableBuilder
-from ..formats.names import Format
+from ..formats.names import INDEX_SUFFIX, Format
 from ..formats.tar import read_exact
 from ..storage import Access, StorageOptions
 from ._settings import ToolOptions, ToolRun
