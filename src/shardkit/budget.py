@@ -31,6 +31,10 @@ kind               default        what it bounds
 ``record``         256 MiB        a TFRecord record, read whole (a gzip stream inflates
                                   one from a few hundred KB) and written (so what a
                                   writer writes, a reader reads back)
+``member``         1 GiB          a tar member, read whole (a ``.tar.gz`` or a remote
+                                  stream inflates or sends it; a mapped local shard
+                                  copies it with ``copy=True``) and written; refused
+                                  from its header, before a byte of it is read
 ``document``       512 MiB        a JSON document read whole
 ``json_depth``     128            the nesting of containers in such a document
 =================  =============  ======================================================
@@ -69,6 +73,7 @@ LIMITS: dict[str, Limit] = {
     "cell": Limit(1 << 16, "bytes", "a list cell's values"),
     "row": Limit(16 << 20, "bytes", "a row of a JSONL list (a line)"),
     "record": Limit(256 << 20, "bytes", "a TFRecord record held whole"),
+    "member": Limit(1 << 30, "bytes", "a tar member held whole"),
     "file_cell": Limit(1 << 30, "bytes", "a bytes cell of a list (a sample's file)"),
     "document": Limit(512 << 20, "bytes", "a JSON document read whole"),
     "json_depth": Limit(128, "levels", "the nesting of a JSON document"),
