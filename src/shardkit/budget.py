@@ -35,6 +35,9 @@ kind               default        what it bounds
                                   stream inflates or sends it; a mapped local shard
                                   copies it with ``copy=True``) and written; refused
                                   from its header, before a byte of it is read
+``expanded``       1 GiB          a field once inflated: a ``.gz`` field gunzipped (counted
+                                  as it inflates), the members an npz or ``torch.save``
+                                  zip declares (numpy and torch allocate them)
 ``document``       512 MiB        a JSON document read whole
 ``json_depth``     128            the nesting of containers in such a document
 =================  =============  ======================================================
@@ -74,6 +77,7 @@ LIMITS: dict[str, Limit] = {
     "row": Limit(16 << 20, "bytes", "a row of a JSONL list (a line)"),
     "record": Limit(256 << 20, "bytes", "a TFRecord record held whole"),
     "member": Limit(1 << 30, "bytes", "a tar member held whole"),
+    "expanded": Limit(1 << 30, "bytes", "a field's bytes once inflated (.gz, npz, .pth)"),
     "file_cell": Limit(1 << 30, "bytes", "a bytes cell of a list (a sample's file)"),
     "document": Limit(512 << 20, "bytes", "a JSON document read whole"),
     "json_depth": Limit(128, "levels", "the nesting of a JSON document"),

@@ -142,3 +142,34 @@ def test_the_writers_refuse_what_the_readers_would(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("SHARDKIT_MAX_MEMBER", "1001B")
     assert tar.tar_chunks("k", [("bin", bytes(1001))])[1] == 512 + 1024
     assert read_tar(tar.encode_sample(sample) + tar.END_OF_ARCHIVE)[0]["bin"] == bytes(1001)
+
+
+# --------------------------------------------------------------------------- expanded fields
+
+
+def test_a_gz_field_and_an_npz_are_bounded_by_the_budgets_expanded_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A field is decoded whole once inflated: a ``.gz`` field (counted as it inflates)
+    and the members an npz declares go through ``expanded`` (they had a 2 GiB constant
+    of their own, outside the budget)."""
+    import gzip
+
+    import numpy as np
+
+    from shardkit.codecs import Decoder
+    from shardkit.errors import DecodeLimitError
+
+    data = bytes(2 << 20)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, a=np.zeros(2 << 20, np.uint8))
+    sample = {"__key__": "k", "bin.gz": gzip.compress(data, mtime=0), "npz": buffer.getvalue()}
+    decoded = Decoder()(dict(sample))
+    assert decoded["bin.gz"] == data and decoded["npz"]["a"].size == 2 << 20
+    monkeypatch.setenv("SHARDKIT_MAX_EXPANDED", "1MiB")
+    for field in ("bin.gz", "npz"):
+        with pytest.raises(DecodeLimitError, match="SHARDKIT_MAX_EXPANDED raises it") as info:
+            Decoder(only=field)(dict(sample))
+        assert info.value.key == "k" and "\n" not in str(info.value)
+    mine = Decoder(max_gunzip_size=2 << 20, only="bin.gz")  # the caller's limit instead
+    assert mine(dict(sample))["bin.gz"] == data
