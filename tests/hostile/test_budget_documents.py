@@ -53,3 +53,24 @@ def test_a_journal_line_is_read_no_further_than_the_variable(tmp_path: Path) -> 
     )
     assert result["records"] == [{"journal": 1}, {"task": 2}]
     assert result["peak_mb"] < 150, result
+
+
+_MANIFEST = """
+from shardkit.builder._manifest import read_manifest
+from shardkit.builder._store import LocalStore
+result["manifest"] = read_manifest(LocalStore({out!r}))
+"""
+
+
+def test_a_huge_manifest_in_the_output_is_not_read_whole(tmp_path: Path) -> None:
+    """The build reads the output's manifest (to resume or append) through the store: a
+    300 MB one was read whole before its parse refused it; now one byte past the limit."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / "manifest.json", "wb") as f:
+        f.write(b'{"shardkit_manifest": "' + b"x" * (300 << 20) + b'"}')
+    result = run_measured(
+        _MANIFEST.format(out=str(out)), env={"SHARDKIT_MAX_DOCUMENT": "1MiB"}, timeout=120
+    )
+    assert result["manifest"] is None  # over the limit: not ours, as before
+    assert result["peak_mb"] < 150, result
