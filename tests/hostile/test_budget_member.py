@@ -173,3 +173,41 @@ def test_a_gz_field_and_an_npz_are_bounded_by_the_budgets_expanded_limit(
         assert info.value.key == "k" and "\n" not in str(info.value)
     mine = Decoder(max_gunzip_size=2 << 20, only="bin.gz")  # the caller's limit instead
     assert mine(dict(sample))["bin.gz"] == data
+
+
+_URL_INPUT = """
+from shardkit.builder._inputs import _read_url
+from shardkit.errors import LimitError
+try:
+    _read_url({url!r}, 0, {{}})
+except LimitError as exc:
+    result["error"] = str(exc)
+"""
+
+
+def test_a_build_input_read_by_url_is_bounded_by_the_member_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file a build packs becomes a member: one read by URL (a listing with no size)
+    was read whole, whatever its size, and the writer refused it only after; now read to
+    one byte past the member limit (a listed size over it: refused before opening)."""
+    from shardkit.builder._inputs import _read_url
+    from shardkit.errors import LimitError
+
+    path = tmp_path / "big.bin"
+    path.write_bytes(bytes(300 << 20))
+    url = path.as_uri()
+    result = run_measured(
+        _URL_INPUT.format(url=url), env={"SHARDKIT_MAX_MEMBER": "1MiB"}, timeout=120
+    )
+    assert result["error"] == (
+        f"{url}: a file to pack: 1,048,577 bytes declared, over the limit of 1,048,576 bytes "
+        "for a tar member held whole (SHARDKIT_MAX_MEMBER raises it)"
+    )
+    assert result["peak_mb"] < 150, result
+    monkeypatch.setenv("SHARDKIT_MAX_MEMBER", "1MiB")
+    with pytest.raises(LimitError, match="314,572,800 bytes declared"):
+        _read_url(url + ".gone", 300 << 20, {})  # the listed size: refused before opening
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"x" * (1 << 20))
+    assert _read_url(small.as_uri(), 0, {}) == b"x" * (1 << 20)
