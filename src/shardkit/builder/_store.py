@@ -203,7 +203,8 @@ class LocalStore:
     def read_bytes(self, name: str) -> bytes | None:
         try:
             with storage.open_regular(self.join(name)) as f:  # a FIFO planted there: refused
-                return f.read(_document_end())
+                # read(n) reserves n bytes up front: no more than the file holds
+                return f.read(min(os.fstat(f.fileno()).st_size + 1, _document_end()))
         except FileNotFoundError:
             return None
 
