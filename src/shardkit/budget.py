@@ -8,6 +8,12 @@ declares. A size over its limit is refused with a :class:`~shardkit.errors.Limit
 (a data error: ``handler=`` policies see it, the CLI prints one ``Error:`` line) naming
 what was refused, the size declared, the limit and the variable that raises it.
 
+The ``member`` default (1 GiB) is ``file_cell``'s: a member is one file of a sample, what
+a build packs from a list's bytes cell, so what a build accepts a reader reads back; it
+is half the 2 GiB that was allowed before it was a budget (a ``.tar.gz`` of 2 MB then made
+each reader hold 2 GiB), and over the few hundred MB of a video clip. A TFRecord record
+holds a whole sample and is read at once from a stream, hence its lower 256 MiB.
+
 Each limit is here once, in :data:`LIMITS`; ``SHARDKIT_MAX_<KIND>`` (read by
 :func:`shardkit.config.limit_setting`) raises or lowers it for a process, where a
 legitimate file can be over it (a 4-hour recording, an 8K clip of 256 frames). Each
