@@ -216,7 +216,13 @@ def read_shard(
                 yield from _mapped_records(records, url, handler, verify, length)
                 return
         if mapped is not None:
-            if members is not None and members.shard_bytes == len(mapped):
+            from .formats.tar import member_limit
+
+            if (
+                members is not None
+                and members.shard_bytes == len(mapped)
+                and members.largest <= member_limit(max_member_size)
+            ):  # else parsed: a member over the limit is refused as the parse refuses it
                 yield from _sliced_samples(mapped, members, url, handler, copy)
                 return
             yield from _mapped_samples(mapped, url, handler, max_member_size, copy, on_table)

@@ -211,3 +211,31 @@ def test_a_build_input_read_by_url_is_bounded_by_the_member_limit(
     small = tmp_path / "small.bin"
     small.write_bytes(b"x" * (1 << 20))
     assert _read_url(small.as_uri(), 0, {}) == b"x" * (1 << 20)
+
+
+def test_a_member_table_is_no_way_around_the_member_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index's member table lets a reader slice a local shard with no header parsed:
+    it slices only when the table's largest member is within the limit, else it parses,
+    and the parse refuses that member as it refuses it without a table."""
+    import shardkit
+    from shardkit.formats.index import ShardIndex, prepared_members
+    from shardkit.reader import read_shard
+
+    data = bytes(range(256)) * 8192  # 2 MiB
+    with shardkit.ShardWriter(str(tmp_path / "s-%06d.tar")) as writer:
+        writer.write({"__key__": "a", "txt": b"x"})
+        writer.write({"__key__": "k", "bin": data})
+    shard = str(tmp_path / "s-000000.tar")
+    index = ShardIndex.from_json(Path(shard + ".idx").read_bytes(), url=shard + ".idx")
+    table = prepared_members(index, url=shard + ".idx")
+    assert table is not None and table.largest == len(data)
+    assert [s["__key__"] for s in read_shard(shard, members=table)] == ["a", "k"]
+    assert shardkit.IndexedDataset(shard)[1]["bin"] == data
+    monkeypatch.setenv("SHARDKIT_MAX_MEMBER", "1MiB")
+    with pytest.raises(FormatLimitError, match=r"tar member 'k\.bin'.*SHARDKIT_MAX_MEMBER"):
+        list(read_shard(shard, members=table))
+    with pytest.raises(FormatLimitError, match=r"tar member 'k\.bin'.*SHARDKIT_MAX_MEMBER"):
+        shardkit.IndexedDataset(shard)[1]
+    assert shardkit.IndexedDataset(shard)[0]["txt"] == b"x"

@@ -56,7 +56,16 @@ from ..handlers import Handler, reraise
 from ._io import read_exact
 from ._tarderive import TableNotes
 from ._targroup import Grouping, buffer_samples, iter_samples, span_sample
-from ._tarparse import BLOCK, DIRECTORY, REGULAR_TYPES, Buffer, RawMember, TarScanner, Write
+from ._tarparse import (
+    BLOCK,
+    DIRECTORY,
+    REGULAR_TYPES,
+    Buffer,
+    RawMember,
+    TarScanner,
+    Write,
+    member_limit,
+)
 from ._tarrules import SAME_KEY, check_key_order, odd_member, split_name
 from ._tarwrite import END_OF_ARCHIVE, Members, TarWriter, encode_sample, tar_chunks, tar_sample
 
@@ -78,6 +87,7 @@ __all__ = [
     "encode_sample",
     "iter_members",
     "iter_samples",
+    "member_limit",
     "read_exact",
     "safe_member_path",
     "span_sample",
