@@ -8,6 +8,12 @@ declares. A size over its limit is refused with a :class:`~shardkit.errors.Limit
 (a data error: ``handler=`` policies see it, the CLI prints one ``Error:`` line) naming
 what was refused, the size declared, the limit and the variable that raises it.
 
+The ``member`` default (1 GiB) is ``file_cell``'s: a member is one file of a sample, what
+a build packs from a list's bytes cell, so what a build accepts a reader reads back; it
+is half the 2 GiB that was allowed before it was a budget (a ``.tar.gz`` of 2 MB then made
+each reader hold 2 GiB), and over the few hundred MB of a video clip. A TFRecord record
+holds a whole sample and is read at once from a stream, hence its lower 256 MiB.
+
 Each limit is here once, in :data:`LIMITS`; ``SHARDKIT_MAX_<KIND>`` (read by
 :func:`shardkit.config.limit_setting`) raises or lowers it for a process, where a
 legitimate file can be over it (a 4-hour recording, an 8K clip of 256 frames). Each
@@ -31,6 +37,13 @@ kind               default        what it bounds
 ``record``         256 MiB        a TFRecord record, read whole (a gzip stream inflates
                                   one from a few hundred KB) and written (so what a
                                   writer writes, a reader reads back)
+``member``         1 GiB          a tar member, read whole (a ``.tar.gz`` or a remote
+                                  stream inflates or sends it; a mapped local shard
+                                  copies it with ``copy=True``) and written; refused
+                                  from its header, before a byte of it is read
+``expanded``       1 GiB          a field once inflated: a ``.gz`` field gunzipped (counted
+                                  as it inflates), the members an npz or ``torch.save``
+                                  zip declares (numpy and torch allocate them)
 ``document``       512 MiB        a JSON document read whole
 ``json_depth``     128            the nesting of containers in such a document
 =================  =============  ======================================================
@@ -69,6 +82,8 @@ LIMITS: dict[str, Limit] = {
     "cell": Limit(1 << 16, "bytes", "a list cell's values"),
     "row": Limit(16 << 20, "bytes", "a row of a JSONL list (a line)"),
     "record": Limit(256 << 20, "bytes", "a TFRecord record held whole"),
+    "member": Limit(1 << 30, "bytes", "a tar member held whole"),
+    "expanded": Limit(1 << 30, "bytes", "a field's bytes once inflated (.gz, npz, .pth)"),
     "file_cell": Limit(1 << 30, "bytes", "a bytes cell of a list (a sample's file)"),
     "document": Limit(512 << 20, "bytes", "a JSON document read whole"),
     "json_depth": Limit(128, "levels", "the nesting of a JSON document"),

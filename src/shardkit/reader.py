@@ -16,8 +16,10 @@ read as a stream.
 
 Untrusted shards are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError` (or a subclass), members and records are read
-whole only up to ``max_member_size`` (2 GiB by default; the header says the size before
-anything is read), and a gzipped shard is decompressed as a stream, never whole. Once
+whole only up to the budget's ``member`` and ``record`` limits (:mod:`shardkit.budget`:
+1 GiB and 256 MiB by default, ``SHARDKIT_MAX_MEMBER`` and ``SHARDKIT_MAX_RECORD`` raise
+them) or ``max_member_size`` where it is given (the header says the size before anything
+is read), and a gzipped shard is decompressed as a stream, never whole. Once
 the samples are read, the rest of a gzip stream (a few KiB of tar padding) is read too,
 so that its CRC and length are checked.
 """
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from . import storage
 from .errors import DataError, FormatError
-from .formats.limits import MAX_MEMBER_SIZE
+from .formats.limits import MAX_RECORD_LENGTH
 from .formats.manifest import ManifestContents, parse_manifest
 from .formats.names import Format, format_from_name
 from .handlers import Handler, reraise
@@ -75,12 +77,12 @@ def iter_stream_samples(
     format: Format = "tar",
     handler: Handler = reraise,
     verify: bool = True,
-    max_member_size: int = MAX_MEMBER_SIZE,
+    max_member_size: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Samples of one already-open, already-decompressed shard stream.
 
-    ``max_member_size`` bounds a tar member or a TFRecord record (see
-    :func:`shardkit.formats.tar.iter_members`).
+    ``max_member_size`` bounds a tar member (in place of the budget's ``member`` limit)
+    or a TFRecord record (see :func:`shardkit.formats.tar.iter_members`).
     """
     if format == "tar":
         from .formats.tar import iter_samples
@@ -89,7 +91,8 @@ def iter_stream_samples(
         return
     from .formats.tfrecord import iter_records
 
-    records = iter_records(stream, url=url, verify=verify, max_record_length=max_member_size)
+    length = MAX_RECORD_LENGTH if max_member_size is None else max_member_size
+    records = iter_records(stream, url=url, verify=verify, max_record_length=length)
     for _, sample in _record_samples(records, url, handler):
         yield sample
 
@@ -121,7 +124,7 @@ def iter_shard_samples(
     gzipped: bool | None = None,
     handler: Handler = reraise,
     verify: bool = True,
-    max_member_size: int = MAX_MEMBER_SIZE,
+    max_member_size: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Samples of one opened shard stream, as :func:`read_shard` yields them.
 
@@ -161,7 +164,7 @@ def read_shard(
     handler: Handler = reraise,
     verify: bool = True,
     storage_options: Access | StorageOptions | None = None,
-    max_member_size: int = MAX_MEMBER_SIZE,
+    max_member_size: int | None = None,
     cache_dir: str | None = None,
     cache_limit: int | None = None,
     copy: bool = True,
@@ -173,7 +176,8 @@ def read_shard(
     Structural errors (truncation, bad checksums, corrupt gzip data) are passed to
     ``handler`` too: a handler that returns True skips the rest of that shard (nothing
     after a broken record can be trusted), one that raises propagates the error. A tar
-    member or TFRecord record over ``max_member_size`` bytes is such an error.
+    member over the budget's ``member`` limit (or ``max_member_size`` bytes, where it is
+    given) or a TFRecord record over its limits is such an error.
     ``cache_dir`` / ``cache_limit``: the local copy of a remote shard, as
     :func:`shardkit.storage.open_read` keeps it (proven whole before it is kept).
 
@@ -208,10 +212,17 @@ def read_shard(
         if kind == "tfrecord" and not gz:
             records = _map_file(url, stream)  # a local file (or cache copy): sliced
             if records is not None:
-                yield from _mapped_records(records, url, handler, verify, max_member_size)
+                length = MAX_RECORD_LENGTH if max_member_size is None else max_member_size
+                yield from _mapped_records(records, url, handler, verify, length)
                 return
         if mapped is not None:
-            if members is not None and members.shard_bytes == len(mapped):
+            from .formats.tar import member_limit
+
+            if (
+                members is not None
+                and members.shard_bytes == len(mapped)
+                and members.largest <= member_limit(max_member_size)
+            ):  # else parsed: a member over the limit is refused as the parse refuses it
                 yield from _sliced_samples(mapped, members, url, handler, copy)
                 return
             yield from _mapped_samples(mapped, url, handler, max_member_size, copy, on_table)
@@ -274,7 +285,7 @@ def _mapped_samples(
     mapped: mmap.mmap,
     url: str,
     handler: Handler,
-    max_member_size: int,
+    max_member_size: int | None,
     copy: bool,
     on_table: Callable[[TableNotes], object] | None = None,
 ) -> Iterator[dict[str, Any]]:

@@ -300,7 +300,7 @@ _LITERAL = re.compile(r"^\s*(?:\d[\d_]*(?:\s*<<\s*\d+)?)?\s*$")
 #: Allocations the scan accepts in a file that carries no ``# budget:`` note, with the reason.
 _BOUNDED = {
     ("formats/_tarparse.py", "grown = bytearray(min(want, max(self._chunk, 2 * held)))"): (
-        "the scanner's read buffer grows to a member whose size max_member_size checked"
+        "the scanner's read buffer grows to a member whose size the member limit checked"
     ),
 }
 

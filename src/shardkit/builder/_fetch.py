@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from .._optional import require
+from ..budget import limit
 from ..formats.limits import MAX_MEMBER_SIZE
 from ..storage import detach_loop_at_fork
 from ._sources import Item
@@ -68,9 +69,11 @@ class Download(NamedTuple):
 
 def download_limit(options: BuildOptions) -> int:
     """The most bytes one download may hold once decoded: a shard's ``max_size`` (a sample
-    larger than a whole shard is refused), and never more than a tar member may hold."""
+    larger than a whole shard is refused), and never more than a tar member may hold (the
+    budget's ``member`` limit, within :data:`~shardkit.formats.limits.MAX_MEMBER_SIZE`)."""
     size = options.max_size
-    return MAX_MEMBER_SIZE if size is None else min(MAX_MEMBER_SIZE, int(size))
+    cap = min(MAX_MEMBER_SIZE, limit("member"))
+    return cap if size is None else min(cap, int(size))
 
 
 class Downloads:

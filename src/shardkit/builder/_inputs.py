@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config, storage
+from ..budget import allow, limit
 from ..errors import DataError, StorageError
 from ._sources import Item, SampleFileError, SampleFiles
 from ._store import endpoint_options
@@ -35,13 +36,28 @@ def read_file(path: str, size: int) -> bytes:
 def _read_url(url: str, size: int, options: dict[str, Any]) -> bytes:
     from .. import storage
 
+    # the file becomes a tar member: over the member limit, it is refused from its listed
+    # size, or (size unknown) once one byte past the limit is read, never read whole
+    what = "a file to pack"
+    bound = allow("member", size, what=what, url=url) if size else limit("member")
     try:
         with storage.open_read(url, access=storage.Access(options)) as stream:
-            data = stream.read()
+            data = _read_upto(stream, bound + 1)
     except OSError as exc:
         raise DataError(f"cannot read: {exc}", url=url) from exc
+    allow("member", len(data), what=what, url=url)
     check_listed_size(data, size, url)
     return data
+
+
+def _read_upto(stream: Any, n: int) -> bytes:
+    """At most ``n`` bytes of ``stream``, in reads of at most 16 MiB: ``read(n)`` would
+    reserve ``n`` bytes up front, whatever the stream holds."""
+    parts: list[bytes] = []
+    while n > 0 and (chunk := stream.read(min(n, 1 << 24))):
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
 
 
 def check_listed_size(data: bytes, size: int, url: str) -> None:

@@ -13,15 +13,27 @@ from collections.abc import Generator
 from typing import IO, Any, Protocol
 
 from .. import storage
+from ..budget import limit
 from ..errors import BuildError, StorageError
 from ..formats.jsondoc import load_json
-from ..formats.limits import MAX_DOCUMENT_SIZE
 from ._store import ObjectStore
 
 __all__ = ["JOURNAL_DIR", "FileLog", "Log", "ObjectLog"]
 
 JOURNAL_DIR = ".shardkit-build"
 _BATCH = 1000  # journal objects per read_many on resume
+
+
+def _readline(f: IO[bytes]) -> bytes:
+    """The next journal line, read up to one byte past the budget's ``document`` limit in
+    force (``load_json`` then refuses it in its own words, having been handed no more
+    than the budget allows); the rest of a longer line is skipped, never taken for the
+    next record."""
+    line = f.readline(limit("document") + 1)
+    if line and not line.endswith(b"\n"):
+        while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+            pass
+    return line
 
 
 class Log(Protocol):
@@ -61,13 +73,13 @@ class FileLog:
             return
         with f:
             try:
-                header = load_json(f.readline(MAX_DOCUMENT_SIZE), what="the journal header")
+                header = load_json(_readline(f), what="the journal header")
             except ValueError:
                 return  # torn before the header was complete: nothing was recorded
             yield header, 0
             while True:
                 offset = f.tell()
-                line = f.readline(MAX_DOCUMENT_SIZE)
+                line = _readline(f)
                 if not line:
                     return
                 with contextlib.suppress(ValueError):  # a torn line (the last one's)
@@ -200,7 +212,7 @@ class ObjectLog:
 
 def _line_at(f: IO[bytes], offset: int) -> Any:
     f.seek(offset)
-    return load_json(f.readline(MAX_DOCUMENT_SIZE), what="a journal line")
+    return load_json(_readline(f), what="a journal line")
 
 
 def _close(f: IO[bytes] | None) -> None:

@@ -21,11 +21,13 @@ finds credentials in the usual places (``AWS_*``, ``~/.aws``, instance roles, ..
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, Protocol
 
 from .. import config, storage
+from ..budget import limit
 from ..digest import DEFAULT_HASH, digest_name
 from ..errors import StorageError
 
@@ -46,6 +48,24 @@ Matcher = Callable[[str, int, str], bool]  # (name, size, digest) -> present and
 Pending = storage.AtomicFile
 """An object being written (:class:`shardkit.storage.AtomicFile`): invisible under its
 name until ``commit()``; it counts and hashes (with the store's ``hash``) what it writes."""
+
+
+def _document_end() -> int:
+    """Where a ranged read of a small object stops: one byte past the budget's
+    ``document`` limit, which its parse refuses (one GET, never the whole of a huge one)."""
+    return limit("document") + 1
+
+
+def _cat_document(fs: Any, path: str) -> bytes:
+    """An object read up to :func:`_document_end`, in one ranged GET. S3 refuses a range
+    of an empty object as not satisfiable (EINVAL): that one is read unranged."""
+    try:
+        data: bytes = fs.cat_file(path, start=0, end=_document_end())
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        data = fs.cat_file(path)
+    return data
 
 
 class Store(Protocol):
@@ -92,7 +112,11 @@ class Store(Protocol):
 
     def open_read(self, name: str) -> BinaryIO: ...
 
-    def read_bytes(self, name: str) -> bytes | None: ...
+    def read_bytes(self, name: str) -> bytes | None:
+        """The document ``name`` (a manifest, a part's index, the journal header), or None
+        when there is none: at most one byte past the budget's ``document`` limit, which
+        its parse then refuses, so a huge file planted there is never read whole."""
+        ...
 
     def read_range(self, name: str, offset: int, length: int) -> bytes: ...
 
@@ -179,7 +203,8 @@ class LocalStore:
     def read_bytes(self, name: str) -> bytes | None:
         try:
             with storage.open_regular(self.join(name)) as f:  # a FIFO planted there: refused
-                return f.read()
+                # read(n) reserves n bytes up front: no more than the file holds
+                return f.read(min(os.fstat(f.fileno()).st_size + 1, _document_end()))
         except FileNotFoundError:
             return None
 
@@ -318,7 +343,7 @@ class ObjectStore:
     def read_bytes(self, name: str) -> bytes | None:
         try:
             with self._errors(name, "read"):
-                data: bytes = self.fs.cat_file(self.path(name))
+                data = _cat_document(self.fs, self.path(name))
         except FileNotFoundError:
             return None
         return data
@@ -352,7 +377,7 @@ class ObjectStore:
         try:
             with self._errors(name, "read"):
                 info = self.fs.info(self.path(name), refresh=True)
-                data: bytes = self.fs.cat_file(self.path(name))
+                data = _cat_document(self.fs, self.path(name))
         except FileNotFoundError:
             return None
         return data, str(info.get("ETag") or info.get("etag") or "")

@@ -41,8 +41,9 @@ uint8 ``[N, H, W, 3]`` and their timestamps) and :func:`image` (images at traini
 Untrusted fields: a :class:`Decoder` never unpickles without ``allow_pickle=True``
 (``torch.load`` runs with ``weights_only``); any field that does not decode raises
 :class:`~shardkit.errors.DecodeError`; what a field may expand to is bounded (``.gz``
-fields by ``max_gunzip_size``, npz and ``torch.save`` archives by
-:data:`MAX_EXPANDED_SIZE`, npy headers by the data that follows them, images by Pillow's
+fields and npz and ``torch.save`` archives by the budget's ``expanded`` limit,
+:data:`MAX_EXPANDED_SIZE` by default, ``SHARDKIT_MAX_EXPANDED`` to change it, or a
+Decoder's ``max_gunzip_size``; npy headers by the data that follows them, images by Pillow's
 ``MAX_IMAGE_PIXELS``: a warning past it, a DecodeError past twice it).
 
 Importing this package loads none of numpy, PIL, torch, msgpack or cbor2; each is

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from .._optional import require
+from ..budget import LIMITS, allow
+from ..errors import DecodeLimitError, ShardkitError
 from ._failures import NPY_FAILURES, TEXT_FAILURES, undecodable
 from ._text import parse_json
 
@@ -55,9 +57,10 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _ZIP_MAGIC = b"PK\x03\x04"
 _NPY_MAGIC = b"\x93NUMPY"
 
-#: The most bytes a compressed field may expand to when decoded: a ``.gz`` field (see
-#: :class:`~shardkit.codecs.Decoder`), or the members of an npz or ``torch.save`` zip.
-MAX_EXPANDED_SIZE = 2 << 30
+#: The default of the most bytes a compressed field may expand to when decoded: a ``.gz``
+#: field (see :class:`~shardkit.codecs.Decoder`), or the members of an npz or
+#: ``torch.save`` zip. The budget's ``expanded`` limit (``SHARDKIT_MAX_EXPANDED`` changes it).
+MAX_EXPANDED_SIZE = LIMITS["expanded"].default
 
 
 # -- int, text, json ---------------------------------------------------------------
@@ -169,6 +172,8 @@ def decode_torch_trusted(data: bytes) -> Any:
 def _checked_zip(data: bytes) -> None:
     try:
         check_zip_size(data)
+    except ShardkitError:
+        raise
     except ValueError as exc:
         raise undecodable(exc) from exc
 
@@ -176,8 +181,10 @@ def _checked_zip(data: bytes) -> None:
 # -- archives that expand ------------------------------------------------------------
 
 
-def check_zip_size(data: bytes, limit: int = MAX_EXPANDED_SIZE) -> None:
-    """Refuse a zip archive (npz, torch.save) whose members declare over ``limit`` bytes.
+def check_zip_size(data: bytes, limit: int | None = None) -> None:
+    """Refuse a zip archive (npz, torch.save) whose members declare over ``limit`` bytes
+    (a ValueError), or, without ``limit``, over the budget's ``expanded`` limit (a
+    :class:`~shardkit.errors.DecodeLimitError`).
 
     Both numpy and torch allocate what a member declares, and a deflated member of zeros
     declares 1000 times its size. Readers never return more than the declared size, so
@@ -192,7 +199,10 @@ def check_zip_size(data: bytes, limit: int = MAX_EXPANDED_SIZE) -> None:
             total = sum(info.file_size for info in archive.infolist())
     except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError):
         return  # the decoder will say what is wrong with it
-    if total > limit:
+    if limit is None:
+        what = "the members of a zip archive (npz, torch.save)"
+        allow("expanded", total, what=what, error=DecodeLimitError)
+    elif total > limit:
         raise ValueError(
             f"zip archive members declare {total} bytes, over the {limit}-byte limit "
             "(a decompression bomb?)"
@@ -277,6 +287,8 @@ def encode_npz(value: Any) -> bytes:
 def _load_npz(data: bytes, allow_pickle: bool) -> dict[str, Any]:
     try:
         return _read_npz(data, allow_pickle)
+    except ShardkitError:
+        raise
     except NPY_FAILURES as exc:
         raise undecodable(exc) from exc
 

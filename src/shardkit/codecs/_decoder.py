@@ -9,8 +9,16 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from ..errors import ConfigError, DataError, DecodeError, ShardkitError, UnsafeDataError
-from ._builtin import MAX_EXPANDED_SIZE
+from ..budget import limit as budget_limit
+from ..budget import refuse
+from ..errors import (
+    ConfigError,
+    DataError,
+    DecodeError,
+    DecodeLimitError,
+    ShardkitError,
+    UnsafeDataError,
+)
 from ._failures import DECODE_FAILURES, GUNZIP_FAILURES, image_failures
 from ._images import image_extension
 from ._imagespecs import check_spec, decode_image
@@ -58,9 +66,10 @@ class Decoder:
     Fields ending in ``.gz`` are gunzipped first and decoded by the rest of their
     extension (``json.gz`` -> json), as webdataset does.
 
-    A ``.gz`` field may expand to at most ``max_gunzip_size`` bytes (2 GiB by default);
-    past that it is a :class:`DecodeError`, raised before more memory is taken. npz and
-    ``torch.save`` fields whose zip members declare more than 2 GiB are refused too.
+    A ``.gz`` field may expand to at most the budget's ``expanded`` limit (1 GiB,
+    ``SHARDKIT_MAX_EXPANDED``; ``max_gunzip_size`` bytes where it is given); past that it
+    is a :class:`DecodeLimitError`, raised before more memory is taken. npz and
+    ``torch.save`` fields whose zip members declare more than that limit are refused too.
 
     ``allow_pickle`` lets ``pyd``/``pickle``/``pkl`` fields (and object arrays in npy/npz,
     and arbitrary objects in ``pth``) decode; that runs code from the shard, so without it
@@ -80,11 +89,13 @@ class Decoder:
         only: str | Sequence[str] | None = None,
         partial: bool = False,
         codecs: Codecs | None = None,
-        max_gunzip_size: int = MAX_EXPANDED_SIZE,
+        max_gunzip_size: int | None = None,
     ) -> None:
-        if isinstance(max_gunzip_size, bool) or not isinstance(max_gunzip_size, int):
+        if max_gunzip_size is None:
+            pass
+        elif isinstance(max_gunzip_size, bool) or not isinstance(max_gunzip_size, int):
             raise TypeError(f"max_gunzip_size must be an int, not {max_gunzip_size!r}")
-        if max_gunzip_size < 0:
+        elif max_gunzip_size < 0:
             raise ConfigError(f"max_gunzip_size must be >= 0, not {max_gunzip_size}")
         specs = [check_spec(h) for h in handlers if isinstance(h, str)]
         if len(specs) > 1:
@@ -111,7 +122,7 @@ class Decoder:
             parts.append(f"only={['.'.join(name) for name in self.only]!r}")
         if self.partial:
             parts.append("partial=True")
-        if self.max_gunzip_size != MAX_EXPANDED_SIZE:
+        if self.max_gunzip_size is not None:
             parts.append(f"max_gunzip_size={self.max_gunzip_size}")
         return f"Decoder({', '.join(parts)})"
 
@@ -215,7 +226,7 @@ def decode_sample(
     only: str | Sequence[str] | None = None,
     partial: bool = False,
     codecs: Codecs | None = None,
-    max_gunzip_size: int = MAX_EXPANDED_SIZE,
+    max_gunzip_size: int | None = None,
 ) -> dict[str, Any]:
     """Decode one sample: ``Decoder(*handlers, **options)(sample)``."""
     decoder = Decoder(
@@ -229,8 +240,9 @@ def decode_sample(
     return decoder(sample)
 
 
-def gunzip(data: Field, limit: int) -> bytes:
-    """Decompress gzip data (every member, as ``gzip.decompress``) to at most ``limit`` bytes.
+def gunzip(data: Field, limit: int | None) -> bytes:
+    """Decompress gzip data (every member, as ``gzip.decompress``) to at most ``limit`` bytes
+    (None: the budget's ``expanded`` limit, a :class:`DecodeLimitError` past it).
 
     Raises ValueError once the output would pass ``limit``, having held at most
     ``limit + 1`` bytes of it (in one buffer: pieces go to a BytesIO, whose getvalue()
@@ -239,6 +251,9 @@ def gunzip(data: Field, limit: int) -> bytes:
     empty members takes linear time, not quadratic (``gzip.decompress`` copies the rest
     of the data after each member).
     """
+    budgeted = limit is None
+    if limit is None:
+        limit = budget_limit("expanded")
     out = io.BytesIO()
     view = memoryview(data)
     pos = 0
@@ -256,6 +271,9 @@ def gunzip(data: Field, limit: int) -> bytes:
             room = min(limit + 1 - out.tell(), _GUNZIP_OUT)
             out.write(inflater.decompress(pending, room))
             if out.tell() > limit:
+                if budgeted:
+                    what = "a gzipped field, inflated so far"
+                    refuse("expanded", out.tell(), what=what, error=DecodeLimitError)
                 raise ValueError(f"gzipped data expands past max_gunzip_size ({limit} bytes)")
             pending = inflater.unconsumed_tail
         pos -= len(inflater.unused_data)  # the bytes after this member go back

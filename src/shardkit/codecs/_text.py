@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+from ..budget import LIMITS, limit, variable
 from ..errors import DataError
 from ._failures import NPY_FAILURES, TEXT_FAILURES
 
@@ -21,8 +22,9 @@ __all__ = [
     "plain_bytes",
 ]
 
-#: How deeply a ``json`` field may nest arrays and objects.
-MAX_JSON_DEPTH = 100
+#: How deeply a ``json`` field may nest arrays and objects by default: the budget's
+#: ``json_depth`` limit (``SHARDKIT_MAX_JSON_DEPTH`` changes it), as for a document.
+MAX_JSON_DEPTH = LIMITS["json_depth"].default
 
 
 def plain_bytes(value: Any) -> bytes | None:
@@ -45,7 +47,7 @@ def check_text(data: bytes) -> None:
         raise DataError(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
 
 
-def parse_json(data: bytes | bytearray | str, max_depth: int | None = MAX_JSON_DEPTH) -> Any:
+def parse_json(data: bytes | bytearray | str, max_depth: int | None) -> Any:
     """The one JSON parse: every JSON value shardkit reads (a ``json`` field checked,
     decoded or shown; a document through :func:`shardkit.formats.jsondoc.load_json`, which
     bounds its size and names it) is parsed here. RecursionError when it nests more than
@@ -58,12 +60,16 @@ def parse_json(data: bytes | bytearray | str, max_depth: int | None = MAX_JSON_D
 
 
 def check_json(data: bytes) -> None:
-    """DataError unless ``data`` is UTF-8 JSON nesting at most :data:`MAX_JSON_DEPTH` deep."""
+    """DataError unless ``data`` is UTF-8 JSON nesting at most the budget's ``json_depth``
+    deep (:data:`MAX_JSON_DEPTH` by default)."""
     check_text(data)
+    depth = limit("json_depth")
     try:
-        parse_json(data)
+        parse_json(data, depth)
     except RecursionError:
-        raise DataError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
+        raise DataError(
+            f"JSON nests deeper than {depth} levels ({variable('json_depth')} raises it)"
+        ) from None
     except TEXT_FAILURES as exc:
         raise DataError(f"not JSON: {exc}") from exc
 

@@ -18,6 +18,7 @@ from ._tarparse import (
     Buffer,
     RawMember,
     TarScanner,
+    member_limit,
     plain_header,
     plain_members,
 )
@@ -92,7 +93,7 @@ def iter_samples(
     *,
     url: str | None = None,
     handler: Handler = reraise,
-    max_member_size: int = MAX_MEMBER_SIZE,
+    max_member_size: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Group the members of a tar stream into samples (dicts of extension -> bytes).
 
@@ -116,7 +117,7 @@ def buffer_samples(
     base: int = 0,
     url: str | None = None,
     handler: Handler = reraise,
-    max_member_size: int = MAX_MEMBER_SIZE,
+    max_member_size: int | None = None,
     copy: bool = True,
     on_table: Callable[[TableNotes], object] | None = None,
 ) -> Iterator[dict[str, Any]]:
@@ -133,7 +134,9 @@ def buffer_samples(
     # the arguments are checked now, as the scanner that may take over later checks them
     TarScanner.over_buffer(buffer, start=start, end=end, url=url, max_member_size=max_member_size)
     stop = len(buffer) if end is None else end
-    whole = not start and not base and stop == len(buffer) and max_member_size <= MAX_MEMBER_SIZE
+    # a member table holds sizes of up to MAX_MEMBER_SIZE (uint32)
+    whole = not start and not base and stop == len(buffer)
+    whole = whole and member_limit(max_member_size) <= MAX_MEMBER_SIZE
     noted = (TableNotes(), on_table) if on_table is not None and whole else None
     return _buffer_samples(buffer, start, stop, base, url, handler, max_member_size, copy, noted)
 
@@ -145,7 +148,7 @@ def _buffer_samples(
     base: int,
     url: str | None,
     handler: Handler,
-    limit: int,
+    max_member_size: int | None,
     copy: bool,
     noted: tuple[TableNotes, Callable[[TableNotes], object]] | None = None,
 ) -> Iterator[dict[str, Any]]:
@@ -160,6 +163,7 @@ def _buffer_samples(
     exts: set[str] = set()
     current: dict[str, Any] | None = None
     notes = None if noted is None else noted[0]
+    limit = member_limit(max_member_size)  # the scanner's, looked up once
     while end - pos >= BLOCK:
         plain = plain_header(buffer[pos : pos + BLOCK], limit)
         if plain is None:
@@ -195,7 +199,7 @@ def _buffer_samples(
         if notes.end(pos, len(buffer)):
             on_table(notes)
     members = TarScanner.over_buffer(
-        buffer, start=pos, end=end, base=base, url=url, max_member_size=limit
+        buffer, start=pos, end=end, base=base, url=url, max_member_size=max_member_size
     )
     grouping = Grouping(url, handler)
     grouping.key, grouping.exts = key, exts
@@ -210,7 +214,7 @@ def span_sample(
     *,
     base: int = 0,
     url: str | None = None,
-    max_member_size: int = MAX_MEMBER_SIZE,
+    max_member_size: int | None = None,
     copy: bool = True,
 ) -> dict[str, Any]:
     """The one sample whose members fill ``buffer[start:end]``: an index entry's span
@@ -230,7 +234,7 @@ def span_sample(
             url=url,
             offset=where,
         )
-    plain = plain_members(buffer, start, end, max_member_size)
+    plain = plain_members(buffer, start, end, member_limit(max_member_size))
     if plain is not None:
         found = _plain_sample(buffer, plain, url, where, copy)
         if found is not None:

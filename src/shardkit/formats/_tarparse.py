@@ -2,9 +2,10 @@
 
 :class:`TarScanner` reads a tar stream member by member. It understands ustar, GNU (long
 names, base-256 sizes) and PAX headers; checks each header's checksum; and applies the
-limits of :mod:`shardkit.formats.limits` from the header, before anything of the member
-is read: a regular member over ``max_member_size``, a PAX / GNU long-name payload over
-1 MiB, any other member over 1 TiB is a :class:`FormatError`. It never allocates what a
+limits from the header, before anything of the member is read: a regular member over the
+budget's ``member`` limit (:mod:`shardkit.budget`; ``max_member_size=`` sets the caller's
+own instead), a PAX / GNU long-name payload over 1 MiB, any other member over 1 TiB is a
+:class:`FormatError` (a :class:`FormatLimitError` for the member limits). It never allocates what a
 header claims, only what the stream really holds: its buffer grows with the bytes read.
 
 After each member it yields, the caller may :meth:`~TarScanner.read_data`,
@@ -35,10 +36,10 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO, NamedTuple
 from zlib import adler32
 
-from ..budget import allow
+from ..budget import allow, limit, refuse
 from ..errors import FormatError, FormatLimitError, TruncatedShardError
 from ._io import read_bounded
-from .limits import MAX_MEMBER_SIZE, MAX_SKIPPED_SIZE, MAX_TAR_META_SIZE, check_limit
+from .limits import MAX_SKIPPED_SIZE, MAX_TAR_META_SIZE, check_limit
 
 __all__ = [
     "BLOCK",
@@ -48,6 +49,7 @@ __all__ = [
     "TarScanner",
     "Write",
     "member_kind",
+    "member_limit",
     "plain_header",
     "plain_members",
 ]
@@ -83,6 +85,15 @@ class _Exhausted:
 
 
 _NO_MORE = _Exhausted()
+
+
+def member_limit(max_member_size: int | None) -> int:
+    """The largest regular member a reader takes: ``max_member_size`` where the caller
+    gives one, else the budget's ``member`` limit (``SHARDKIT_MAX_MEMBER``). Looked up
+    once per shard: the per-member check is a compare."""
+    if max_member_size is None:
+        return limit("member")
+    return check_limit("max_member_size", max_member_size)
 
 
 def member_kind(typeflag: int) -> str:
@@ -259,13 +270,14 @@ class TarScanner:
         chunk_size: int = 1 << 22,
         seek: bool = False,
         readahead: bool = True,
-        max_member_size: int = MAX_MEMBER_SIZE,
+        max_member_size: int | None = None,
     ) -> None:
         self._stream = stream
         self._read = stream.read
         self._readinto = getattr(stream, "readinto", None)
         self.url = url
-        self.max_member_size = check_limit("max_member_size", max_member_size)
+        self.max_member_size = member_limit(max_member_size)
+        self._budgeted = max_member_size is None  # a refusal names SHARDKIT_MAX_MEMBER
         self._chunk = chunk_size if readahead else min(chunk_size, _PIECE)
         self._ahead = readahead
         self._buf = bytearray()  # reused across reads; _len bytes of it are valid
@@ -292,7 +304,7 @@ class TarScanner:
         end: int | None = None,
         base: int = 0,
         url: str | None = None,
-        max_member_size: int = MAX_MEMBER_SIZE,
+        max_member_size: int | None = None,
     ) -> TarScanner:
         """A scanner over the members of ``buffer[start:end]``, in memory already.
 
@@ -641,16 +653,24 @@ class TarScanner:
         return size, typeflag
 
     def _check_size(self, member: RawMember) -> None:
-        """A regular member over ``max_member_size``: a FormatError from its header. The
-        scanner stays at the member: iterating again skips its data."""
-        if member.regular and member.size > self.max_member_size:
-            raise FormatError(
-                f"member of {member.size} bytes is over max_member_size "
-                f"({self.max_member_size} bytes): raise it to read this shard",
-                url=self.url,
-                offset=member.offset,
-                key=_key_of(member.name),
-            )
+        """A regular member over the member limit (:func:`member_limit`): a
+        FormatLimitError from its header, naming ``SHARDKIT_MAX_MEMBER`` or the caller's
+        ``max_member_size``. The scanner stays at the member: iterating again skips its
+        data."""
+        if not member.regular or member.size <= self.max_member_size:
+            return
+        url, offset, key = self.url, member.offset, _key_of(member.name)
+        if self._budgeted:
+            what = f"tar member {member.name!r}"
+            error = FormatLimitError
+            refuse("member", member.size, what=what, error=error, url=url, offset=offset, key=key)
+        raise FormatLimitError(
+            f"member of {member.size} bytes is over max_member_size "
+            f"({self.max_member_size} bytes): raise it to read this shard",
+            url=url,
+            offset=offset,
+            key=key,
+        )
 
     def _meta_payload(self, size: int) -> tuple[bytes, bytes]:
         total = BLOCK + size + (-size % BLOCK)

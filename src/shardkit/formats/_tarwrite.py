@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO
 
+from ..budget import allow, limit
 from ..errors import EncodeError
 from ._tarparse import BLOCK
 from ._tarrules import check_key_order
@@ -108,13 +109,17 @@ def _check_ext(ext: str, seen: set[str], key: str) -> None:
 
 
 def _check_member(name: bytes, size: int, key: str) -> None:
-    """Refuse a member the reader's limits refuse (see :mod:`shardkit.formats.limits`)."""
+    """Refuse a member the reader's limits refuse: over the member table's and the
+    writers' :data:`~shardkit.formats.limits.MAX_MEMBER_SIZE`, or over the budget's
+    ``member`` limit (:mod:`shardkit.budget`), so a shard written reads back."""
     if size > MAX_MEMBER_SIZE:
         raise EncodeError(
             f"field of {size} bytes is over the {MAX_MEMBER_SIZE}-byte member limit "
             "(max_member_size) readers apply",
             key=key,
         )
+    what = f"tar member {name.decode('utf-8', 'replace')[:200]!r} to write"
+    allow("member", size, what=what, error=EncodeError, key=key)
     if len(name) > MAX_NAME_BYTES:
         raise EncodeError(
             f"member name of {len(name)} bytes is over the {MAX_NAME_BYTES}-byte limit "
@@ -275,11 +280,12 @@ def tar_sample(
     exts: list[str] = []
     sizes: list[int] = []
     plain = "\0" not in key and (key.isascii() or stem.decode("utf-8", "surrogateescape") == key)
+    cap = min(MAX_MEMBER_SIZE, limit("member"))
     for ext, data in fields:
         suffix, suffix_sum = _suffix(ext)
         name = stem + suffix
         size = len(data)
-        if len(name) > 100 or size > MAX_MEMBER_SIZE:  # the reference checks limits
+        if len(name) > 100 or size > cap:  # the reference checks limits
             small.append(encode_sample({"__key__": key, ext: data}))
             total += len(small[-1])
             plain = False

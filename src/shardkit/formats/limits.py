@@ -1,16 +1,17 @@
-"""The one table of size limits for what shardkit reads and writes.
+"""The formats' own size rules, for what shardkit reads and writes.
 
-Readers hold a tar member or a TFRecord record whole in memory, so they refuse one whose
-header declares more than the limit before reading anything; writers refuse to write what
-a reader with the default limits would refuse, so a shard shardkit writes always reads
-back. Each limit is defined here once; the readers (:mod:`shardkit.formats.tar`,
-:mod:`shardkit.formats.tfrecord`, the tools) and the writers (``TarWriter``,
-``ShardWriter``, the build's part writer) import it from here.
+What a reader may hold of a size a file declares is the budget's (:mod:`shardkit.budget`:
+a tar member held whole is its ``member`` limit, a TFRecord record its ``record`` limit,
+checked from the header before anything is read). What is here is not a budget but a
+rule of the formats as shardkit writes them: the writers refuse to write past it, and the
+readers refuse what no shardkit writer makes; a member table stores member sizes in 32
+bits, a protobuf message is at most 2 GiB.
 
 =====================  =======  ==========================================================
 limit                  default  what it bounds
 =====================  =======  ==========================================================
-``MAX_MEMBER_SIZE``    2 GiB    a tar member's data (``max_member_size=`` raises it on read)
+``MAX_MEMBER_SIZE``    2 GiB    a tar member a writer writes or a member table holds (the
+                                budget's ``member`` limit, 1 GiB, is what readers hold)
 ``MAX_RECORD_LENGTH``  2 GiB    a TFRecord record (protobuf's own limit on a message)
 ``MAX_TAR_META_SIZE``  1 MiB    a PAX extended header or GNU long name/link payload
 ``MAX_NAME_BYTES``     1 MiB-1  a member name (``key.ext``), UTF-8: a GNU long-name payload
@@ -21,7 +22,8 @@ limit                  default  what it bounds
 ``MAX_JSON_DEPTH``     128      the nesting of containers in such a document
 =====================  =======  ==========================================================
 
-The last two, and the limits on what a member or record declares inside it (a chain of
+The last two, the member and record limits of readers, and the limits on what a member or
+record declares inside it (a chain of
 tar headers, an Example's lists, audio frames, video and image pixels, list cells), are
 rows of :data:`shardkit.budget.LIMITS`, the one checker every decoder allocates through.
 """
@@ -43,7 +45,8 @@ __all__ = [
 ]
 
 MAX_MEMBER_SIZE = 2 << 30
-"""Default ``max_member_size``: the largest tar member read into memory (2 GiB)."""
+"""The largest tar member a writer writes or a member table holds (2 GiB). A reader holds
+a member up to the budget's ``member`` limit (``SHARDKIT_MAX_MEMBER``), whatever this is."""
 
 MAX_RECORD_LENGTH = 2 << 30
 """Default ``max_record_length``: the largest TFRecord record read into memory (2 GiB)."""

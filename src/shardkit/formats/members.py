@@ -76,6 +76,9 @@ class MemberTable:
         self.layouts = tuple(tuple(names) for names in layouts)
         self.layout = layout if isinstance(layout, array) else array("H", layout)
         self.sizes = sizes if isinstance(sizes, array) else array("I", sizes)
+        #: its largest member: a reader slices by the table only when the member limit
+        #: takes it (else it parses, and refuses that member as the parse does)
+        self.largest = max(self.sizes, default=0)
         # What :meth:`prepare` keeps, all a reader needs of the index (compact: arrays, and
         # the keys as one string, so that a cached table holds few Python objects)
         self.shard_bytes = 0
@@ -139,8 +142,8 @@ class MemberTable:
         members = sum(map(counts.__getitem__, self.layout))
         if members != len(self.sizes):
             raise bad(f"{len(self.sizes)} member sizes, the layouts hold {members}")
-        if self.sizes and max(self.sizes) > MAX_MEMBER_SIZE:
-            raise bad(f"a member of {max(self.sizes)} bytes is over the reader's limit")
+        if self.largest > MAX_MEMBER_SIZE:
+            raise bad(f"a member of {self.largest} bytes is over the reader's limit")
 
     def prepare(
         self,

@@ -30,10 +30,12 @@ reader that keeps it slices the shard's samples next time instead of parsing it.
 
 Untrusted archives are safe to read: every malformed input ends in a
 :class:`~shardkit.errors.FormatError`; a member is read whole only up to
-``max_member_size`` (refused from its header before anything is read), and in pieces, so
+the budget's ``member`` limit, or ``max_member_size`` (refused from its header before
+anything is read), and in pieces, so
 a size that lies allocates nothing; the reader never touches the file system. Member
 names come back exactly as stored (``../x``, ``/etc/x``): code that turns them into paths
-uses :func:`safe_member_path`. The limits are :mod:`shardkit.formats.limits`.
+uses :func:`safe_member_path`. The limits are :mod:`shardkit.budget`'s and
+:mod:`shardkit.formats.limits`'.
 
 The writer emits plain ustar: one 512-byte header per member (a GNU long-name header only
 for names over 255 bytes), fixed mtime, owner and mode, members in the sample's order. The
@@ -54,10 +56,18 @@ from ..handlers import Handler, reraise
 from ._io import read_exact
 from ._tarderive import TableNotes
 from ._targroup import Grouping, buffer_samples, iter_samples, span_sample
-from ._tarparse import BLOCK, DIRECTORY, REGULAR_TYPES, Buffer, RawMember, TarScanner, Write
+from ._tarparse import (
+    BLOCK,
+    DIRECTORY,
+    REGULAR_TYPES,
+    Buffer,
+    RawMember,
+    TarScanner,
+    Write,
+    member_limit,
+)
 from ._tarrules import SAME_KEY, check_key_order, odd_member, split_name
 from ._tarwrite import END_OF_ARCHIVE, Members, TarWriter, encode_sample, tar_chunks, tar_sample
-from .limits import MAX_MEMBER_SIZE
 
 __all__ = [
     "BLOCK",
@@ -77,6 +87,7 @@ __all__ = [
     "encode_sample",
     "iter_members",
     "iter_samples",
+    "member_limit",
     "read_exact",
     "safe_member_path",
     "span_sample",
@@ -99,14 +110,15 @@ def iter_members(
     *,
     url: str | None = None,
     handler: Handler = reraise,
-    max_member_size: int = MAX_MEMBER_SIZE,
+    max_member_size: int | None = None,
 ) -> Iterator[TarMember]:
     """Yield the regular members of a tar stream, in order.
 
     Structural errors (a bad header checksum, a truncated member) raise: the rest of the
     stream cannot be trusted. Non-regular members go to ``handler``. Members are read
-    whole into memory, so one whose header declares more than ``max_member_size`` bytes
-    raises :class:`FormatError` before anything is read (PAX and GNU long-name headers
+    whole into memory, so one whose header declares more than the budget's ``member``
+    limit (``SHARDKIT_MAX_MEMBER``, 1 GiB), or ``max_member_size`` bytes where it is
+    given, raises :class:`FormatLimitError` before anything is read (PAX and GNU long-name headers
     are limited to 1 MiB); other members are streamed past, never held. Names are
     returned as they are, ``../`` and all: see :func:`safe_member_path`.
     """

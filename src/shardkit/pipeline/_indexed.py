@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 from .. import reader
+from ..budget import limit
 from ..errors import ConfigError, DataError, FormatError
 from ..formats.index import check_shard_size, index_url, indexed_sample, prepared_members
 from ..formats.members import MemberTable, table_sample
@@ -280,11 +281,14 @@ class IndexedDataset(MapBase[Any]):
         offset, size = shard.offsets[k], shard.sizes[k]
         if shard.format == "tar":  # views need the memory map of a local shard
             buffer, start = self._ranges.span(url, offset, size, mapped=self._map_local)
-            if shard.members is not None and start + size <= len(buffer):
+            table = shard.members
+            if (
+                table is not None
+                and start + size <= len(buffer)
+                and table.largest <= limit("member")
+            ):
                 # the member table: slices, no header parsed (each checked against the bytes)
-                return table_sample(
-                    buffer, shard.members, k, base=offset - start, url=url, copy=self._copy
-                )
+                return table_sample(buffer, table, k, base=offset - start, url=url, copy=self._copy)
         else:
             buffer, start = self._ranges.read(url, offset, size), 0
         # The one rule of every index consumer: the span holds exactly its one sample.

@@ -22,8 +22,9 @@ import os
 import stat
 from typing import Any, BinaryIO
 
+from ..budget import limit as budget_limit
+from ..budget import refuse
 from ..errors import StorageError
-from ..formats.limits import MAX_DOCUMENT_SIZE
 from ._access import LOCAL, Access
 from ._filesystems import _fs
 from ._remote import READ_RETRIES, _ResumableReader
@@ -128,17 +129,21 @@ def read_document(
     url: str,
     *,
     access: Access = LOCAL,
-    limit: int = MAX_DOCUMENT_SIZE,
+    limit: int | None = None,
     what: str = "file",
 ) -> bytes:
     """The whole of a small file shardkit did not just write (a manifest, an index), at
-    most ``limit`` bytes: StorageError (one line naming ``url`` and ``what``) for a file
-    over it, one that is not a regular file, or one that cannot be read."""
+    most ``limit`` bytes (None: the budget's ``document`` limit, ``SHARDKIT_MAX_DOCUMENT``,
+    which the parse applies too): StorageError (one line naming ``url`` and ``what``) for
+    a file over it, one that is not a regular file, or one that cannot be read."""
+    budgeted = limit is None
+    if limit is None:
+        limit = budget_limit("document")
     try:
         if is_local(url):
             with open_regular(local_path(url), url=url) as f:
                 size = os.fstat(f.fileno()).st_size
-                _check_size(size, limit, url, what)
+                _check_size(size, limit, url, what, budgeted)
                 data = _read_bounded(f, limit)
         else:
             fs, path = _fs(url, access)
@@ -151,7 +156,7 @@ def read_document(
         raise StorageError(f"no such {what}", url=url) from exc
     except OSError as exc:
         raise StorageError(f"cannot read the {what}: {exc.strerror or exc}", url=url) from exc
-    _check_size(len(data), limit, url, what)  # grew while read, or remote
+    _check_size(len(data), limit, url, what, budgeted)  # grew while read, or remote
     return data
 
 
@@ -169,7 +174,9 @@ def _read_bounded(stream: Any, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _check_size(size: int, limit: int, url: str, what: str) -> None:
+def _check_size(size: int, limit: int, url: str, what: str, budgeted: bool) -> None:
+    if size > limit and budgeted:
+        refuse("document", size, what=f"the {what}", error=StorageError, url=url)
     if size > limit:
         raise StorageError(f"the {what} is larger than the {limit}-byte limit", url=url)
 
