@@ -19,6 +19,13 @@ over the tar shards. MDS and webdataset are slow enough that a pass of theirs is
 (``CAPS``); their rate is over the samples read. The peers run in ``--peers PYTHON`` (a
 venv with torch 2.13, litdata, mosaicml-streaming, webdataset; ``bench/standins`` first on
 ``PYTHONPATH``, see ``bench/read.py``).
+
+``--workers N`` (``bench/results/read-loader.json``): each pass is an epoch through N
+DataLoader workers in batches of ``--batch`` (512), one loader per child: shardkit
+``Loader``, litdata ``StreamingDataLoader``, webdataset ``WebLoader`` (batched in the
+workers), MDS through a torch ``DataLoader`` (``LOADER_CAPS``: its ``epoch_size``). One
+collate for all, :func:`count_items`; CPU time counts the workers'; an epoch that gives
+fewer samples than the set (or the cap) fails the run. No whole-process children.
 """
 
 from __future__ import annotations
