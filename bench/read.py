@@ -2,7 +2,8 @@
 
 Run: ``.venv/bin/python bench/read.py [--quick] [--repeat R] [--data DIR]``; with
 ``--steady --peers PYTHON``: the in-process steady-state comparison of ``bench/steady.py``
-(``bench/results/read-steady.json``).
+(``bench/results/read-steady.json``); ``--steady --workers N [--batch B]``: the same
+contenders, each pass an epoch through N DataLoader workers (``bench/results/read-loader.json``).
 
 The data (~20,000 samples of ~60 KB 384x384 JPEGs plus a ``cls`` field; ``--quick``:
 3,000) is generated once into ``/dev/shm/shardkit-bench-read`` as tar shards and as
@@ -863,8 +864,9 @@ def main() -> None:
     if args.steady:  # bench/steady.py: in-process steady state against the peers
         if args.data == parser.get_default("data"):
             args.data = "/dev/shm/shardkit-bench-steady"
-        if args.json == parser.get_default("json"):
-            args.json = os.path.join(os.path.dirname(args.json), "read-steady.json")
+        if args.json == parser.get_default("json"):  # --workers: read-loader.json
+            kept = "read-loader.json" if args.workers else "read-steady.json"
+            args.json = os.path.join(os.path.dirname(args.json), kept)
         out = Results(os.path.splitext(os.path.basename(args.json))[0])
         steady.main(args, out)
         if not args.child:
