@@ -63,7 +63,7 @@ _ZERO_BLOCK = bytes(BLOCK)
 _MAX_SIZE = 0xFFFFFFFF  # a member size the table holds (uint32)
 _MAX_LAYOUTS = 0xFFFF  # distinct layouts in one table (uint16)
 # In keys each followed by NUL: one that split_name would not give back from KEY.EXT.
-_BAD_KEY = re.compile(r"\.[^\0/]*\0|(?:^|[\0/])\0")  # a dot in the last part, or no last part
+_DOTTED = re.compile(r"\.[^\0/]*\0")  # a dot in a key's last part
 
 
 class MemberTable:
@@ -166,7 +166,13 @@ class MemberTable:
         # Each key the one its members' names give, as a parse would (a key whose last
         # part holds a dot would split a member name elsewhere: another key, other fields).
         joined = "\0".join(keys) + "\0" if keys else ""
-        if joined.count("\0") != len(keys) or _BAD_KEY.search(joined):
+        if (
+            joined.count("\0") != len(keys)
+            or "/\0" in joined  # no last part
+            or "\0\0" in joined
+            or joined.startswith("\0")
+            or ("." in joined and _DOTTED.search(joined))
+        ):
             key = next(k for k in keys if "\0" in k or split_name(k + ".x") != (k, "x"))
             raise bad(f"key {key!r} is not what its members' names give (the tar naming rule)")
         # No Python per member: each member takes a header block and its padded data;
