@@ -207,7 +207,10 @@ class Loader:
         tagged: Any = _Tagged(ds, self._shift, ship=_forks(self._options))
         self._last = self._shift - 1
         collate_fn = _Collate(collate, batched, default=self._collate is None)
-        loader: Any = DataLoader(tagged, collate_fn=collate_fn, **self._options)
+        options = dict(self._options)
+        if options.get("num_workers"):  # workers this loader starts: their heap kept
+            options["worker_init_fn"] = _WorkerInit(options.get("worker_init_fn"))
+        loader: Any = DataLoader(tagged, collate_fn=collate_fn, **options)
         self._streams = {i: state for i, state in enumerate(starts)}
         items: Iterator[Any] = self._batches(loader, epoch)
         ctx = Context(ds._seed, epoch, rank, world)
@@ -298,6 +301,39 @@ class Loader:
         workers = max(1, self._options["num_workers"])
         self._shift = _next_stream(states, workers, self._dataset._rank_and_world())
         self._loaded = True
+
+
+class _WorkerInit:
+    """A loader worker's start: it keeps the heap its batches free (see
+    :func:`keep_freed_heap`), then runs the caller's ``worker_init_fn``, if any."""
+
+    def __init__(self, then: Callable[[int], Any] | None) -> None:
+        self.then = then
+
+    def __call__(self, worker_id: int) -> None:
+        keep_freed_heap()
+        if self.then is not None:
+            self.then(worker_id)
+
+
+def keep_freed_heap(limit: int = 1 << 30) -> bool:
+    """Ask the C library (glibc's ``mallopt(M_TRIM_THRESHOLD)``) to keep up to ``limit``
+    bytes of freed heap instead of handing it back to the system at each ``free``: a
+    worker builds a batch (512 JPEG samples of 67 KB: 34 MB of ``bytes``), frees it, and
+    builds the next, and by default each batch took its pages back from the system one
+    fault at a time (17 a sample; 51-54 us of CPU a sample against 18-20 kept, measured
+    holding batches of 512). The peak is the same, the batch's; it stays mapped between
+    batches. Whether it took (False where the C library has no ``mallopt``)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_TRIM_THRESHOLD, limit))
+
+
+_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 
 
 def _forks(options: Mapping[str, Any]) -> bool:
