@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -290,10 +291,16 @@ def test_a_single_stream_state_in_a_loader_with_workers_names_the_way(shard_fold
     with pytest.raises(ConfigError, match="StatefulDataLoader"):
         list(loader)
     # torchdata leaves the workers of an iterator whose startup failed waiting for work: its
-    # shutdown (when the traceback holding it is collected) would join each for 5 s
-    for worker in set(multiprocessing.active_children()) - before:
-        worker.terminate()
-        worker.join(5)
+    # shutdown (when the traceback holding it is collected) would join each for 5 s. They are
+    # stopped here with SIGCHLD held back until they are reaped: torch's handler, still set
+    # for them, would take an end it sees unreaped for a crash and raise in whatever runs.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        for worker in set(multiprocessing.active_children()) - before:
+            worker.terminate()
+            worker.join(5)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
 
 
 def test_stage_counts_are_part_of_the_state(shard_folder: str) -> None:
