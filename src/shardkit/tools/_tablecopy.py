@@ -12,12 +12,12 @@ cut, the key rule and the written shards' indexes are the writer's
 
 The table path gives the bytes the header path gives (``cat``'s member copy,
 :func:`shardkit.writer.copy_samples`) because it is taken only where the table accounts
-for the whole archive: samples back to back from byte 0 (no member between or before
-them that the grouping would skip or report), then the end of the archive (a zero block,
-or the end of the file), each key one the grouping finds (non-empty, no dot in its last
-part). Any other shard (no index, an index without a table, a stream on stdin, gzip, a
-remote file) is read by its headers, as before: :func:`table_of` says which, and logs
-why (at info level for a shard whose table the readers would use: ``shardkit -v``).
+for the whole archive: samples back to back from byte 0, each key one the grouping finds
+(what :meth:`MemberTable.prepare` requires of every table), then the end of the archive
+(a zero block, or the end of the file) and the size its index says. Any other shard (no
+index, an index without a table, a stream on stdin, gzip, a remote file) is read by its
+headers, as before: :func:`table_of` says which, and logs why (at info level for a shard
+whose table the readers would use: ``shardkit -v``).
 """
 
 from __future__ import annotations
@@ -25,12 +25,10 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import re
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from itertools import repeat
-from operator import add, and_, sub
+from operator import sub
 from typing import BinaryIO
 
 from .. import storage
@@ -54,7 +52,6 @@ RunSink = Callable[[int, int, Copy], bool]
 """``add(first, stop, copy)``: take samples ``first`` to ``stop`` of a shard; False: stop."""
 
 _ZERO_BLOCK = bytes(BLOCK)
-_DOTTED_KEY = re.compile(r"\.[^/\0]*\0")  # a key whose last part holds a dot (keys NUL-ended)
 
 
 class TableShard:
@@ -139,11 +136,7 @@ def table_of(ref: ShardRef, indexes: IndexCache) -> TableShard | None:
         return None
     raw = storage.open_read(ref.url, access=Access.of(ref.access), buffer_size=0)
     try:
-        ends = _ends(table)
-        why = _not_whole(table, ends, raw)
-        keys = table.keys(0, len(table.offsets))
-        if why is None and ("" in keys or _DOTTED_KEY.search("\0".join(keys) + "\0")):
-            why = "its index lists a key the grouping would not find"
+        why = _not_whole(table, raw)
     except BaseException:
         raw.close()
         raise
@@ -151,7 +144,9 @@ def table_of(ref: ShardRef, indexes: IndexCache) -> TableShard | None:
         raw.close()
         logger.info("%s: copied by its tar headers, not its member table: %s", ref.url, why)
         return None
-    return TableShard(ref, table, raw, keys, ends)
+    ends = array("q", table.offsets)  # back to back (prepare): each ends where the next starts
+    ends.append(table.end)
+    return TableShard(ref, table, raw, table.keys(0, len(table.offsets)), ends)
 
 
 def _no_table(ref: ShardRef) -> str | None:
@@ -164,7 +159,7 @@ def _no_table(ref: ShardRef) -> str | None:
     return None
 
 
-def _not_whole(table: MemberTable, ends: array[int], raw: BinaryIO) -> str | None:
+def _not_whole(table: MemberTable, raw: BinaryIO) -> str | None:
     """Why the table does not account for the whole archive in ``raw`` (None when it
     does): see the module docs."""
     size = os.fstat(raw.fileno()).st_size
@@ -173,21 +168,7 @@ def _not_whole(table: MemberTable, ends: array[int], raw: BinaryIO) -> str | Non
     head = os.pread(raw.fileno(), 2, 0)
     if head == b"\x1f\x8b":
         return "a gzip stream"
-    if ends[:-1] != table.offsets:
-        return "its samples are not back to back from the start"
-    tail = os.pread(raw.fileno(), BLOCK, ends[-1])
+    tail = os.pread(raw.fileno(), BLOCK, table.end)
     if tail and tail != _ZERO_BLOCK:
         return "its last sample is not followed by the end of the archive"
     return None
-
-
-def _ends(table: MemberTable) -> array[int]:
-    """Where each sample's span starts if they are back to back from 0, and where the
-    last one ends: 0, then each sample's end (its last member's data, padded)."""
-    last = array("q", map(sub, table.first[1:], repeat(1)))
-    data = map(table.data.__getitem__, last)
-    sizes = map(table.sizes.__getitem__, last)
-    padded = map(and_, map(add, sizes, repeat(BLOCK - 1)), repeat(-BLOCK))
-    ends = array("q", [0])
-    ends.extend(map(add, data, padded))
-    return ends
