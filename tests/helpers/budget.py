@@ -111,3 +111,18 @@ def measure(entry: str, path: str, out: str, *, cap: int = 4 << 30) -> dict[str,
     suffix = ".tfrecord" if ".tfrecord" in path else ".tar"
     code = _CHILD.format(path=path, out=out, suffix=suffix, cap=cap, call=READERS[entry])
     return run_measured(code, timeout=300)
+
+
+def refused_by_the_cli(entry: str, result: dict[str, Any], *needles: str) -> bool:
+    """For a CLI entry of :data:`READERS`, check its refusal: ``verify`` lists one problem
+    and exits 1, the others print one ``Error:`` line holding every needle and exit 2.
+    False for a library entry (its outcome is the caller's to check)."""
+    if entry == "verify":  # the problem listed (on stdout), exit 1
+        assert result["status"] == 1 and "1 problem" in result["stderr"][-1], result
+        return True
+    if "status" not in result:
+        return False
+    assert result["status"] == 2, result
+    lines = [line for line in result["stderr"] if line.startswith("Error: ")]
+    assert len(lines) == 1 and all(n in lines[0] for n in needles), result
+    return True
